@@ -1,0 +1,77 @@
+"""The ``fwht`` command."""
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+import numpy as np
+
+from . import __version__
+from . import dtypes as _dt
+
+
+def _gpu_status() -> str:
+    from .cuda import launch
+    return launch.status()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fwht")
+def main() -> None:
+    """Fast Walsh-Hadamard transforms (FP64/FP32/FP16/BF16; Folklore, Alman-Rao; Kahan, Neumaier)."""
+
+
+@main.command()
+def info() -> None:
+    """Versions, CuPy and GPU status."""
+    click.echo(f"fwht_gpu {__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    click.echo(f"GPU: {_gpu_status()}")
+
+
+@main.command()
+@click.option("--log2n", "-n", default=16, show_default=True, type=click.IntRange(1, 30),
+              help="Transform length 2**LOG2N.")
+@click.option("--batch", default=4, show_default=True, type=click.IntRange(1, None))
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+              show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+def demo(log2n: int, batch: int, device: str, seed: int) -> None:
+    """Transform random NORM data with every dtype and variant; print error and time.
+
+    The error is measured against the double-double reference (mean relative error,
+    the thesis's metric) and shown as a multiple of the dtype's unit roundoff u.
+    """
+    from . import fwht, reference
+    from .cuda import launch
+
+    use_gpu = device == "gpu" or (device == "auto" and launch.available())
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {_gpu_status()}")
+    n = 1 << log2n
+    x64 = np.random.default_rng(seed).standard_normal((batch, n))
+    click.echo(f"FWHT of {batch} x 2**{log2n} NORM values on the {'GPU' if use_gpu else 'CPU'}")
+    click.echo(f"{'dtype':6} {'variant':18} {'mean rel err':>13} {'/ u':>8} {'time ms':>9}")
+    variants = [("folklore", None), ("folklore", "kahan"), ("folklore", "neumaier"), ("alman", None)]
+    for dt in _dt.SUPPORTED:
+        x = x64.astype(dt)
+        ref = reference.dd_fwht(x)
+        for alg, st in variants:
+            if use_gpu:
+                xg = launch.cupy().asarray(x)
+                if st is not None or alg != "folklore":
+                    if not launch.supports(alg, st):
+                        continue
+                t0 = time.perf_counter()
+                y = fwht(xg, algorithm=alg, stabilizer=st)
+                launch.cupy().cuda.Device().synchronize()
+                dt_ms = (time.perf_counter() - t0) * 1e3
+                y = y.get()
+            else:
+                t0 = time.perf_counter()
+                y = fwht(x, algorithm=alg, stabilizer=st)
+                dt_ms = (time.perf_counter() - t0) * 1e3
+            err = reference.mean_relative_error(y, ref)
+            name = alg if st is None else f"{alg}+{st}"
+            click.echo(f"{_dt.short_name(dt):6} {name:18} {err:13.3e} {err / _dt.eps(dt):8.2f} "
+                       f"{dt_ms:9.2f}")
