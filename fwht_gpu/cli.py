@@ -75,3 +75,24 @@ def demo(log2n: int, batch: int, device: str, seed: int) -> None:
             name = alg if st is None else f"{alg}+{st}"
             click.echo(f"{_dt.short_name(dt):6} {name:18} {err:13.3e} {err / _dt.eps(dt):8.2f} "
                        f"{dt_ms:9.2f}")
+
+
+@main.command()
+@click.option("--dtype", "dtypes", multiple=True, default=("fp32", "fp16", "bf16", "fp64"),
+              show_default=True, type=click.Choice(["fp64", "fp32", "fp16", "bf16"]))
+@click.option("--min-log2n", default=10, show_default=True, type=click.IntRange(1, 36))
+@click.option("--max-log2n", default=30, show_default=True, type=click.IntRange(1, 36))
+@click.option("--batched/--no-batched", default=True, show_default=True,
+              help="Also time 256 MB batches of rows of 2**8 .. 2**15.")
+@click.option("--no-fft", is_flag=True, help="Skip the cupy.fft.rfft comparison.")
+@click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
+              show_default=True, help="Where to write the results.")
+def bench(dtypes, min_log2n, max_log2n, batched, no_fft, out_json) -> None:
+    """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
+    from . import bench as _bench
+    from .cuda import launch
+    if not launch.available():
+        raise click.ClickException(f"fwht bench needs a GPU: {launch.status()}")
+    _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
+                batched=range(8, 16) if batched else (), fft=not no_fft, echo=click.echo)
+    click.echo(f"wrote {out_json}")

@@ -1,0 +1,122 @@
+"""Performance study: ``fwht bench``.
+
+Each case is timed with CUDA events around the kernels alone (warm-up first,
+median of many runs, inputs rotated over enough buffers that the L2 cache does
+not flatter), next to the physical floor - a device-to-device copy of the same
+bytes (read + write) - and, for FP32/FP64 single transforms, ``cupy.fft.rfft``
+of the same length, all measured in the same process.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+
+import numpy as np
+
+from . import dtypes as _dt
+from .cuda import launch
+from .plan import make_plan
+
+ROTATE_BYTES = 256 << 20
+
+
+def _timer(cp, fn, min_runs=10, max_runs=200, budget_s=0.6):
+    """Median time in ms of fn(i) (i = run index), CUDA events around each call."""
+    for i in range(3):
+        fn(i)
+    cp.cuda.Device().synchronize()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    fn(3)
+    end.record()
+    end.synchronize()
+    one = max(cp.cuda.get_elapsed_time(start, end), 1e-3)
+    runs = int(min(max_runs, max(min_runs, budget_s * 1e3 / one)))
+    times = []
+    for i in range(runs):
+        start.record()
+        fn(i)
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end))
+    return statistics.median(times), runs
+
+
+def _buffers(cp, shape, dtype, count):
+    rng = cp.random.default_rng(1)
+    out = []
+    for _ in range(count):
+        out.append(rng.standard_normal(shape, dtype=cp.float32).astype(dtype))
+    return out
+
+
+def bench_case(cp, shape, dtype, fft: bool) -> dict:
+    """Time one transform shape (batch, n) of ``dtype``."""
+    dt = np.dtype(dtype)
+    batch, n = shape
+    nbytes = batch * n * dt.itemsize
+    count = max(1, min(16, math.ceil(ROTATE_BYTES / nbytes)))
+    srcs = _buffers(cp, shape, dt, count)
+    dst = cp.empty(shape, dtype=dt)
+    plan = make_plan(n, dt, device="cuda")
+    t_fwht, runs = _timer(cp, lambda i: launch.execute(plan, srcs[i % count], dst, check=False))
+    t_copy, _ = _timer(cp, lambda i: dst.data.copy_from_device_async(srcs[i % count].data, nbytes))
+    row = {
+        "dtype": _dt.short_name(dt), "batch": batch, "n": n, "log2n": int(math.log2(n)),
+        "bytes": nbytes, "passes": len(plan.passes), "runs": runs,
+        "time_ms": t_fwht, "copy_ms": t_copy,
+        "gbps": 2 * nbytes * len(plan.passes) / t_fwht / 1e6,
+        "ratio_copy": t_fwht / t_copy,
+        "ratio_passes_copy": t_fwht / (len(plan.passes) * t_copy),
+    }
+    if fft and dt.itemsize >= 4:
+        try:
+            t_fft, _ = _timer(cp, lambda i: cp.fft.rfft(srcs[i % count], axis=-1))
+            row["rfft_ms"] = t_fft
+            row["speedup_vs_rfft"] = t_fft / t_fwht
+        except Exception as exc:  # cuFFT size limits / memory
+            row["rfft_error"] = str(exc).splitlines()[0][:80]
+    del srcs, dst
+    cp.get_default_memory_pool().free_all_blocks()
+    return row
+
+
+def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=range(8, 16),
+        batch_bytes=256 << 20, fft=True, max_bytes=None, echo=print) -> dict:
+    """Benchmark single transforms 2**single and batched rows 2**batched; returns the JSON dict."""
+    cp = launch.cupy()
+    free, total = cp.cuda.runtime.memGetInfo()
+    cap = max_bytes or free // 5      # rotating buffers + destination + rfft output
+    rows = []
+    head = (f"{'kind':7} {'dtype':5} {'shape':>14} {'pass':>4} {'time ms':>10} {'GB/s':>7} "
+            f"{'x copy':>7} {'x p*copy':>8} {'rfft ms':>9} {'vs rfft':>8}")
+    echo(f"GPU: {launch.status()}")
+    echo(head)
+    for name in dtypes:
+        dt = _dt.resolve(name)
+        cases = [("single", (1, 1 << L)) for L in single] + \
+                [("batched", (batch_bytes // ((1 << L) * dt.itemsize), 1 << L)) for L in batched]
+        for kind, shape in cases:
+            if shape[0] * shape[1] * dt.itemsize > cap:
+                continue
+            r = bench_case(cp, shape, dt, fft and kind == "single")
+            r["kind"] = kind
+            rows.append(r)
+            rf = f"{r['rfft_ms']:9.3f} {r['speedup_vs_rfft']:7.2f}x" if "rfft_ms" in r else f"{'':9} {'':8}"
+            shp = f"{shape[0]}x2^{r['log2n']}"
+            echo(f"{kind:7} {r['dtype']:5} {shp:>14} {r['passes']:>4} "
+                 f"{r['time_ms']:10.4f} {r['gbps']:7.0f} {r['ratio_copy']:7.2f} "
+                 f"{r['ratio_passes_copy']:8.2f} {rf}")
+    return {"device": launch.status(), "cupy": cp.__version__, "python": platform.python_version(),
+            "method": "CUDA events, median, rotating inputs; copy = device-to-device memcpy of "
+                      "the same bytes", "rows": rows}
+
+
+def main(out_json: str | None = None, **kw) -> dict:
+    res = run(**kw)
+    if out_json:
+        with open(out_json, "w") as f:
+            json.dump(res, f, indent=1)
+    return res

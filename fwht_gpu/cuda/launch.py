@@ -1,0 +1,288 @@
+"""GPU engine: compiles the kernels of ``fwht.cu`` (CuPy RawModule, cached per
+process and on disk by CuPy) and executes a Plan pass by pass.
+
+CuPy is imported lazily; nothing here runs on import.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..plan import Plan, SINGLE_PASS_BYTES, TILE_BYTES, check_length, make_plan, pass_bits
+
+SOURCE = os.path.join(os.path.dirname(__file__), "fwht.cu")
+CTYPES = {
+    np.dtype(np.float64): "double",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float16): "__half",
+    _dt.bfloat16: "__nv_bfloat16",
+}
+#: Elements each thread transforms in registers per round (log2).
+LOG_E = 4
+#: Most threads per block (log2).
+LOG_THREADS = 8
+#: A contiguous pass groups several short transforms into one tile of at least this many bytes.
+MIN_TILE_BYTES = 1 << 14
+NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
+
+
+def cupy():
+    """The cupy module; ImportError with the install hint when it is missing."""
+    try:
+        import cupy as cp
+    except ImportError as exc:
+        raise ImportError("the GPU engine needs CuPy: pip install 'pagh-mm[cuda13]' "
+                          "(or [cuda12] for a CUDA 12 driver)") from exc
+    return cp
+
+
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        cp = cupy()
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def status() -> str:
+    """One line: the GPU in use, or why there is none."""
+    try:
+        cp = cupy()
+    except ImportError as exc:
+        return f"unavailable ({exc})"
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver
+        return f"unavailable (CuPy {cp.__version__}: {exc})"
+    if n == 0:
+        return f"unavailable (CuPy {cp.__version__}: no CUDA device)"
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    free, total = cp.cuda.runtime.memGetInfo()
+    return (f"{name}, {props['multiProcessorCount']} SMs, {total / 2**30:.1f} GiB "
+            f"({free / 2**30:.1f} free), CuPy {cp.__version__}")
+
+
+def supports(algorithm: str, stabilizer) -> bool:
+    """Whether the GPU engine has kernels for this variant."""
+    return algorithm == "folklore" and stabilizer is None
+
+
+# --- kernel configurations ---------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Template arguments of one ``fwht_pass`` instantiation."""
+
+    ctype: str
+    itemsize: int
+    log_r: int
+    log_g: int
+    log_e: int
+    log_t: int
+    strided: bool
+    vec: int
+
+    @property
+    def name(self) -> str:
+        return (f"fwht_pass<{self.ctype},{self.log_r},{self.log_g},{self.log_e},{self.log_t},"
+                f"{'true' if self.strided else 'false'},{self.vec}>")
+
+    @property
+    def tile(self) -> int:
+        return 1 << (self.log_r + self.log_g)
+
+    @property
+    def smem_bytes(self) -> int:
+        shift = {8: 4, 4: 5, 2: 6}[self.itemsize]
+        last = self.tile - 1
+        return (last + (last >> shift) + 1) * self.itemsize
+
+
+def _lowbit_log2(v: int) -> int:
+    return (v & -v).bit_length() - 1
+
+
+def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -> KernelConfig:
+    """Choose the tile, threads and vector width of a pass over ``total`` elements."""
+    dt = np.dtype(dtype)
+    item = dt.itemsize
+    strided = first_bit > 0
+    tile_log = (((SINGLE_PASS_BYTES if single else TILE_BYTES) // item).bit_length() - 1)
+    if strided:
+        # G consecutive columns: as many as fit, at most the stride
+        log_g = max(0, min(first_bit, tile_log - log_r))
+    else:
+        # group short transforms so a tile holds at least MIN_TILE_BYTES, within what divides total
+        want = max(0, (MIN_TILE_BYTES // item).bit_length() - 1 - log_r)
+        log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
+    tl = log_r + log_g
+    vec = min(16 // item, 1 << tl)
+    if strided:
+        vec = min(vec, 1 << log_g)
+    log_e = min(LOG_E, log_r) if log_r > 0 else 0
+    log_t = max(0, min(LOG_THREADS, tl - log_e, tl - (vec.bit_length() - 1)))
+    return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec)
+
+
+def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
+    single = len(plan.passes) == 1
+    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, single) for p in plan.passes]
+
+
+def all_configs():
+    """Every configuration the planner and launcher can produce (for the nvcc check in CI)."""
+    seen = set()
+    for dt in _dt.SUPPORTED:
+        for log2n in range(1, 37):
+            plan = make_plan(1 << log2n, dt, device="cuda")
+            for log_batch in (0, 1, 4, 12):
+                for cfg in configs_for(plan, 1 << (log2n + log_batch)):
+                    if cfg not in seen:
+                        seen.add(cfg)
+                        yield cfg
+
+
+def instantiation_source(configs) -> str:
+    """A .cu translation unit that explicitly instantiates ``configs``."""
+    lines = [f'#include "{SOURCE}"']
+    for c in configs:
+        lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, i64, int, "
+                     "int, int, double, unsigned int*);")
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(cfg: KernelConfig):
+    cp = cupy()
+    with open(SOURCE) as f:
+        code = f.read()
+    mod = cp.RawModule(code=code, options=NVRTC_OPTIONS, name_expressions=[cfg.name])
+    fn = mod.get_function(cfg.name)
+    if cfg.smem_bytes > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = cfg.smem_bytes
+    return fn
+
+
+# --- execution -------------------------------------------------------------------
+
+def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> None:
+    """Run ``plan`` from ``src`` into ``dst`` (C-contiguous (batch, n) CuPy arrays, 16-byte
+    aligned; ``src`` may be ``dst``), multiplying by ``factor`` in the last pass.
+
+    With ``check`` the call waits for the result and raises
+    :class:`~fwht_gpu.TransformOverflowError` when finite input gave inf/NaN.
+    """
+    from ..transform import overflow_error
+    cp = cupy()
+    total = int(src.size)
+    if total == 0:
+        return
+    if not plan.passes:
+        if dst.data.ptr != src.data.ptr:
+            dst[...] = src
+        return
+    flags = cp.zeros(1, dtype=cp.uint32)
+    cfgs = configs_for(plan, total)
+    last = len(cfgs) - 1
+    for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
+        ntiles = total // cfg.tile
+        grid = min(ntiles, 2**31 - 1)
+        args = (src if i == 0 else dst, dst, np.int64(ntiles), np.int32(p.first_bit),
+                np.int32(check and i == 0), np.int32(i == last), np.float64(factor), flags)
+        _kernel(cfg)((grid,), (1 << cfg.log_t,), args, shared_mem=cfg.smem_bytes)
+    if check:
+        f = int(flags.get()[0])
+        if f & 2 and not f & 1:
+            raise overflow_error(plan.dtype)
+
+
+def _aligned(a) -> bool:
+    return a.data.ptr % 16 == 0
+
+
+def _check_memory(nbytes: int, what: str) -> None:
+    cp = cupy()
+    free, _ = cp.cuda.runtime.memGetInfo()
+    free += cp.get_default_memory_pool().free_bytes()
+    if nbytes > free:
+        raise MemoryError(f"{what} needs {nbytes / 2**30:.2f} GiB of GPU memory but only "
+                          f"{free / 2**30:.2f} GiB is free; transform in place (out=x), in "
+                          "smaller batches, or on the host")
+
+
+def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse: bool):
+    """fwht/ifwht of a CuPy array on its device (arguments already checked)."""
+    from ..transform import norm_factor
+    cp = cupy()
+    n = x.shape[axis]
+    check_length(n, "x")
+    factor = norm_factor(n, norm, inverse)
+    if not supports(algorithm, stabilizer):
+        raise ValueError(
+            f"algorithm={algorithm!r}, stabilizer={stabilizer!r} has no GPU kernel in this "
+            "version; only algorithm='folklore' without stabilizer runs on CuPy arrays. "
+            "Transform a NumPy array (x.get()) for this variant")
+    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
+    if x.size == 0:
+        return out if out is not None else cp.empty_like(x)
+    direct = axis == x.ndim - 1 and x.flags.c_contiguous and _aligned(x)
+    if direct:
+        src = x.reshape(-1, n)
+        if out is not None and out.flags.c_contiguous and _aligned(out):
+            execute(plan, src, out.reshape(-1, n), factor)
+            return out
+        _check_memory(x.nbytes, "the output array")
+        res = cp.empty(x.shape, dtype=x.dtype)
+        execute(plan, src, res.reshape(-1, n), factor)
+    else:
+        # explicit transpose into a contiguous work buffer, transformed in place
+        _check_memory(x.nbytes * (1 if out is not None else 2), "the transposed work buffer")
+        work = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))
+        if not _aligned(work):
+            work = work.copy()
+        execute(plan, work.reshape(-1, n), work.reshape(-1, n), factor)
+        res = cp.moveaxis(work, -1, axis)
+    if out is not None:
+        out[...] = res
+        return out
+    return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
+
+
+def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabilizer, out,
+                   inverse: bool) -> np.ndarray:
+    """Transform a NumPy array on the GPU: pinned host buffer, H2D, transform in place, D2H."""
+    from ..transform import norm_factor
+    cp = cupy()
+    n = x.shape[axis]
+    factor = norm_factor(n, norm, inverse)
+    if not supports(algorithm, stabilizer):
+        return transform(cp.asarray(x), axis, norm, algorithm, stabilizer, None, inverse)
+    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
+    xm = np.moveaxis(x, axis, -1)
+    shape = xm.shape
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    if x.size == 0:
+        return out
+    _check_memory(x.nbytes, "the device copy of the host array")
+    pinned = cp.cuda.alloc_pinned_memory(x.nbytes)
+    host = np.frombuffer(pinned, dtype=x.dtype, count=x.size).reshape(shape)
+    host[...] = xm
+    dev = cp.empty(shape, dtype=x.dtype)
+    stream = cp.cuda.get_current_stream()
+    dev.data.copy_from_host_async(host.ctypes.data, x.nbytes, stream)
+    execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor, check=False)
+    dev.data.copy_to_host_async(host.ctypes.data, x.nbytes, stream)
+    stream.synchronize()
+    from ..transform import overflow_error
+    if not np.isfinite(host).all() and np.isfinite(xm).all():
+        raise overflow_error(x.dtype)
+    np.moveaxis(out, axis, -1)[...] = host
+    return out

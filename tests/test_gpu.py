@@ -1,0 +1,141 @@
+"""GPU engine: bit-exact against the NumPy engine.  Run on a GPU machine with
+``PYTHONPATH=. python3 -m pytest -q tests -m gpu``; skipped elsewhere."""
+import numpy as np
+import pytest
+
+import fwht_gpu as F
+from fwht_gpu import dtypes as _dt
+from fwht_gpu.cuda import launch
+from tests.conftest import DTYPE_IDS, DTYPES
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not launch.available(), reason=f"no GPU: {launch.status()}"),
+]
+
+
+def _cp():
+    return launch.cupy()
+
+
+def _poisoned(shape, dtype):
+    return _cp().full(shape, np.nan, dtype=dtype)
+
+
+def _rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _cpu_same_plan(x, axis=-1, norm="backward", inverse=False):
+    """The NumPy engine on the plan the GPU uses."""
+    n = x.shape[axis]
+    plan = F.make_plan(n, x.dtype, device="cuda")
+    from fwht_gpu.transform import norm_factor
+    return F.run_plan(plan, x, axis, norm_factor(n, norm, inverse))
+
+
+def _max_log2n(dtype):
+    return 26 if np.dtype(dtype).itemsize <= 4 else 24
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_single_transforms_bit_exact(dtype, rng):
+    cp = _cp()
+    for L in range(1, _max_log2n(dtype) + 1):
+        x = _rand(rng, 1 << L, dtype)
+        out = _poisoned(x.shape, dtype)
+        res = F.fwht(cp.asarray(x), out=out)
+        assert res is out
+        got = out.get()
+        want = _cpu_same_plan(x)
+        assert got.dtype == dtype
+        assert (got == want).all(), f"n=2**{L}: {np.count_nonzero(got != want)} differ"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape,axis", [
+    ((1 << 12, 1 << 8), -1), ((3, 1 << 20), -1), ((5, 7, 1 << 9), -1), ((1 << 10, 2), -1),
+    ((1 << 9, 3), 0), ((4, 1 << 10, 3), 1), ((2, 1 << 17), -1), ((1 << 14, 1 << 4), 0),
+])
+def test_batched_and_axes_bit_exact(dtype, shape, axis, rng):
+    cp = _cp()
+    x = _rand(rng, shape, dtype)
+    for norm in ("backward", "ortho", "forward"):
+        got = F.fwht(cp.asarray(x), axis, norm=norm)
+        assert isinstance(got, cp.ndarray) and got.shape == x.shape and got.dtype == dtype
+        assert (got.get() == _cpu_same_plan(x, axis, norm)).all(), norm
+        inv = F.ifwht(cp.asarray(x), axis, norm=norm).get()
+        assert (inv == _cpu_same_plan(x, axis, norm, inverse=True)).all(), norm
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_strided_views_out_and_in_place(dtype, rng):
+    cp = _cp()
+    base = _rand(rng, (64, 1 << 12), dtype)
+    g = cp.asarray(base)
+    for view, hview, axis in [(g[:, ::2], base[:, ::2], -1), (g[::2], base[::2], 0),
+                              (g.T, base.T, 1), (g[::-1, ::-4], base[::-1, ::-4], -1)]:
+        got = F.fwht(view, axis)
+        assert (got.get() == _cpu_same_plan(np.ascontiguousarray(hview), axis)).all()
+    assert (g.get() == base).all()                      # input untouched
+    want = _cpu_same_plan(base)
+    y = g.copy()
+    assert F.fwht(y, out=y) is y and (y.get() == want).all()       # in place
+    o = _poisoned(base.T.shape, dtype)
+    F.fwht(g.T, 1, out=o)                               # non-contiguous destination
+    assert (o.get() == want.T).all()
+    odd = cp.empty(g.size + 1, dtype)[1:].reshape(g.shape)   # misaligned buffer
+    odd[...] = g
+    assert (F.fwht(odd).get() == want).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+def test_three_pass_transform_bit_exact(dtype, rng):
+    L = 27
+    x = _rand(rng, 1 << L, dtype)
+    plan = F.make_plan(1 << L, dtype, device="cuda")
+    assert len(plan.passes) == 3
+    got = F.fwht(_cp().asarray(x)).get()
+    assert (got == F.run_plan(plan, x)).all()
+
+
+def test_overflow_detected_on_gpu():
+    cp = _cp()
+    x = cp.full(1 << 16, 30000, dtype=cp.float16)
+    with pytest.raises(F.TransformOverflowError, match="fp16"):
+        F.fwht(x)
+    x = cp.ones(1 << 16, dtype=cp.float16)
+    x[5] = np.inf   # non-finite input is not an overflow
+    assert not bool(cp.isfinite(F.fwht(x)).all())
+
+
+def test_host_array_through_gpu(rng):
+    for dtype in DTYPES:
+        x = _rand(rng, (3, 1 << 16), dtype)
+        got = F.fwht(x, device="cuda")
+        assert isinstance(got, np.ndarray) and (got == _cpu_same_plan(x)).all()
+        got = F.fwht(x.T.copy(), 0, device="cuda", norm="ortho")
+        assert (got == _cpu_same_plan(x.T.copy(), 0, "ortho")).all()
+
+
+def test_unsupported_variant_and_device_errors():
+    cp = _cp()
+    x = cp.ones(8, cp.float32)
+    with pytest.raises(ValueError, match="device='cpu' with a CuPy array"):
+        F.fwht(x, device="cpu")
+    with pytest.raises(ValueError, match="must match x"):
+        F.fwht(x, out=cp.ones(8, cp.float64))
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        F.fwht(cp.ones(8, cp.int32))
+    with pytest.raises(ValueError, match="pad to 16"):
+        F.fwht(cp.ones(12, cp.float32))
+
+
+def test_request_larger_than_memory_fails_before_allocating():
+    cp = _cp()
+    free, total = cp.cuda.runtime.memGetInfo()
+    n = 1 << int(np.log2(total // 4))       # ~ all of memory in FP32
+    x = cp.ones(16, cp.float32)
+    big = cp.lib.stride_tricks.as_strided(x, shape=(n,), strides=(0,)) if n > 16 else x
+    with pytest.raises(MemoryError, match="GiB of GPU memory"):
+        F.fwht(big)
