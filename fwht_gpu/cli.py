@@ -96,3 +96,7 @@ def bench(dtypes, min_log2n, max_log2n, batched, no_fft, out_json) -> None:
     _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
                 batched=range(8, 16) if batched else (), fft=not no_fft, echo=click.echo)
     click.echo(f"wrote {out_json}")
+
+
+if __name__ == "__main__":
+    main()
