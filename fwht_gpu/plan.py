@@ -22,6 +22,7 @@ Plan exactly this way, so the GPU result equals the NumPy result bit for bit.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +33,14 @@ ALGORITHMS = ("folklore", "alman")
 STABILIZERS = (None, "kahan", "neumaier")
 DEVICES = ("cpu", "cuda")
 
+# GPU tile geometry (the FWHT_* environment variables exist for tuning experiments;
+# for Folklore without compute_dtype the grouping never changes the result).
 #: Shared-memory bytes of one GPU tile when the whole transform fits in one pass.
-SINGLE_PASS_BYTES = 1 << 17
+SINGLE_PASS_BYTES = int(os.environ.get("FWHT_SINGLE_PASS_BYTES", 1 << 17))
 #: Shared-memory bytes of one GPU tile in a multi-pass transform.
-TILE_BYTES = 1 << 16
-#: Bytes of one contiguous row segment of a strided tile (a full DRAM sector).
-SEGMENT_BYTES = 32
+TILE_BYTES = int(os.environ.get("FWHT_TILE_BYTES", 1 << 16))
+#: Bytes of one contiguous row segment of a strided tile.
+SEGMENT_BYTES = int(os.environ.get("FWHT_SEGMENT_BYTES", 32))
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ CTYPES = {
     _dt.bfloat16: "__nv_bfloat16",
 }
 #: Elements each thread transforms in registers per round (log2).
-LOG_E = 4
+LOG_E = int(os.environ.get("FWHT_LOG_E", 4))
 #: Most threads per block (log2).
-LOG_THREADS = 8
+LOG_THREADS = int(os.environ.get("FWHT_LOG_THREADS", 8))
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
 MIN_TILE_BYTES = 1 << 14
 NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
@@ -132,7 +132,7 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -
 
 
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
-    single = len(plan.passes) == 1
+    single = len(plan.passes) == 1 and plan.passes[0].nbits == plan.log2n
     return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, single) for p in plan.passes]
 
 
@@ -188,7 +188,7 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         if dst.data.ptr != src.data.ptr:
             dst[...] = src
         return
-    flags = cp.zeros(1, dtype=cp.uint32)
+    flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
     last = len(cfgs) - 1
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
@@ -201,6 +201,11 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         f = int(flags.get()[0])
         if f & 2 and not f & 1:
             raise overflow_error(plan.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _scratch_flags(device_id: int):
+    return cupy().zeros(1, dtype=cupy().uint32)
 
 
 def _aligned(a) -> bool:
@@ -218,7 +223,14 @@ def _check_memory(nbytes: int, what: str) -> None:
 
 
 def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse: bool):
-    """fwht/ifwht of a CuPy array on its device (arguments already checked)."""
+    """fwht/ifwht of a CuPy array on its device (arguments already checked).
+
+    The transform axis must be contiguous in memory: a view whose moved axis already
+    is (and is 16-byte aligned) is read directly; anything else goes through one
+    explicit transpose copy.  The result is written straight into ``out`` when its
+    layout allows, otherwise into a fresh C-contiguous array.  ``x`` is never modified
+    unless it is ``out``.
+    """
     from ..transform import norm_factor
     cp = cupy()
     n = x.shape[axis]
@@ -232,25 +244,28 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
     plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
     if x.size == 0:
         return out if out is not None else cp.empty_like(x)
-    direct = axis == x.ndim - 1 and x.flags.c_contiguous and _aligned(x)
-    if direct:
-        src = x.reshape(-1, n)
-        if out is not None and out.flags.c_contiguous and _aligned(out):
-            execute(plan, src, out.reshape(-1, n), factor)
-            return out
-        _check_memory(x.nbytes, "the output array")
-        res = cp.empty(x.shape, dtype=x.dtype)
-        execute(plan, src, res.reshape(-1, n), factor)
+    usable = lambda a: a.flags.c_contiguous and _aligned(a)  # noqa: E731
+    xm = cp.moveaxis(x, axis, -1)
+    om = None if out is None else cp.moveaxis(out, axis, -1)
+    need = 0 if (om is not None and usable(om)) else x.nbytes
+    need += 0 if usable(xm) else x.nbytes
+    _check_memory(need, "the work buffers")
+    if usable(xm):
+        src = xm
     else:
-        # explicit transpose into a contiguous work buffer, transformed in place
-        _check_memory(x.nbytes * (1 if out is not None else 2), "the transposed work buffer")
-        work = cp.ascontiguousarray(cp.moveaxis(x, axis, -1))
-        if not _aligned(work):
-            work = work.copy()
-        execute(plan, work.reshape(-1, n), work.reshape(-1, n), factor)
-        res = cp.moveaxis(work, -1, axis)
+        src = cp.empty(xm.shape, dtype=x.dtype)
+        src[...] = xm                                   # explicit transpose / realignment
+    if om is not None and usable(om):
+        dst = om
+    elif src is not xm:
+        dst = src                                       # private copy: transform in place
+    else:
+        dst = cp.empty(xm.shape, dtype=x.dtype)
+    execute(plan, src.reshape(-1, n), dst.reshape(-1, n), factor)
+    res = cp.moveaxis(dst, -1, axis)
     if out is not None:
-        out[...] = res
+        if dst is not om:
+            out[...] = res
         return out
     return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
 
