@@ -36,9 +36,9 @@ print(json.dumps(res))
 
 def main():
     grid = {
-        "FWHT_SEGMENT_BYTES": ["32", "64", "128"],
+        "FWHT_SEGMENT_BYTES": ["64", "128"],
         "FWHT_TILE_BYTES": ["32768", "65536"],
-        "FWHT_LOG_THREADS": ["8", "9"],
+        "FWHT_LOG_E": ["3", "4"],
     }
     out = []
     for vals in itertools.product(*grid.values()):

@@ -76,17 +76,18 @@ def test_strided_views_out_and_in_place(dtype, rng):
     for view, hview, axis in [(g[:, ::2], base[:, ::2], -1), (g[::2], base[::2], 0),
                               (g.T, base.T, 1), (g[::-1, ::-4], base[::-1, ::-4], -1)]:
         got = F.fwht(view, axis)
-        assert (got.get() == _cpu_same_plan(np.ascontiguousarray(hview), axis)).all()
-    assert (g.get() == base).all()                      # input untouched
+        want_v = _cpu_same_plan(np.ascontiguousarray(hview), axis)
+        assert (got.get() == want_v).all(), f"view {view.shape} {view.strides} axis {axis}"
+        assert (g.get() == base).all(), f"input modified by view {view.strides} axis {axis}"
     want = _cpu_same_plan(base)
     y = g.copy()
-    assert F.fwht(y, out=y) is y and (y.get() == want).all()       # in place
+    assert F.fwht(y, out=y) is y and (y.get() == want).all(), "in place"
     o = _poisoned(base.T.shape, dtype)
     F.fwht(g.T, 1, out=o)                               # non-contiguous destination
-    assert (o.get() == want.T).all()
+    assert (o.get() == want.T).all(), "out= with another layout"
     odd = cp.empty(g.size + 1, dtype)[1:].reshape(g.shape)   # misaligned buffer
     odd[...] = g
-    assert (F.fwht(odd).get() == want).all()
+    assert (F.fwht(odd).get() == want).all(), "misaligned input"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])

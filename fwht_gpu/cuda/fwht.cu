@@ -82,10 +82,14 @@ __device__ __forceinline__ int pad(int i) {
     return i + (i >> (sizeof(T) == 8 ? 4 : sizeof(T) == 4 ? 5 : 6));
 }
 
+// Occupancy: ask for 1024 resident threads per SM (a 64-register cap), enough
+// loads in flight to cover memory latency in this memory-bound kernel.
+#define MIN_BLOCKS(LOG_T) ((LOG_T) >= 10 ? 1 : (1024 >> (LOG_T)))
+
 // src may equal dst (in-place passes): a tile is read completely before it is written.
 // Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
 template <typename T, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC>
-__global__ void __launch_bounds__(1 << LOG_T)
+__global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS(LOG_T))
 fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
           int check_input, int last, double scale, unsigned int* flags)
 {
@@ -131,7 +135,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
         };
         // ---- load: global -> registers (CH vectors in flight) -> shared
         __syncthreads();   // the previous tile's store has finished reading shared memory
-#pragma unroll
+#pragma unroll 1
         for (int c0 = 0; c0 < VPT; c0 += CH) {
             Vec<T, VEC> buf[CH];
 #pragma unroll
@@ -186,7 +190,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
             __syncthreads();
         }
         // ---- store: shared -> registers -> global (last pass: scale, check)
-#pragma unroll
+#pragma unroll 1
         for (int c0 = 0; c0 < VPT; c0 += CH) {
             Vec<T, VEC> buf[CH];
 #pragma unroll
