@@ -38,9 +38,9 @@ DEVICES = ("cpu", "cuda")
 #: Shared-memory bytes of one GPU tile when the whole transform fits in one pass.
 SINGLE_PASS_BYTES = int(os.environ.get("FWHT_SINGLE_PASS_BYTES", 1 << 17))
 #: Shared-memory bytes of one GPU tile in a multi-pass transform.
-TILE_BYTES = int(os.environ.get("FWHT_TILE_BYTES", 1 << 16))
+TILE_BYTES = int(os.environ.get("FWHT_TILE_BYTES", 1 << 15))
 #: Bytes of one contiguous row segment of a strided tile.
-SEGMENT_BYTES = int(os.environ.get("FWHT_SEGMENT_BYTES", 32))
+SEGMENT_BYTES = int(os.environ.get("FWHT_SEGMENT_BYTES", 128))
 
 
 @dataclass(frozen=True)

@@ -88,11 +88,13 @@ class KernelConfig:
     log_t: int
     strided: bool
     vec: int
+    paired: bool
 
     @property
     def name(self) -> str:
+        b = lambda v: "true" if v else "false"  # noqa: E731
         return (f"fwht_pass<{self.ctype},{self.log_r},{self.log_g},{self.log_e},{self.log_t},"
-                f"{'true' if self.strided else 'false'},{self.vec}>")
+                f"{b(self.strided)},{self.vec},{b(self.paired)}>")
 
     @property
     def tile(self) -> int:
@@ -100,9 +102,10 @@ class KernelConfig:
 
     @property
     def smem_bytes(self) -> int:
-        shift = {8: 4, 4: 5, 2: 6}[self.itemsize]
-        last = self.tile - 1
-        return (last + (last >> shift) + 1) * self.itemsize
+        unit = self.itemsize * (2 if self.paired else 1)
+        shift = {8: 4, 4: 5, 2: 6}[unit]
+        last = self.tile // (unit // self.itemsize) - 1
+        return (last + (last >> shift) + 1) * unit
 
 
 def _lowbit_log2(v: int) -> int:
@@ -126,9 +129,14 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -
     vec = min(16 // item, 1 << tl)
     if strided:
         vec = min(vec, 1 << log_g)
-    log_e = min(LOG_E, log_r) if log_r > 0 else 0
-    log_t = max(0, min(LOG_THREADS, tl - log_e, tl - (vec.bit_length() - 1)))
-    return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec)
+    # 16-bit data moves and computes in pairs along the tile's unit-stride direction
+    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
+    lr = log_r - (1 if paired and not strided else 0)
+    utl = tl - (1 if paired else 0)
+    uvec = vec // (2 if paired else 1)
+    log_e = min(LOG_E, lr)
+    log_t = max(0, min(LOG_THREADS, utl - log_e, utl - (uvec.bit_length() - 1)))
+    return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, paired)
 
 
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
