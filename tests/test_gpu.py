@@ -83,7 +83,7 @@ def test_strided_views_out_and_in_place(dtype, rng):
     y = g.copy()
     assert F.fwht(y, out=y) is y and (y.get() == want).all(), "in place"
     o = _poisoned(base.T.shape, dtype)
-    F.fwht(g.T, 1, out=o)                               # non-contiguous destination
+    F.fwht(g.T, 0, out=o)                               # non-contiguous destination
     assert (o.get() == want.T).all(), "out= with another layout"
     odd = cp.empty(g.size + 1, dtype)[1:].reshape(g.shape)   # misaligned buffer
     odd[...] = g

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as _dt
-from ..plan import Plan, SINGLE_PASS_BYTES, TILE_BYTES, check_length, make_plan, pass_bits
+from ..plan import (STRIDED_TILE_BYTES, SINGLE_PASS_BYTES, TILE_BYTES, Plan, check_length,
+                    make_plan)
 
 SOURCE = os.path.join(os.path.dirname(__file__), "fwht.cu")
 CTYPES = {
@@ -23,10 +24,13 @@ CTYPES = {
 }
 #: Elements each thread transforms in registers per round (log2).
 LOG_E = int(os.environ.get("FWHT_LOG_E", 4))
-#: Most threads per block (log2).
-LOG_THREADS = int(os.environ.get("FWHT_LOG_THREADS", 8))
+#: Resident threads per SM the launcher aims for (log2); a block gets
+#: 2**LOG_SM_THREADS / (blocks that fit by shared memory, at most 4) threads.
+LOG_SM_THREADS = int(os.environ.get("FWHT_LOG_SM_THREADS", 10))
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
-MIN_TILE_BYTES = 1 << 14
+MIN_TILE_BYTES = 1 << 15
+#: Shared memory per SM available to blocks (H100/H200: 227 KB per block, 228 KB per SM).
+SM_SHARED_BYTES = 227 * 1024
 NVRTC_OPTIONS = ("-std=c++17", "--fmad=false")
 
 
@@ -117,7 +121,8 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -
     dt = np.dtype(dtype)
     item = dt.itemsize
     strided = first_bit > 0
-    tile_log = (((SINGLE_PASS_BYTES if single else TILE_BYTES) // item).bit_length() - 1)
+    tile_bytes = STRIDED_TILE_BYTES if strided else (SINGLE_PASS_BYTES if single else TILE_BYTES)
+    tile_log = (tile_bytes // item).bit_length() - 1
     if strided:
         # G consecutive columns: as many as fit, at most the stride
         log_g = max(0, min(first_bit, tile_log - log_r))
@@ -135,7 +140,9 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -
     utl = tl - (1 if paired else 0)
     uvec = vec // (2 if paired else 1)
     log_e = min(LOG_E, lr)
-    log_t = max(0, min(LOG_THREADS, utl - log_e, utl - (uvec.bit_length() - 1)))
+    blocks = max(1, min(4, SM_SHARED_BYTES // ((1 << tl) * item + 1)))
+    log_block_threads = LOG_SM_THREADS - (blocks.bit_length() - 1)
+    log_t = max(0, min(log_block_threads, utl - log_e, utl - (uvec.bit_length() - 1)))
     return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, paired)
 
 
