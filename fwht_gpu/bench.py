@@ -119,8 +119,45 @@ def bench_case(cp, shape, dtype, fft: bool) -> dict:
     return row
 
 
+def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict]:
+    """fwht(numpy_array, device="cuda") wall time against the two pinned DMA copies alone."""
+    import time
+    from .transform import fwht
+    dt = _dt.resolve(dtype)
+    n = 1 << log2n
+    x = np.random.default_rng(0).standard_normal(n).astype(dt)
+    out = np.empty_like(x)
+    nbytes = x.nbytes
+    pinned = cp.cuda.alloc_pinned_memory(nbytes)
+    dev = cp.empty(n, dtype=dt)
+    stream = cp.cuda.get_current_stream()
+
+    def copies():
+        dev.data.copy_from_host_async(pinned.ptr, nbytes, stream)
+        dev.data.copy_to_host_async(pinned.ptr, nbytes, stream)
+        stream.synchronize()
+
+    def wall(fn):
+        fn()
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts)
+
+    t_copies = wall(copies)
+    rows = []
+    for method in ("register", "staging"):
+        t = wall(lambda: launch.transform_host(x, 0, "backward", "folklore", None, out, False, method))
+        rows.append({"kind": "host", "dtype": _dt.short_name(dt), "log2n": log2n, "bytes": nbytes,
+                     "method": method, "time_ms": t, "pinned_copies_ms": t_copies,
+                     "ratio_copies": t / t_copies})
+    return rows
+
+
 def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=range(8, 16),
-        batch_bytes=256 << 20, fft=True, max_bytes=None, echo=print) -> dict:
+        batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, echo=print) -> dict:
     """Benchmark single transforms 2**single and batched rows 2**batched; returns the JSON dict."""
     cp = launch.cupy()
     free, total = cp.cuda.runtime.memGetInfo()
@@ -145,6 +182,11 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
             echo(f"{kind:7} {r['dtype']:5} {shp:>14} {r['passes']:>4} "
                  f"{r['time_ms']:10.4f} {r['gbps']:7.0f} {r['ratio_copy']:7.2f} "
                  f"{r['ratio_passes_copy']:8.2f} {rf}")
+    if host:
+        for r in bench_host(cp):
+            rows.append(r)
+            echo(f"host    {r['dtype']:5} {'2^%d' % r['log2n']:>14} {r['method']:>9}: {r['time_ms']:.2f} ms "
+                 f"wall, {r['ratio_copies']:.2f} x the two pinned copies ({r['pinned_copies_ms']:.2f} ms)")
     return {"device": launch.status(), "cupy": cp.__version__, "python": platform.python_version(),
             "method": "CUDA events, median, rotating inputs; copy = device-to-device memcpy of "
                       "the same bytes", "rows": rows}

@@ -286,33 +286,56 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
 
 
 def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabilizer, out,
-                   inverse: bool) -> np.ndarray:
-    """Transform a NumPy array on the GPU: pinned host buffer, H2D, transform in place, D2H."""
-    from ..transform import norm_factor
+                   inverse: bool, method: str = "register") -> np.ndarray:
+    """Transform a NumPy array on the GPU and return a NumPy array.
+
+    ``method="register"`` page-locks the host arrays in place (cudaHostRegister) so the
+    two DMA copies read and write them directly; ``"staging"`` copies through a pinned
+    buffer instead.  The array must fit in device memory (one clear error otherwise).
+    """
+    from ..transform import norm_factor, overflow_error
     cp = cupy()
     n = x.shape[axis]
     factor = norm_factor(n, norm, inverse)
     if not supports(algorithm, stabilizer):
-        return transform(cp.asarray(x), axis, norm, algorithm, stabilizer, None, inverse)
+        return transform(cp.asarray(x), axis, norm, algorithm, stabilizer, None, inverse).get()
     plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
-    xm = np.moveaxis(x, axis, -1)
-    shape = xm.shape
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
     if x.size == 0:
         return out
     _check_memory(x.nbytes, "the device copy of the host array")
-    pinned = cp.cuda.alloc_pinned_memory(x.nbytes)
-    host = np.frombuffer(pinned, dtype=x.dtype, count=x.size).reshape(shape)
-    host[...] = xm
-    dev = cp.empty(shape, dtype=x.dtype)
+    xm = np.moveaxis(x, axis, -1)
+    om = np.moveaxis(out, axis, -1)
+    src = xm if xm.flags.c_contiguous else np.ascontiguousarray(xm)
+    dst = om if om.flags.c_contiguous else np.empty(om.shape, dtype=x.dtype)
+    dev = cp.empty(src.shape, dtype=x.dtype)
     stream = cp.cuda.get_current_stream()
-    dev.data.copy_from_host_async(host.ctypes.data, x.nbytes, stream)
-    execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor, check=False)
-    dev.data.copy_to_host_async(host.ctypes.data, x.nbytes, stream)
-    stream.synchronize()
-    from ..transform import overflow_error
-    if not np.isfinite(host).all() and np.isfinite(xm).all():
+    rt = cp.cuda.runtime
+    registered = []
+    try:
+        if method == "register":
+            for a in (src, dst) if dst.ctypes.data != src.ctypes.data else (src,):
+                rt.hostRegister(a.ctypes.data, a.nbytes, 0)
+                registered.append(a.ctypes.data)
+            dev.data.copy_from_host_async(src.ctypes.data, x.nbytes, stream)
+            execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor, check=False)
+            dev.data.copy_to_host_async(dst.ctypes.data, x.nbytes, stream)
+            stream.synchronize()
+        else:
+            pinned = cp.cuda.alloc_pinned_memory(x.nbytes)
+            host = np.frombuffer(pinned, dtype=x.dtype, count=x.size).reshape(src.shape)
+            host[...] = src
+            dev.data.copy_from_host_async(host.ctypes.data, x.nbytes, stream)
+            execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor, check=False)
+            dev.data.copy_to_host_async(host.ctypes.data, x.nbytes, stream)
+            stream.synchronize()
+            dst[...] = host
+    finally:
+        for ptr in registered:
+            rt.hostUnregister(ptr)
+    if not np.isfinite(dst).all() and np.isfinite(src).all():
         raise overflow_error(x.dtype)
-    np.moveaxis(out, axis, -1)[...] = host
+    if dst is not om:
+        om[...] = dst
     return out
