@@ -19,8 +19,16 @@ from .transform import TransformOverflowError, fwht, ifwht, operation_count, run
 
 __version__ = "0.1.0"
 
+
+def pinned_empty(shape, dtype):
+    """Page-locked NumPy array (needs CuPy): the fast input/output for ``device="cuda"``."""
+    from .cuda.launch import pinned_empty as _pe
+    return _pe(shape, dtype)
+
+
+
 __all__ = [
     "fwht", "ifwht", "make_plan", "Plan", "Pass", "Stage", "run_plan", "operation_count",
     "TransformOverflowError", "bfloat16", "reference_fwht", "dd_fwht", "mp_fwht", "DD",
-    "mean_relative_error", "max_relative_error", "mean_absolute_error", "__version__",
+    "mean_relative_error", "max_relative_error", "mean_absolute_error", "pinned_empty", "__version__",
 ]

@@ -147,9 +147,12 @@ def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict
         return statistics.median(ts)
 
     t_copies = wall(copies)
+    px, pout = launch.pinned_empty(n, dt), launch.pinned_empty(n, dt)
+    px[...] = x
     rows = []
-    for method in ("register", "staging"):
-        t = wall(lambda: launch.transform_host(x, 0, "backward", "folklore", None, out, False, method))
+    for method, a, o in (("pinned", px, pout), ("register", x, out), ("staging", x, out)):
+        m = "staging" if method == "staging" else "register"
+        t = wall(lambda: launch.transform_host(a, 0, "backward", "folklore", None, o, False, m))
         rows.append({"kind": "host", "dtype": _dt.short_name(dt), "log2n": log2n, "bytes": nbytes,
                      "method": method, "time_ms": t, "pinned_copies_ms": t_copies,
                      "ratio_copies": t / t_copies})

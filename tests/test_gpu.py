@@ -117,6 +117,12 @@ def test_host_array_through_gpu(rng):
         assert isinstance(got, np.ndarray) and (got == _cpu_same_plan(x)).all()
         got = F.fwht(x.T.copy(), 0, device="cuda", norm="ortho")
         assert (got == _cpu_same_plan(x.T.copy(), 0, "ortho")).all()
+        p = F.pinned_empty(x.shape, dtype)
+        p[...] = x
+        assert launch.is_pinned(p) and not launch.is_pinned(x)
+        assert (F.fwht(p, device="cuda") == _cpu_same_plan(x)).all()
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(np.full(1 << 10, 30000, np.float16), device="cuda")
 
 
 def test_unsupported_variant_and_device_errors():
