@@ -1,3 +1,16 @@
-"""pagh_mm: Pagh's compressed matrix multiplication (Count-Sketch + XOR convolution)."""
+"""pagh_mm: Pagh's compressed matrix multiplication (Count-Sketch + XOR convolution).
+
+Find and estimate the large entries of A @ B without computing it::
+
+    import pagh_mm
+    sk = pagh_mm.compress(A, B, buckets=2**16, reps=5, seed=0)
+    top = sk.top_k(100, verify=True)      # rows, cols, estimates, exact values
+    C_hat = pagh_mm.approx_matmul(A, B)    # dense estimate
+"""
+from .compressed import CompressedProduct, Entries
+from .hashing import FAMILIES as HASH_FAMILIES
+from .matmul import approx_matmul, compress, default_buckets
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = ["compress", "approx_matmul", "CompressedProduct", "Entries", "default_buckets",
+           "HASH_FAMILIES", "__version__"]

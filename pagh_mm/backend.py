@@ -1,0 +1,58 @@
+"""Which device the inputs live on, and the matching array and sparse modules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse
+
+
+@dataclass(frozen=True)
+class Backend:
+    """``xp``: numpy or cupy; ``sp``: scipy.sparse or cupyx.scipy.sparse."""
+
+    xp: object
+    sp: object
+    gpu: bool
+
+    @property
+    def name(self) -> str:
+        return "gpu" if self.gpu else "cpu"
+
+    def asnumpy(self, a):
+        return a.get() if self.gpu else np.asarray(a)
+
+
+def _kind(a) -> str:
+    mod = type(a).__module__
+    if mod.startswith("cupyx.scipy.sparse"):
+        return "gpu-sparse"
+    if mod.startswith("cupy"):
+        return "gpu"
+    if scipy.sparse.issparse(a):
+        return "cpu-sparse"
+    return "cpu"
+
+
+def cpu() -> Backend:
+    return Backend(np, scipy.sparse, False)
+
+
+def gpu() -> Backend:
+    from fwht_gpu.cuda.launch import cupy
+    cp = cupy()
+    import cupyx.scipy.sparse as csp
+    return Backend(cp, csp, True)
+
+
+def for_arrays(A, B) -> Backend:
+    """The backend both arrays live on; ValueError when they are on different devices."""
+    ka, kb = _kind(A).split("-")[0], _kind(B).split("-")[0]
+    if ka != kb:
+        raise ValueError(f"A is on the {ka.upper()} and B on the {kb.upper()}; move one of them "
+                         "(cupy.asarray / .get()) so both are on the same device")
+    return gpu() if ka == "gpu" else cpu()
+
+
+def is_sparse(a) -> bool:
+    return _kind(a).endswith("sparse")
