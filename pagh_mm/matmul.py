@@ -120,9 +120,11 @@ def approx_matmul(A, B, *, buckets: int | None = None, reps: int | None = None,
     """Dense estimate of ``A @ B`` in the input's array type (NumPy or CuPy).
 
     Defaults: ``buckets = default_buckets(m, p)`` (a power of two >= 8 (m + p)), ``reps = 5``.
-    Each entry's error is about ||A @ B||_F / sqrt(buckets) per repetition, reduced by
-    the median; entries of a product with fewer non-zeros than about buckets / 10 are
-    recovered exactly with high probability.  Other options as :func:`compress`.
+    One repetition's error on an entry has standard deviation at most
+    ||A @ B||_F / sqrt(buckets); the median of d repetitions removes it unless more than
+    half collide with other large entries.  For a product with N non-zeros, an entry is
+    wrong with probability about C(d, (d+1)/2) (N / buckets)^((d+1)/2) (10 (N/b)^3 for
+    d = 5): choose buckets well above N for an exact result.  Other options as :func:`compress`.
     """
     m, p = np.shape(A)[0], np.shape(B)[1]
     cp_ = compress(A, B, buckets=buckets or default_buckets(m, p), reps=reps or 5, seed=seed,
