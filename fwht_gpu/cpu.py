@@ -36,6 +36,8 @@ class _Arith:
     def __init__(self, dtype, counter: OpCounter | None):
         self.r = _dt.rounder(dtype)
         self.c = counter
+        # FP64/FP32 storage without counting: IEEE operations need no separate rounding step
+        self.native = np.dtype(dtype).itemsize != 2 and counter is None
 
     def _count(self, a, k=1):
         if self.c is not None:
@@ -63,12 +65,16 @@ def _split(x: np.ndarray, bit: int, radix: int) -> np.ndarray:
 
 
 def _radix2(ar: _Arith, x, bit):
+    """One Folklore stage, in place on the work array x."""
     v = _split(x, bit, 2)
     a, b = v[:, :, 0, :], v[:, :, 1, :]
-    out = np.empty_like(v)
-    out[:, :, 0, :] = ar.add(a, b)
-    out[:, :, 1, :] = ar.sub(a, b)
-    return out.reshape(x.shape)
+    d = ar.sub(a, b)
+    if ar.native:                  # add in place (the same IEEE result)
+        np.add(a, b, out=a)
+    else:
+        a[...] = ar.add(a, b)
+    b[...] = d
+    return x
 
 
 def _radix2_stabilized(ar: _Arith, x, e, bit, neumaier: bool):

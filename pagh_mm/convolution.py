@@ -39,7 +39,7 @@ class Accumulator:
                 "down or use dtype=float32")
         return out
 
-    def add_block(self, PA, PB) -> None:
+    def add_block(self, PA, PB, clock=lambda stage: None) -> None:
         """PA, PB: (nb, d * b) float64 sketches of one block of the inner dimension."""
         xp = self.xp
         nb = PA.shape[0]
@@ -50,11 +50,14 @@ class Accumulator:
                                stabilizer=self.stabilizer)
             FB = fwht_gpu.fwht(self._to_dtype(PB, "B"), algorithm=self.algorithm,
                                stabilizer=self.stabilizer)
+            clock("transform")
             self.acc += (FA.astype(self.acc_dtype) * FB.astype(self.acc_dtype)).sum(axis=0)
         else:
             FA = xp.fft.rfft(PA.astype(self.dtype), axis=-1)
             FB = xp.fft.rfft(PB.astype(self.dtype), axis=-1)
+            clock("transform")
             self.acc += (FA * FB).sum(axis=0).astype(self.acc.dtype)
+        clock("accumulate")
 
     def finish(self):
         """The (d, b) sketches c_t of the product, in float64."""

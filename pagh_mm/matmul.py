@@ -69,7 +69,8 @@ def _validate(A, B, buckets, reps, method, dtype, hash, check_finite):
 def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: str = "fwht",
              dtype=None, algorithm: str = "folklore", stabilizer: str | None = None,
              hash: str = "multiply-shift", check_finite: bool = True,
-             memory_budget: int = MEMORY_BUDGET, progress=None) -> CompressedProduct:
+             memory_budget: int = MEMORY_BUDGET, progress=None,
+             profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
 
     A (m x n) and B (n x p): NumPy/CuPy arrays or SciPy/cupyx sparse matrices, on one
@@ -82,7 +83,8 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     Pagh's cyclic convolution (h1 + h2 mod b) through numpy/cupy.fft instead.
 
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b); memory O(reps b) plus one block.
-    ``progress(stage, done, total)`` is called after each block.
+    ``progress(stage, done, total)`` is called after each block.  ``profile``, a dict,
+    receives the seconds spent in each stage (synchronizing the GPU between stages).
     """
     A, B, be, dt = _validate(A, B, buckets, reps, method, dtype, hash, check_finite)
     if seed is None:
@@ -98,15 +100,37 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     nb = int(max(1, min(n, memory_budget // per_col)))
     Ac = be.sp.csc_matrix(A) if be.sp.issparse(A) else A
     Br = be.sp.csr_matrix(B) if be.sp.issparse(B) else B
+    clock = _Clock(be, profile)
     for k0 in range(0, n, nb):
         k1 = min(n, k0 + nb)
         PA = sketch_block(S1, Ac[:, k0:k1], be, transpose_input=False)
         PB = sketch_block(S2, Br[k0:k1, :], be, transpose_input=True)
-        acc.add_block(PA, PB)
+        clock("scatter")
+        acc.add_block(PA, PB, clock)
         if progress:
             progress("inner", k1, n)
-    return CompressedProduct(acc.finish(), params, (m, p), log2b, method, _fdt.short_name(dt),
+    sketch = acc.finish()
+    clock("inverse")
+    return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)])
+
+
+class _Clock:
+    """Adds the time since the previous call to profile[stage] (no-op without a profile)."""
+
+    def __init__(self, be, profile):
+        import time
+        self.be, self.profile, self.time = be, profile, time.perf_counter
+        self.t = self.time() if profile is not None else 0.0
+
+    def __call__(self, stage: str) -> None:
+        if self.profile is None:
+            return
+        if self.be.gpu:
+            self.be.xp.cuda.Device().synchronize()
+        now = self.time()
+        self.profile[stage] = self.profile.get(stage, 0.0) + now - self.t
+        self.t = now
 
 
 def default_buckets(m: int, p: int) -> int:

@@ -1,0 +1,56 @@
+"""Planted heavy hitters: A @ B = a dense Gaussian background plus a few large entries."""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Planted(NamedTuple):
+    A: object
+    B: object
+    rows: np.ndarray          # planted (rows[l], cols[l]) on the host
+    cols: np.ndarray
+    magnitude: float          # expected |C| at a planted entry
+    background: float         # standard deviation of the other entries
+
+
+def planted_product(n: int, planted: int = 300, *, magnitude: float | None = None, seed: int = 0,
+                    dtype=np.float64, xp=np) -> Planted:
+    """Square n x n factors whose product has N(0, 1) entries plus ``planted`` entries of
+    about +-``magnitude`` (default n / 16) at distinct rows and columns.
+
+    A = X / n**0.25 and B = Y / n**0.25 with Gaussian X, Y give the background; planted
+    pair l adds ``sqrt(magnitude) * z_l`` (||z_l||^2 = 1 on average per entry... scaled so
+    that A[i_l] . B[:, j_l] gains +-magnitude) to row i_l of A and column j_l of B.
+    """
+    if planted > n:
+        raise ValueError(f"planted={planted} must be <= n={n}")
+    magnitude = float(n / 16 if magnitude is None else magnitude)
+    host = np.random.default_rng(seed)
+    rows = host.choice(n, planted, replace=False)
+    cols = host.choice(n, planted, replace=False)
+    signs = host.choice([-1.0, 1.0], planted)
+    rng = xp.random.default_rng(seed + 1)
+    s = 1.0 / n ** 0.25
+    A = rng.standard_normal((n, n), dtype=xp.float32 if dtype == np.float32 else xp.float64) * s
+    B = rng.standard_normal((n, n), dtype=A.dtype) * s
+    Z = rng.standard_normal((planted, n), dtype=A.dtype) * math.sqrt(magnitude / n)
+    A[xp.asarray(rows)] += Z
+    B[:, xp.asarray(cols)] += (Z * xp.asarray(signs, dtype=A.dtype)[:, None]).T
+    return Planted(A.astype(dtype), B.astype(dtype), rows, cols, magnitude, 1.0)
+
+
+def choose_buckets(n: int, planted: int, magnitude: float, reps: int, margin: float = 6.0) -> int:
+    """Smallest power of two b with noise ||C||_F / sqrt(b) <= magnitude / margin."""
+    fro = math.sqrt(n * n * 1.0 + planted * magnitude ** 2)
+    b = (margin * fro / magnitude) ** 2
+    return 1 << max(10, math.ceil(math.log2(b)))
+
+
+def recall(rows, cols, found_rows, found_cols) -> float:
+    """Fraction of the planted (row, col) pairs among the found ones."""
+    want = set(zip(np.asarray(rows).tolist(), np.asarray(cols).tolist()))
+    got = set(zip(np.asarray(found_rows).tolist(), np.asarray(found_cols).tolist()))
+    return len(want & got) / max(1, len(want))
