@@ -10,8 +10,16 @@ from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
 from .sketch import scatter_matrix, sketch_block
 
-#: Default bytes of inner-dimension temporaries per block.
+#: Default bytes of inner-dimension temporaries per block (CPU; the GPU default is
+#: min(2 GiB, 1/8 of free device memory)).
 MEMORY_BUDGET = 256 << 20
+
+
+def _default_budget(be) -> int:
+    if not be.gpu:
+        return MEMORY_BUDGET
+    free = be.xp.cuda.runtime.memGetInfo()[0]
+    return int(max(MEMORY_BUDGET, min(2 << 30, free // 8)))
 
 
 def _as_matrix(M, name, be):
@@ -69,7 +77,7 @@ def _validate(A, B, buckets, reps, method, dtype, hash, check_finite):
 def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: str = "fwht",
              dtype=None, algorithm: str = "folklore", stabilizer: str | None = None,
              hash: str = "multiply-shift", check_finite: bool = True,
-             memory_budget: int = MEMORY_BUDGET, progress=None,
+             memory_budget: int | None = None, progress=None,
              profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
 
@@ -79,7 +87,8 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     transformed by FWHTs of length ``buckets`` in ``dtype`` (float64, float32, float16,
     bfloat16; default: the inputs' float type, else float64), multiplied and summed
     over the inner dimension in the Hadamard domain in blocks that keep temporaries
-    within ``memory_budget`` bytes, and transformed back once.  ``method="fft"`` uses
+    within ``memory_budget`` bytes (default 256 MiB on the CPU, min(2 GiB, free / 8)
+    on the GPU), and transformed back once.  ``method="fft"`` uses
     Pagh's cyclic convolution (h1 + h2 mod b) through numpy/cupy.fft instead.
 
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b); memory O(reps b) plus one block.
@@ -96,6 +105,8 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     S1 = scatter_matrix(params, 1, m, log2b, be)
     S2 = scatter_matrix(params, 2, p, log2b, be)
     acc = Accumulator(method, int(reps), log2b, dt, algorithm, stabilizer, be.xp)
+    if memory_budget is None:
+        memory_budget = _default_budget(be)
     per_col = int(reps) * int(buckets) * 8 * 6       # float64 sketches, casts, transforms, product
     nb = int(max(1, min(n, memory_budget // per_col)))
     Ac = be.sp.csc_matrix(A) if be.sp.issparse(A) else A
