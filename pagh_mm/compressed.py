@@ -107,17 +107,29 @@ class CompressedProduct:
         return self._per_rep(i, j)
 
     def _tiles(self, progress=None):
-        """Yield (row0, estimates of rows row0..row0+r-1 for all columns) tile by tile."""
+        """Yield (row0, estimates of rows row0..row0+r-1 for all columns) tile by tile.
+
+        On the GPU one kernel computes each tile's medians from the hash tables and the
+        sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
         xp = self.backend.xp
         m, p = self.shape
-        budget = TILE_BUDGET * (4 if self.backend.gpu else 1)
-        rows = max(1, min(m, budget // (3 * 8 * self.reps * max(p, 1))))
-        cols = xp.arange(p)[None, :]
+        if self.backend.gpu:
+            from .cuda import kernels
+            h1, s1, h2, s2 = self._hash_arrays()
+            rows = max(1, min(m, TILE_BUDGET // (8 * max(p, 1))))
+        else:
+            rows = max(1, min(m, TILE_BUDGET // (3 * 8 * self.reps * max(p, 1))))
+            cols = xp.arange(p)[None, :]
         for r0 in range(0, m, rows):
-            r = xp.arange(r0, min(m, r0 + rows))[:, None]
-            yield r0, xp.median(self._per_rep(r, cols), axis=0)
+            r1 = min(m, r0 + rows)
+            if self.backend.gpu:
+                est = kernels.tile_estimates(h1, s1, h2, s2, self.sketch, r0, r1 - r0, self.log2b,
+                                             self.method == "fwht")
+            else:
+                est = xp.median(self._per_rep(xp.arange(r0, r1)[:, None], cols), axis=0)
+            yield r0, est
             if progress:
-                progress("tiles", min(m, r0 + rows), m)
+                progress("tiles", r1, m)
 
     def to_dense(self, progress=None):
         """The m x p estimate, computed tile by tile (needs m * p * 8 bytes)."""
@@ -146,16 +158,27 @@ class CompressedProduct:
         best_v = xp.empty(0, xp.float64)
         best_i = xp.empty(0, xp.int64)
         p = self.shape[1]
+        tau = None                      # the pool's smallest key once the pool is full
         for r0, est in self._tiles(progress):
             flat = est.ravel()
             key = self._key(flat, by)
-            take = min(pool, flat.size)
-            sel = xp.argpartition(-key, take - 1)[:take] if take < flat.size else xp.arange(flat.size)
+            if tau is not None:         # only entries that can still enter the pool
+                sel = xp.nonzero(key > tau)[0]
+                if sel.size == 0:
+                    continue
+                sub = key[sel]
+                if sel.size > pool:
+                    sel = sel[xp.argpartition(-sub, pool - 1)[:pool]]
+            else:
+                take = min(pool, flat.size)
+                sel = xp.argpartition(-key, take - 1)[:take] if take < flat.size else xp.arange(flat.size)
             best_v = xp.concatenate([best_v, flat[sel]])
             best_i = xp.concatenate([best_i, sel.astype(xp.int64) + r0 * p])
             if best_v.size > pool:
                 keep = xp.argpartition(-self._key(best_v, by), pool - 1)[:pool]
                 best_v, best_i = best_v[keep], best_i[keep]
+            if best_v.size == pool:
+                tau = self._key(best_v, by).min()
         order = xp.argsort(-self._key(best_v, by))
         best_v, best_i = best_v[order], best_i[order]
         rows, cols = best_i // p, best_i % p

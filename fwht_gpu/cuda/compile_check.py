@@ -27,19 +27,24 @@ def main(argv=None) -> int:
     if nvcc is None:
         print("compile_check: nvcc not on PATH, skipped")
         return 1 if args.require else 0
+    from pagh_mm.cuda import kernels as pagh_kernels
     configs = list(all_configs())
+    units = {"fwht_gpu": (instantiation_source(configs), len(configs)),
+             "pagh_mm": (pagh_kernels.instantiation_source(), len(pagh_kernels.names()))}
     with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "instantiations.cu")
-        with open(src, "w") as f:
-            f.write(instantiation_source(configs))
-        for arch in archs:
-            cmd = [nvcc, "-std=c++17", f"-arch={arch}", "--ptx", "-o", os.path.join(tmp, f"{arch}.ptx"), src]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode != 0:
-                print(r.stdout + r.stderr)
-                print(f"compile_check: nvcc failed for {arch}")
-                return 1
-            print(f"compile_check: {len(configs)} kernel instantiations compile for {arch}")
+        for name, (code, count) in units.items():
+            src = os.path.join(tmp, f"{name}.cu")
+            with open(src, "w") as f:
+                f.write(code)
+            for arch in archs:
+                cmd = [nvcc, "-std=c++17", f"-arch={arch}", "--ptx", "-o",
+                       os.path.join(tmp, f"{name}-{arch}.ptx"), src]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    print(r.stdout + r.stderr)
+                    print(f"compile_check: nvcc failed on {name} for {arch}")
+                    return 1
+                print(f"compile_check: {count} {name} kernel instantiations compile for {arch}")
     return 0
 
 

@@ -1,0 +1,30 @@
+// pagh_mm CUDA kernel: median-of-d estimates of a tile of rows of C = A @ B, read
+// straight from the hash tables and the (L2-resident) sketch, without materializing
+// the d per-repetition values.  Same arithmetic as the NumPy path: (s1 * s2) * c_t,
+// median = middle value (odd d) or (a + b) / 2 of the two middle values (even d).
+typedef long long i64;
+
+template <int MAXD, bool XOR>
+__global__ void tile_estimates(const i64* __restrict__ h1, const double* __restrict__ s1,
+                               const i64* __restrict__ h2, const double* __restrict__ s2,
+                               const double* __restrict__ sketch, int d, i64 m, i64 p,
+                               int log2b, i64 r0, i64 rows, double* __restrict__ out)
+{
+    const i64 total = rows * p;
+    const i64 bmask = ((i64)1 << log2b) - 1;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (i64)gridDim.x * blockDim.x) {
+        const i64 i = r0 + e / p, j = e % p;
+        double v[MAXD];
+        for (int t = 0; t < d; ++t) {
+            const i64 a = h1[t * m + i], b = h2[t * p + j];
+            const i64 idx = XOR ? (a ^ b) : ((a + b) & bmask);
+            const double val = __dmul_rn(__dmul_rn(s1[t * m + i], s2[t * p + j]),
+                                         sketch[(t << log2b) + idx]);
+            int k = t;                         // insertion sort
+            while (k > 0 && v[k - 1] > val) { v[k] = v[k - 1]; --k; }
+            v[k] = val;
+        }
+        out[e] = (d & 1) ? v[d >> 1] : __dmul_rn(__dadd_rn(v[(d >> 1) - 1], v[d >> 1]), 0.5);
+    }
+}
