@@ -81,6 +81,9 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
                    "sketch_s": t_sk, "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
                    "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor,
                    "stages_s": prof}
+            del sk
+            if be.gpu:
+                xp.get_default_memory_pool().free_all_blocks()
             gemm = {}
             for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
                 if not be.gpu and gname == "fp16":
@@ -99,7 +102,7 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
                  f"{row['ratio_floor']:8.1f} | {g('fp64')} {g('fp32')} {g('fp16')} "
                  f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
             echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items()))
-            del data, sk, top
+            del data, top
             if be.gpu:
                 xp.get_default_memory_pool().free_all_blocks()
     return {"device": "gpu" if be.gpu else "cpu", "python": platform.python_version(),

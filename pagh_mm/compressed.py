@@ -148,13 +148,13 @@ class CompressedProduct:
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
               progress=None) -> Entries:
         """The k entries with the largest estimates (by magnitude, or by value), never
-        holding an m x p array.  ``verify=True`` scans ``candidates`` (default 4k) entries,
+        holding an m x p array.  ``verify=True`` scans ``candidates`` (default 8k) entries,
         computes their exact values from A and B and returns the top k by exact value."""
         xp = self.backend.xp
         if int(k) < 1:
             raise ValueError(f"k={k} must be >= 1")
         k = int(min(k, self.shape[0] * self.shape[1]))
-        pool = k if not verify else int(min(candidates or 4 * k, self.shape[0] * self.shape[1]))
+        pool = k if not verify else int(min(candidates or 8 * k, self.shape[0] * self.shape[1]))
         best_v = xp.empty(0, xp.float64)
         best_i = xp.empty(0, xp.int64)
         p = self.shape[1]

@@ -43,10 +43,16 @@ def planted_product(n: int, planted: int = 300, *, magnitude: float | None = Non
 
 
 def choose_buckets(n: int, planted: int, magnitude: float, reps: int, margin: float = 6.0) -> int:
-    """Smallest power of two b with noise ||C||_F / sqrt(b) <= magnitude / margin."""
+    """Smallest power of two b with (1) noise ||C||_F / sqrt(b) <= magnitude / margin and
+    (2) fewer than ``planted`` background entries expected to look planted: an entry's
+    median is as large as a planted value when more than half of the d repetitions
+    collide with a planted entry of the same sign, probability C(d, h) (P / 2b)^h with
+    h = (d + 1) // 2, over n^2 entries."""
     fro = math.sqrt(n * n * 1.0 + planted * magnitude ** 2)
-    b = (margin * fro / magnitude) ** 2
-    return 1 << max(10, math.ceil(math.log2(b)))
+    b_noise = (margin * fro / magnitude) ** 2
+    h = (reps + 1) // 2
+    b_coll = planted / 2 * (math.comb(reps, h) * n * n / planted) ** (1.0 / h)
+    return 1 << max(10, math.ceil(math.log2(max(b_noise, b_coll))))
 
 
 def recall(rows, cols, found_rows, found_cols) -> float:
