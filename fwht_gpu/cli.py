@@ -1,6 +1,7 @@
 """The ``fwht`` command."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from . import __version__
 from . import dtypes as _dt
+from .clitools import debug_option, guarded
 
 
 def _gpu_status() -> str:
@@ -96,6 +98,55 @@ def bench(dtypes, min_log2n, max_log2n, batched, no_fft, out_json) -> None:
     _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
                 batched=range(8, 16) if batched else (), fft=not no_fft, echo=click.echo)
     click.echo(f"wrote {out_json}")
+
+
+@main.command()
+@click.argument("in_path", metavar="IN", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Output file (.npy, .npz, .csv, .tsv, .txt, .mtx).")
+@click.option("--axis", type=int, default=-1, show_default=True)
+@click.option("--norm", type=click.Choice(["backward", "ortho", "forward"]), default="backward",
+              show_default=True)
+@click.option("--inverse", is_flag=True, help="Inverse transform (ifwht).")
+@click.option("--dtype", type=click.Choice(["fp64", "fp32", "fp16", "bf16"]), default=None,
+              help="Convert to this dtype first (default: the file's float dtype, else fp64).")
+@click.option("--algorithm", type=click.Choice(["folklore", "alman"]), default="folklore",
+              show_default=True)
+@click.option("--stabilizer", type=click.Choice(["none", "kahan", "neumaier"]), default="none",
+              show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
+              default=None, help="Input format (default: from the extension).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@debug_option
+@guarded
+def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
+              force, debug) -> None:
+    """Walsh-Hadamard transform of the array in file IN along --axis, written to -o."""
+    from pagh_mm import io
+
+    from . import fwht, ifwht
+    from .cuda import launch
+    io.format_of(output)
+    if os.path.exists(output) and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    x = io.read_matrix(in_path, fmt, ndim=None, mmap=False)
+    import scipy.sparse
+    if scipy.sparse.issparse(x):
+        x = x.toarray()
+    if dtype is not None:
+        x = x.astype(_dt.resolve(dtype))
+    elif x.dtype not in _dt.SUPPORTED:
+        x = x.astype(np.float64)
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {launch.status()}")
+    dev = "cuda" if device == "gpu" or (device == "auto" and launch.available()) else None
+    fn = ifwht if inverse else fwht
+    y = fn(x, axis, norm=norm, algorithm=algorithm,
+           stabilizer=None if stabilizer == "none" else stabilizer, device=dev)
+    if y.dtype.itemsize == 2 and io.format_of(output) not in ("npy", "npz"):
+        y = y.astype(np.float32)          # text formats hold the values exactly in float32
+    io.write_matrix(output, y, force=force)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,19 @@
-"""The ``pagh-mm`` command."""
+"""The ``pagh-mm`` command: compressed matrix multiplication on matrix files.
+
+Exit codes: 0 success, 1 unusable data (corrupt file, shapes, NaN/Inf, overflow),
+2 usage errors (bad option, missing file, unknown format, existing output without --force).
+"""
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 
 import click
 import numpy as np
+
+from fwht_gpu.clitools import Progress, debug_option, guarded
 
 from . import __version__
 
@@ -22,6 +30,85 @@ def _device(device: str) -> str:
     if device == "auto":
         return "gpu" if _gpu_available() else "cpu"
     return device
+
+
+def _pow2(ctx, param, value):
+    if value is not None and (value < 2 or value & (value - 1)):
+        raise click.BadParameter(f"{value} is not a power of two >= 2 (e.g. {1 << max(1, value.bit_length())})")
+    return value
+
+
+_DTYPES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def sketch_options(fn):
+    """Options shared by the commands that build a sketch."""
+    opts = [
+        click.option("--buckets", "-b", type=int, callback=_pow2, default=None,
+                     help="Buckets per repetition, a power of two (default: 8 (m + p) rounded up)."),
+        click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True,
+                     help="Independent repetitions (odd: the median is one of them)."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--dtype", type=click.Choice(list(_DTYPES)), default="fp64", show_default=True,
+                     help="Precision of the transforms."),
+        click.option("--method", type=click.Choice(["fwht", "fft"]), default="fwht", show_default=True),
+        click.option("--algorithm", type=click.Choice(["folklore", "alman"]), default="folklore",
+                     show_default=True),
+        click.option("--stabilizer", type=click.Choice(["none", "kahan", "neumaier"]), default="none",
+                     show_default=True),
+        click.option("--hash", "hash_", type=click.Choice(["multiply-shift", "multiply-add-shift",
+                                                           "tabulation"]),
+                     default="multiply-shift", show_default=True),
+        click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+                     show_default=True),
+        click.option("--transpose-a", is_flag=True,
+                     help="Use the transpose of A (A^T B: covariance of a data matrix A = B = X)."),
+        click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
+                     default=None, help="Input format (default: from each file's extension)."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+        debug_option,
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _load_pair(a_path, b_path, fmt, transpose_a, device):
+    from . import io
+    A = io.read_matrix(a_path, fmt)
+    B = io.read_matrix(b_path, fmt)
+    if transpose_a:
+        A = A.T
+    if A.shape[1] != B.shape[0]:
+        what = "A^T" if transpose_a else "A"
+        raise ValueError(f"{what} is {A.shape[0]} x {A.shape[1]} and B is {B.shape[0]} x {B.shape[1]}: "
+                         f"the inner dimensions differ ({A.shape[1]} != {B.shape[0]})")
+    if device == "gpu":
+        from .backend import gpu
+        be = gpu()
+        import scipy.sparse as sps
+        conv = lambda M: be.sp.csr_matrix(M) if sps.issparse(M) else be.xp.asarray(M)  # noqa: E731
+        A, B = conv(A), conv(B)
+    return A, B
+
+
+def _compress_from_files(a_path, b_path, o):
+    from . import compress, default_buckets
+    dev = _device(o["device"])
+    A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
+    b = o["buckets"] or default_buckets(A.shape[0], B.shape[1])
+    return compress(A, B, buckets=b, reps=o["reps"], seed=o["seed"], method=o["method"],
+                    dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
+                    stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"], hash=o["hash_"],
+                    progress=Progress(o["quiet"]))
+
+
+def _refuse_existing(path, force):
+    if os.path.exists(path) and not force:
+        raise click.UsageError(f"{path} exists; pass --force to overwrite it")
+
+
+_existing = click.Path(exists=True, dir_okay=False)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,6 +198,133 @@ def bench(sizes, dtypes, planted, reps, device, out_json) -> None:
     _bench.main(out_json, sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,
                 device=dev, echo=click.echo)
     click.echo(f"wrote {out_json}")
+
+
+@main.command()
+@click.argument("a_path", metavar="A", type=_existing)
+@click.argument("b_path", metavar="B", type=_existing)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the dense estimate of A @ B (.npy, .npz, .mtx, .csv, .tsv, .txt).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@sketch_options
+@guarded
+def multiply(a_path, b_path, output, force, **o) -> None:
+    """Dense estimate of A @ B (files A and B), written to -o."""
+    from . import io
+    io.format_of(output)
+    _refuse_existing(output, force)
+    sk = _compress_from_files(a_path, b_path, o)
+    D = sk.to_dense(progress=Progress(o["quiet"]))
+    io.write_matrix(output, D, force=force)
+    if not o["quiet"]:
+        click.echo(f"wrote {output}: {D.shape[0]} x {D.shape[1]} estimate "
+                   f"({sk.buckets} buckets x {sk.reps} repetitions, noise ~{sk.noise():.3g})", err=True)
+
+
+@main.command("compress")
+@click.argument("a_path", metavar="A", type=_existing)
+@click.argument("b_path", metavar="B", type=_existing)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Sketch file to write (.npz).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@sketch_options
+@guarded
+def compress_cmd(a_path, b_path, output, force, **o) -> None:
+    """Compress A @ B into a sketch file (query it with `top --sketch` and `query`)."""
+    if not output.endswith(".npz"):
+        raise click.UsageError(f"{output}: a sketch is written as .npz; name the output *.npz")
+    _refuse_existing(output, force)
+    sk = _compress_from_files(a_path, b_path, o)
+    sk.save(output)
+    if not o["quiet"]:
+        click.echo(f"wrote {output}: {sk.shape[0]} x {sk.shape[1]} product, {sk.buckets} buckets x "
+                   f"{sk.reps} repetitions", err=True)
+
+
+def _print_entries(entries, verify, fmt, backend):
+    rows = backend.asnumpy(entries.rows)
+    cols = backend.asnumpy(entries.cols)
+    est = backend.asnumpy(entries.estimates)
+    exact = backend.asnumpy(entries.exact) if verify else None
+    if fmt == "json":
+        out = [{"i": int(i), "j": int(j), "estimate": float(e), **({"exact": float(x)} if verify else {})}
+               for i, j, e, x in zip(rows, cols, est, exact if verify else est)]
+        click.echo(json.dumps(out, indent=1))
+        return
+    head = ["i", "j", "estimate"] + (["exact"] if verify else [])
+    body = [[str(int(i)), str(int(j)), f"{e:.10g}"] + ([f"{x:.10g}"] if verify else [])
+            for i, j, e, x in zip(rows, cols, est, exact if verify else est)]
+    if fmt == "csv":
+        click.echo(",".join(head))
+        for r in body:
+            click.echo(",".join(r))
+        return
+    widths = [max(len(h), *(len(r[c]) for r in body)) if body else len(h) for c, h in enumerate(head)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for r in body:
+        click.echo("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+
+
+@main.command()
+@click.argument("files", nargs=-1, type=_existing, metavar="[A B]")
+@click.option("--sketch", "sketch_path", type=_existing, default=None,
+              help="Read a sketch made by `compress` instead of A and B (A and B may still be "
+                   "given for --verify).")
+@click.option("-k", "k", type=click.IntRange(1, None), default=10, show_default=True)
+@click.option("--verify", is_flag=True, help="Replace estimates by exact values from A and B.")
+@click.option("--by", type=click.Choice(["abs", "value"]), default="abs", show_default=True,
+              help="Rank by magnitude or by signed value.")
+@click.option("--output-format", "out_fmt", type=click.Choice(["table", "csv", "json"]),
+              default="table", show_default=True)
+@sketch_options
+@guarded
+def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
+    """The k largest entries of A @ B: i, j, estimate (and exact value with --verify)."""
+    from .compressed import CompressedProduct
+    if len(files) not in (0, 2):
+        raise click.UsageError("give two matrix files A B, or --sketch FILE (plus A B for --verify)")
+    if sketch_path is None and not files:
+        raise click.UsageError("give two matrix files A B, or --sketch FILE")
+    if sketch_path is not None:
+        sk = CompressedProduct.load(sketch_path, device=_device(o["device"]))
+        if files:
+            A, B = _load_pair(files[0], files[1], o["fmt"], o["transpose_a"],
+                              "gpu" if sk.backend.gpu else "cpu")
+            sk.attach(A, B)
+        elif verify:
+            raise click.UsageError("--verify with --sketch needs the matrix files A B as well")
+    else:
+        sk = _compress_from_files(files[0], files[1], o)
+    entries = sk.top_k(k, verify=verify, by=by, progress=Progress(o["quiet"]))
+    _print_entries(entries, verify, out_fmt, sk.backend)
+
+
+@main.command()
+@click.argument("sketch_path", metavar="SKETCH", type=_existing)
+@click.argument("i", type=str)
+@click.argument("j", type=str)
+@click.option("--reps", "show_reps", is_flag=True, help="Also print each repetition's estimate.")
+@debug_option
+@guarded
+def query(sketch_path, i, j, show_reps, debug) -> None:
+    """Estimate C[I, J] from a sketch file; I and J may be comma-separated lists."""
+    from .compressed import CompressedProduct
+    try:
+        ii = np.array([int(v) for v in i.split(",")])
+        jj = np.array([int(v) for v in j.split(",")])
+    except ValueError:
+        raise click.BadParameter(f"I={i!r}, J={j!r}: integers or comma-separated integers") from None
+    if ii.size != jj.size and ii.size != 1 and jj.size != 1:
+        raise click.BadParameter("I and J lists must have the same length")
+    sk = CompressedProduct.load(sketch_path)
+    est = sk.estimate(ii, jj)
+    per = sk.estimate_reps(ii, jj) if show_reps else None
+    ii, jj = np.broadcast_arrays(ii, jj)
+    for n, (a, b, e) in enumerate(zip(ii, jj, est)):
+        line = f"{a}\t{b}\t{e:.10g}"
+        if per is not None:
+            line += "\t" + " ".join(f"{v:.6g}" for v in per[:, n])
+        click.echo(line)
 
 
 if __name__ == "__main__":

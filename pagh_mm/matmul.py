@@ -35,7 +35,15 @@ def _as_matrix(M, name, be):
 
 def _check_finite(M, name, be):
     data = M.data if be.sp.issparse(M) else M
-    if data.dtype.kind == "f" and not bool(be.xp.isfinite(data).all()):
+    if data.dtype.kind != "f":
+        return
+    flat = data.reshape(-1) if data.flags.c_contiguous or data.flags.f_contiguous else None
+    if flat is None or be.gpu:
+        ok = bool(be.xp.isfinite(data).all())
+    else:                        # in chunks: a memory-mapped file is never loaded whole
+        step = 1 << 24
+        ok = all(bool(np.isfinite(flat[k:k + step]).all()) for k in range(0, flat.size, step))
+    if not ok:
         raise ValueError(f"{name} contains NaN or Inf; remove them, or pass check_finite=False "
                          "to skip this check (the sketch would be poisoned)")
 
