@@ -151,7 +151,12 @@ def _h8(ar: _Arith, x, bit):
 
 
 def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.ndarray:
-    """Run ``plan`` on a (batch, n) array of the plan's dtype; returns a new array (unscaled)."""
+    """Run ``plan`` on a (batch, n) array of the plan's dtype; returns a new array (unscaled).
+
+    Pass by pass: operations are rounded to the plan's compute dtype (the storage dtype by
+    default); values are rounded to the storage dtype where a pass writes back; a
+    pass-local stabilizer folds its compensation in there, a global one after the last
+    stage."""
     if x.ndim != 2 or x.shape[1] != plan.n or x.dtype != plan.dtype:
         raise ValueError(f"execute expects a (batch, {plan.n}) {plan.dtype} array, "
                          f"got {x.shape} {x.dtype}")
@@ -160,23 +165,34 @@ def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.n
 
 
 def _execute(plan: Plan, x: np.ndarray, counter: OpCounter | None) -> np.ndarray:
-    ar = _Arith(plan.dtype, counter)
-    w = x.astype(_dt.work_dtype(plan.dtype), copy=True)
+    wide = plan.compute_dtype != plan.dtype
+    ar = _Arith(plan.compute_dtype, counter)
+    work = _dt.work_dtype(plan.compute_dtype)
+    to_storage = _dt.rounder(plan.dtype) if not wide else \
+        (lambda a: a.astype(plan.dtype).astype(work))
+    w = x.astype(work, copy=True)
+    neumaier = plan.stabilizer_kind == "neumaier"
     err = np.zeros_like(w) if plan.stabilizer else None
-    for st in plan.stages:
-        if st.kind == "radix2":
-            if err is None:
-                w = _radix2(ar, w, st.bit)
-            else:
-                w, err = _radix2_stabilized(ar, w, err, st.bit, plan.stabilizer == "neumaier")
-        elif st.kind == "h8":
-            w = _h8(ar, w, st.bit)
-        elif st.kind == "prescale":
-            w = _prescale(ar, w, st.bit)
-        else:  # pragma: no cover - Plan only makes the kinds above
-            raise AssertionError(st.kind)
-    if err is not None:
-        w = ar.sub(w, err)          # fold the error into the value at the end
+    for p in plan.passes:
+        for st in p.stages:
+            if st.kind == "radix2":
+                if err is None:
+                    w = _radix2(ar, w, st.bit)
+                else:
+                    w, err = _radix2_stabilized(ar, w, err, st.bit, neumaier)
+            elif st.kind == "h8":
+                w = _h8(ar, w, st.bit)
+            elif st.kind == "prescale":
+                w = _prescale(ar, w, st.bit)
+            else:  # pragma: no cover - Plan only makes the kinds above
+                raise AssertionError(st.kind)
+        if plan.fold_each_pass:
+            w = ar.sub(w, err)                  # fold where the pass writes back
+            err = np.zeros_like(w)
+        if wide:
+            w = to_storage(w)                   # the pass writes back in the storage dtype
+    if err is not None and not plan.fold_each_pass:
+        w = ar.sub(w, err)                      # fold the error vector in at the end
     return w.astype(plan.dtype)
 
 

@@ -30,7 +30,10 @@ import numpy as np
 from . import dtypes as _dt
 
 ALGORITHMS = ("folklore", "alman")
-STABILIZERS = (None, "kahan", "neumaier")
+#: "kahan"/"neumaier": thesis 3.3.1/3.3.2, an error vector carried through every stage and
+#: folded in at the end; "-pass": the compensation lives only within a pass and is folded
+#: in where the pass writes back (no error vector in device memory).
+STABILIZERS = (None, "kahan", "neumaier", "kahan-pass", "neumaier-pass")
 DEVICES = ("cpu", "cuda")
 
 # GPU tile geometry (the FWHT_* environment variables exist for tuning experiments;
@@ -88,12 +91,27 @@ class Plan:
         return tuple(s for p in self.passes for s in p.stages)
 
     @property
+    def stabilizer_kind(self) -> str | None:
+        """'kahan' or 'neumaier' (the butterfly formulas), or None."""
+        return None if self.stabilizer is None else self.stabilizer.split("-")[0]
+
+    @property
+    def fold_each_pass(self) -> bool:
+        """Whether the compensation is folded in at every pass boundary."""
+        return self.stabilizer is not None and self.stabilizer.endswith("-pass")
+
+    @property
     def rounding(self) -> str:
         st = _dt.short_name(self.dtype)
         if self.compute_dtype == self.dtype:
-            return f"every operation rounded to {st}"
-        return (f"computed in {_dt.short_name(self.compute_dtype)}, rounded to {st} "
-                "where each pass writes back")
+            text = f"every operation rounded to {st}"
+        else:
+            text = (f"computed in {_dt.short_name(self.compute_dtype)} (every operation rounded to "
+                    f"it), rounded to {st} where each pass writes back")
+        if self.stabilizer:
+            text += ("; compensation folded in where each pass writes back" if self.fold_each_pass
+                     else "; error vector folded in after the last stage")
+        return text
 
     def describe(self) -> str:
         """Human-readable schedule."""
@@ -133,51 +151,74 @@ def _stages(log2n: int, algorithm: str) -> list[Stage]:
     return st
 
 
-def pass_bits(dtype, strided: bool, single: bool = False) -> int:
+def smem_bytes_per_element(dtype, compute_dtype=None, stabilizer=None) -> int:
+    """Shared-memory bytes one element takes in a GPU tile: the compute dtype's size,
+    twice that with a stabilizer (value and error)."""
+    item = np.dtype(compute_dtype if compute_dtype is not None else dtype).itemsize
+    return item * (2 if stabilizer else 1)
+
+
+def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None = None) -> int:
     """Most index bits one GPU pass covers for ``dtype``.
 
     A contiguous pass (stride 1) holds TILE_BYTES (SINGLE_PASS_BYTES when the
-    whole transform fits in one pass); a strided pass holds SEGMENT_BYTES-wide
-    row segments of STRIDED_TILE_BYTES in all.
+    whole transform fits in one pass) of shared memory at ``footprint`` bytes per
+    element (default: the itemsize); a strided pass holds SEGMENT_BYTES-wide row
+    segments of STRIDED_TILE_BYTES in all.
     """
-    item = np.dtype(dtype).itemsize
+    item = footprint or np.dtype(dtype).itemsize
     if strided:
-        return (STRIDED_TILE_BYTES // SEGMENT_BYTES).bit_length() - 1
+        return (STRIDED_TILE_BYTES * np.dtype(dtype).itemsize // item // SEGMENT_BYTES).bit_length() - 1
     tile = SINGLE_PASS_BYTES if single else TILE_BYTES
     return (tile // item).bit_length() - 1
 
 
-def _group(stages: list[Stage], log2n: int, dtype, device: str) -> tuple[Pass, ...]:
-    if device == "cpu" or log2n <= pass_bits(dtype, False, single=True):
+def _group(stages: list[Stage], log2n: int, dtype, device: str, footprint: int) -> tuple[Pass, ...]:
+    if device == "cpu" or log2n <= pass_bits(dtype, False, single=True, footprint=footprint):
         return (Pass(0, log2n, tuple(stages)),) if stages else ()
     passes: list[Pass] = []
     cur: list[Stage] = []
     first = 0
-    cap = pass_bits(dtype, False)
+    cap = pass_bits(dtype, False, footprint=footprint)
     for s in stages:
         used = sum(t.nbits for t in cur)
         if used + s.nbits > cap:
             passes.append(Pass(first, used, tuple(cur)))
             first += used
             cur = []
-            cap = pass_bits(dtype, True)
+            cap = pass_bits(dtype, True, footprint=footprint)
         cur.append(s)
     passes.append(Pass(first, sum(t.nbits for t in cur), tuple(cur)))
     return tuple(passes)
 
 
 def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None = None,
-              device: str = "cpu") -> Plan:
-    """Plan a length-n transform of ``dtype`` data for ``device`` ('cpu' or 'cuda')."""
+              device: str = "cpu", compute_dtype=None) -> Plan:
+    """Plan a length-n transform of ``dtype`` data for ``device`` ('cpu' or 'cuda').
+
+    ``compute_dtype`` (fp32 for fp16/bf16 data, fp64 for fp32 data) keeps values in that
+    dtype inside a pass and rounds them to ``dtype`` where the pass writes back.
+    """
     log2n = check_length(int(n), "n")
     dt = _dt.resolve(dtype)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm={algorithm!r}; choose one of {ALGORITHMS}")
     if stabilizer not in STABILIZERS:
-        raise ValueError(f"stabilizer={stabilizer!r}; choose one of None, 'kahan', 'neumaier'")
+        raise ValueError(f"stabilizer={stabilizer!r}; choose one of None, 'kahan', 'neumaier', "
+                         "'kahan-pass', 'neumaier-pass'")
     if stabilizer is not None and algorithm != "folklore":
         raise ValueError(f"stabilizer={stabilizer!r} is only available with algorithm='folklore'")
     if device not in DEVICES:
         raise ValueError(f"device={device!r}; choose 'cpu' or 'cuda'")
+    cdt = dt
+    if compute_dtype is not None:
+        cdt = _dt.resolve(compute_dtype, "compute_dtype")
+        allowed = {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(dt.itemsize)
+        if cdt != allowed:
+            raise ValueError(f"compute_dtype={_dt.short_name(cdt)} for {_dt.short_name(dt)} data: "
+                             "use float32 for float16/bfloat16 data, float64 for float32 data")
+        if stabilizer is not None:
+            raise ValueError("compute_dtype and stabilizer are alternatives; choose one")
     stages = _stages(log2n, algorithm)
-    return Plan(int(n), dt, algorithm, stabilizer, device, _group(stages, log2n, dt, device), dt)
+    foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
+    return Plan(int(n), dt, algorithm, stabilizer, device, _group(stages, log2n, dt, device, foot), cdt)

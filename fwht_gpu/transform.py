@@ -59,7 +59,7 @@ def _check_args(x, axis, out, xp):
     return axis
 
 
-def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse):
+def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compute_dtype=None):
     if device not in (None, "cpu", "cuda", "gpu"):
         raise ValueError(f"device={device!r}; choose None (the array decides), 'cpu' or 'cuda'")
     if _is_cupy(x):
@@ -68,7 +68,7 @@ def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse):
                              "(x.get()); fwht never moves a CuPy array to the host silently")
         from .cuda import launch
         axis = _check_args(x, axis, out, launch.cupy())
-        return launch.transform(x, axis, norm, algorithm, stabilizer, out, inverse)
+        return launch.transform(x, axis, norm, algorithm, stabilizer, out, inverse, compute_dtype)
     if not isinstance(x, np.ndarray):
         x = np.asarray(x)
     axis = _check_args(x, axis, out, np)
@@ -77,8 +77,9 @@ def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse):
     factor = norm_factor(n, norm, inverse)
     if device in ("cuda", "gpu"):
         from .cuda import launch
-        return launch.transform_host(x, axis, norm, algorithm, stabilizer, out, inverse)
-    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cpu")
+        return launch.transform_host(x, axis, norm, algorithm, stabilizer, out, inverse,
+                                     compute_dtype=compute_dtype)
+    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cpu", compute_dtype)
     return run_plan(plan, x, axis, factor, out)
 
 
@@ -103,7 +104,7 @@ def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
-         stabilizer: str | None = None, out=None, device: str | None = None):
+         stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None):
     """Fast Walsh-Hadamard transform along ``axis`` (Hadamard / natural order).
 
     The unnormalized transform equals ``scipy.linalg.hadamard(n) @ x`` along the axis.
@@ -121,8 +122,13 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
         "ortho" scales by 1/sqrt(n), "forward" by 1/n.
     algorithm : {"folklore", "alman"}
         Radix-2 butterflies, or Alman-Rao's 23-operation H8 blocks.
-    stabilizer : {None, "kahan", "neumaier"}
-        Compensated butterflies with a per-element error vector (Folklore only).
+    stabilizer : {None, "kahan", "neumaier", "kahan-pass", "neumaier-pass"}
+        Compensated butterflies (Folklore only): with a per-element error vector folded in
+        at the end (thesis 3.3), or ("-pass") compensation kept within each GPU pass and
+        folded in where the pass writes back (no error vector in memory).
+    compute_dtype : {None, "float32", "float64"}
+        Arithmetic inside a pass in this wider dtype (FP16/BF16 data in FP32, FP32 in FP64),
+        rounded to the data's dtype where each pass writes back.
     out : array, optional
         Destination of the same type, shape and dtype; may be ``x`` itself (in place).
     device : {None, "cpu", "cuda"}
@@ -139,16 +145,16 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     TransformOverflowError
         Finite input whose transform exceeds the dtype's range.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse=False)
+    return _transform(x, axis, norm, algorithm, stabilizer, out, device, False, compute_dtype)
 
 
 def ifwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
-          stabilizer: str | None = None, out=None, device: str | None = None):
+          stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None):
     """Inverse transform: ``fwht`` with the inverse's scaling (1/n for norm="backward").
 
     ``ifwht(fwht(x)) == x`` up to rounding for every ``norm``.  Arguments as :func:`fwht`.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse=True)
+    return _transform(x, axis, norm, algorithm, stabilizer, out, device, True, compute_dtype)
 
 
 def operation_count(n: int, algorithm: str = "folklore", stabilizer: str | None = None) -> dict:

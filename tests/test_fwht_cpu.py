@@ -354,3 +354,48 @@ def test_any_plan_grouping_gives_the_same_bits(rng):
             c = F.make_plan(1 << 18, dtype, alg, stab, device="cpu")
             assert len(g.passes) > len(c.passes)
             assert (F.run_plan(g, x) == F.run_plan(c, x)).all()
+
+
+# --- compute_dtype and pass-local stabilizers (issue 4) ----------------------------------
+
+def test_compute_dtype_semantics(rng):
+    x = rng.standard_normal((2, 1 << 12)).astype(np.float16)
+    # one pass: computed in FP32 throughout, rounded to FP16 once at the end
+    y = F.fwht(x, compute_dtype="float32")
+    assert y.dtype == np.float16
+    assert (y == F.fwht(x.astype(np.float32)).astype(np.float16)).all()
+    # several passes: rounded to FP16 where each pass writes back
+    plan = F.make_plan(1 << 18, np.float16, device="cuda", compute_dtype="fp32")
+    assert len(plan.passes) >= 2 and "rounded to fp16 where each pass writes back" in plan.rounding
+    z = rng.standard_normal((1, 1 << 18)).astype(np.float16)
+    got = F.run_plan(plan, z)
+    w = z.astype(np.float32)
+    for p in plan.passes:
+        w = F.run_plan(F.Plan(plan.n, np.dtype(np.float32), "folklore", None, "cpu", (p,),
+                              np.dtype(np.float32)), w).astype(np.float16).astype(np.float32)
+    assert (got == w.astype(np.float16)).all()
+    ref = R.dd_fwht(z)
+    native = R.mean_relative_error(F.run_plan(F.make_plan(1 << 18, np.float16, device="cuda"), z), ref)
+    assert R.mean_relative_error(got, ref) < 0.25 * native
+    with pytest.raises(ValueError, match="compute_dtype"):
+        F.fwht(x, compute_dtype="float64")
+    with pytest.raises(ValueError, match="compute_dtype"):
+        F.fwht(x.astype(np.float64), compute_dtype="float32")
+    with pytest.raises(ValueError, match="alternatives"):
+        F.fwht(x, compute_dtype="float32", stabilizer="kahan")
+
+
+@pytest.mark.parametrize("kind", ["kahan", "neumaier"])
+def test_pass_local_stabilizers(kind, rng):
+    x = rng.standard_normal((1, 1 << 18)).astype(np.float32)
+    ref = R.dd_fwht(x)
+    g = dict(device="cuda")
+    base = R.mean_relative_error(F.run_plan(F.make_plan(1 << 18, np.float32, **g), x), ref)
+    glob = F.run_plan(F.make_plan(1 << 18, np.float32, stabilizer=kind, **g), x)
+    local_plan = F.make_plan(1 << 18, np.float32, stabilizer=f"{kind}-pass", **g)
+    assert len(local_plan.passes) >= 2 and local_plan.fold_each_pass
+    local = F.run_plan(local_plan, x)
+    assert not (local == glob).all()                      # folding per pass changes the bits
+    assert R.mean_relative_error(local, ref) < base and R.mean_relative_error(glob, ref) < base
+    # one pass (the CPU plan): identical to the global variant
+    assert (F.fwht(x, stabilizer=f"{kind}-pass") == F.fwht(x, stabilizer=kind)).all()

@@ -178,3 +178,53 @@ def test_capacity_in_place(dtype, log2n):
     assert int(bad.get()[0]) == 0
     del x
     cp.get_default_memory_pool().free_all_blocks()
+
+
+# --- extended variants (issue 4): Alman-Rao, stabilizers, compute dtype ------------------
+
+EXT = [("alman", None, None), ("folklore", "kahan", None), ("folklore", "neumaier", None),
+       ("folklore", "kahan-pass", None), ("folklore", "neumaier-pass", None),
+       ("folklore", None, "wide"), ("alman", None, "wide")]
+EXT_IDS = ["alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute", "alman-compute"]
+
+
+def _wide(dtype, wide):
+    if not wide:
+        return None
+    return {2: np.float32, 4: np.float64}.get(np.dtype(dtype).itemsize)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("alg,stab,wide", EXT, ids=EXT_IDS)
+def test_extended_variants_bit_exact(dtype, alg, stab, wide, rng):
+    cp = _cp()
+    cdt = _wide(dtype, wide)
+    if wide and cdt is None:
+        pytest.skip("no wider compute dtype for float64")
+    sizes = list(range(1, 13)) + [15, 17, 20, 21, 22]
+    if np.dtype(dtype).itemsize == 4 and stab is None:
+        sizes += [23, 24]
+    for L in sizes:
+        n = 1 << L
+        x = _rand(rng, (2, n), dtype) if L < 20 else _rand(rng, n, dtype)
+        if np.dtype(dtype) == np.float16:
+            x = (x.astype(np.float32) / 8).astype(dtype)        # keep Alman-Rao's pre-scaling in range
+        plan = F.make_plan(n, dtype, alg, stab, "cuda", cdt)
+        out = _poisoned(x.shape, dtype)
+        F.fwht(cp.asarray(x), algorithm=alg, stabilizer=stab, compute_dtype=cdt, out=out)
+        want = F.run_plan(plan, x)
+        got = out.get()
+        assert (got == want).all(), f"n=2**{L}, {len(plan.passes)} passes: {np.count_nonzero(got != want)} differ"
+
+
+@pytest.mark.parametrize("alg,stab,wide", EXT, ids=EXT_IDS)
+def test_extended_variants_batched_strided_norms(alg, stab, wide, rng):
+    cp = _cp()
+    for dtype in (np.float32, np.float16):
+        cdt = _wide(dtype, wide)
+        x = (_rand(rng, (6, 1 << 16, 3), np.float32) / 8).astype(dtype)
+        plan = F.make_plan(1 << 16, dtype, alg, stab, "cuda", cdt)
+        from fwht_gpu.transform import norm_factor
+        got = F.ifwht(cp.asarray(x), 1, norm="ortho", algorithm=alg, stabilizer=stab,
+                      compute_dtype=cdt).get()
+        assert (got == F.run_plan(plan, x, 1, norm_factor(1 << 16, "ortho", True))).all()

@@ -73,11 +73,6 @@ def status() -> str:
             f"({free / 2**30:.1f} free), CuPy {cp.__version__}")
 
 
-def supports(algorithm: str, stabilizer) -> bool:
-    """Whether the GPU engine has kernels for this variant."""
-    return algorithm == "folklore" and stabilizer is None
-
-
 # --- kernel configurations ---------------------------------------------------
 
 @dataclass(frozen=True)
@@ -146,30 +141,125 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -
     return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, paired)
 
 
+@dataclass(frozen=True)
+class ExtConfig:
+    """Template arguments of one ``fwht_ext_pass`` instantiation (Alman-Rao, stabilizers,
+    compute dtype)."""
+
+    ctype: str
+    wtype: str
+    itemsize: int
+    witem: int
+    log_r: int
+    log_g: int
+    log_e: int
+    log_t: int
+    strided: bool
+    vec: int
+    alg: int
+    stab: int
+    errvec: bool
+    pre: int
+    ps: bool
+
+    @property
+    def name(self) -> str:
+        b = lambda v: "true" if v else "false"  # noqa: E731
+        return (f"fwht_ext_pass<{self.ctype},{self.wtype},{self.log_r},{self.log_g},{self.log_e},"
+                f"{self.log_t},{b(self.strided)},{self.vec},{self.alg},{self.stab},{b(self.errvec)},"
+                f"{self.pre},{b(self.ps)}>")
+
+    @property
+    def tile(self) -> int:
+        return 1 << (self.log_r + self.log_g)
+
+    @property
+    def smem_bytes(self) -> int:
+        shift = {8: 4, 4: 5, 2: 6}[self.witem]
+        padded = self.tile + (self.tile >> shift)
+        return padded * self.witem * (2 if self.stab else 1)
+
+
+def is_plain(plan: Plan) -> bool:
+    """Folklore, no stabilizer, no compute dtype: the tuned ``fwht_pass`` kernel."""
+    return plan.algorithm == "folklore" and plan.stabilizer is None and plan.compute_dtype == plan.dtype
+
+
+def ext_config(plan: Plan, p, total: int, single: bool, multi: bool) -> ExtConfig:
+    """Tile, threads and template flags of an extended-variant pass."""
+    from ..plan import smem_bytes_per_element
+    dt, cdt = plan.dtype, plan.compute_dtype
+    item, witem = dt.itemsize, cdt.itemsize
+    foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, plan.stabilizer)
+    strided = p.first_bit > 0
+    log_r = p.nbits
+    if strided:
+        tile_bytes = STRIDED_TILE_BYTES * item // foot * foot
+        tile_log = (STRIDED_TILE_BYTES * item // foot // item).bit_length() - 1
+        log_g = max(0, min(p.first_bit, tile_log - log_r))
+    else:
+        tile_bytes = SINGLE_PASS_BYTES if single else TILE_BYTES
+        want = max(0, (MIN_TILE_BYTES // foot).bit_length() - 1 - log_r)
+        log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
+    tl = log_r + log_g
+    vec = min(16 // item, 1 << tl)
+    if strided:
+        vec = min(vec, 1 << log_g)
+    alg = 1 if plan.algorithm == "alman" else 0
+    log_e = min(3 if alg else LOG_E, log_r)
+    pre = sum(1 for s in p.stages if s.kind == "radix2") if alg else 0
+    ps = any(s.kind == "prescale" for s in p.stages)
+    stab = {None: 0, "kahan": 1, "neumaier": 2}[plan.stabilizer_kind]
+    errvec = bool(stab) and not plan.fold_each_pass and multi
+    blocks = max(1, min(4, SM_SHARED_BYTES // ((1 << tl) * foot + 1)))
+    log_t = max(0, min(LOG_SM_THREADS - (blocks.bit_length() - 1), tl - log_e,
+                       tl - (vec.bit_length() - 1)))
+    return ExtConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided, vec,
+                     alg, stab, errvec, pre, ps)
+
+
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
     single = len(plan.passes) == 1 and plan.passes[0].nbits == plan.log2n
+    if not is_plain(plan):
+        multi = len(plan.passes) > 1
+        return [ext_config(plan, p, total, single, multi) for p in plan.passes]
     return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, single) for p in plan.passes]
+
+
+VARIANTS = [("folklore", None, None), ("folklore", "kahan", None), ("folklore", "neumaier", None),
+            ("folklore", "kahan-pass", None), ("folklore", "neumaier-pass", None),
+            ("alman", None, None), ("folklore", None, "wide"), ("alman", None, "wide")]
 
 
 def all_configs():
     """Every configuration the planner and launcher can produce (for the nvcc check in CI)."""
     seen = set()
     for dt in _dt.SUPPORTED:
-        for log2n in range(1, 37):
-            plan = make_plan(1 << log2n, dt, device="cuda")
-            for log_batch in (0, 1, 4, 12):
-                for cfg in configs_for(plan, 1 << (log2n + log_batch)):
-                    if cfg not in seen:
-                        seen.add(cfg)
-                        yield cfg
+        for alg, stab, wide in VARIANTS:
+            cdt = None
+            if wide:
+                if dt.itemsize == 8:
+                    continue
+                cdt = np.float32 if dt.itemsize == 2 else np.float64
+            for log2n in range(1, 37 if (alg, stab, wide) == VARIANTS[0] else 33):
+                plan = make_plan(1 << log2n, dt, alg, stab, "cuda", cdt)
+                for log_batch in (0, 1, 4, 12):
+                    for cfg in configs_for(plan, 1 << (log2n + log_batch)):
+                        if cfg not in seen:
+                            seen.add(cfg)
+                            yield cfg
 
 
 def instantiation_source(configs) -> str:
     """A .cu translation unit that explicitly instantiates ``configs``."""
     lines = [f'#include "{SOURCE}"']
     for c in configs:
-        lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, i64, int, "
-                     "int, int, double, unsigned int*);")
+        if isinstance(c, ExtConfig):
+            lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, {c.ctype}*, "
+                         "i64, int, int, int, int, int, int, double, unsigned int*);")
+        else:
+            lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, i64, int, "
+                         "int, int, double, unsigned int*);")
     return "\n".join(lines) + "\n"
 
 
@@ -206,11 +296,21 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
     flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
     last = len(cfgs) - 1
+    err = None
+    if any(isinstance(c, ExtConfig) and c.errvec for c in cfgs):
+        _check_memory(src.nbytes, "the error vector of the stabilized transform")
+        err = cp.empty_like(dst)                 # written by pass 0 before any pass reads it
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
-        args = (src if i == 0 else dst, dst, np.int64(ntiles), np.int32(p.first_bit),
-                np.int32(check and i == 0), np.int32(i == last), np.float64(factor), flags)
+        if isinstance(cfg, ExtConfig):
+            args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
+                    np.int32(p.first_bit), np.int32(plan.log2n), np.int32(plan.log2n % 3),
+                    np.int32(check and i == 0), np.int32(i == 0), np.int32(i == last),
+                    np.float64(factor), flags)
+        else:
+            args = (src if i == 0 else dst, dst, np.int64(ntiles), np.int32(p.first_bit),
+                    np.int32(check and i == 0), np.int32(i == last), np.float64(factor), flags)
         _kernel(cfg)((grid,), (1 << cfg.log_t,), args, shared_mem=cfg.smem_bytes)
     if check:
         f = int(flags.get()[0])
@@ -237,7 +337,8 @@ def _check_memory(nbytes: int, what: str) -> None:
                           "smaller batches, or on the host")
 
 
-def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse: bool):
+def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse: bool,
+              compute_dtype=None):
     """fwht/ifwht of a CuPy array on its device (arguments already checked).
 
     The transform axis must be contiguous in memory: a view whose moved axis already
@@ -251,12 +352,7 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
     n = x.shape[axis]
     check_length(n, "x")
     factor = norm_factor(n, norm, inverse)
-    if not supports(algorithm, stabilizer):
-        raise ValueError(
-            f"algorithm={algorithm!r}, stabilizer={stabilizer!r} has no GPU kernel in this "
-            "version; only algorithm='folklore' without stabilizer runs on CuPy arrays. "
-            "Transform a NumPy array (x.get()) for this variant")
-    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
+    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda", compute_dtype)
     if x.size == 0:
         return out if out is not None else cp.empty_like(x)
     usable = lambda a: a.flags.c_contiguous and _aligned(a)  # noqa: E731
@@ -303,7 +399,7 @@ def pinned_empty(shape, dtype) -> np.ndarray:
 
 
 def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabilizer, out,
-                   inverse: bool, method: str = "register") -> np.ndarray:
+                   inverse: bool, method: str = "register", compute_dtype=None) -> np.ndarray:
     """Transform a NumPy array on the GPU and return a NumPy array.
 
     ``method="register"`` page-locks the host arrays in place (cudaHostRegister) so the
@@ -314,9 +410,7 @@ def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabiliz
     cp = cupy()
     n = x.shape[axis]
     factor = norm_factor(n, norm, inverse)
-    if not supports(algorithm, stabilizer):
-        return transform(cp.asarray(x), axis, norm, algorithm, stabilizer, None, inverse).get()
-    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda")
+    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda", compute_dtype)
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
     if x.size == 0:
