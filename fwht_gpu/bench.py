@@ -159,8 +159,56 @@ def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict
     return rows
 
 
+VARIANTS = [("folklore", None, None), ("alman", None, None), ("folklore", "kahan", None),
+            ("folklore", "neumaier", None), ("folklore", "kahan-pass", None),
+            ("folklore", "neumaier-pass", None), ("folklore", None, "wide")]
+
+
+def variant_name(alg, stab, wide, dtype) -> str:
+    if wide:
+        return f"compute {_dt.short_name(wide_dtype(dtype))}"
+    return alg if stab is None else stab
+
+
+def wide_dtype(dtype):
+    return {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(np.dtype(dtype).itemsize)
+
+
+def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print) -> list[dict]:
+    """Kernel time of every variant next to Folklore's, same inputs, same run."""
+    rows = []
+    free = cp.cuda.runtime.memGetInfo()[0]
+    echo(f"{'dtype':5} {'n':>5} {'variant':16} {'passes':>6} {'time ms':>10} {'x folklore':>10}")
+    for name in dtypes:
+        dt = _dt.resolve(name)
+        for L in sizes:
+            n = 1 << L
+            if 4 * n * dt.itemsize > free // 2:
+                continue
+            count = max(1, min(8, math.ceil(ROTATE_BYTES / (n * dt.itemsize))))
+            srcs = _buffers(cp, (1, n), dt, count)
+            dst = cp.empty((1, n), dtype=dt)
+            base = None
+            for alg, stab, wide in VARIANTS:
+                cdt = wide_dtype(dt) if wide else None
+                if wide and cdt is None:
+                    continue
+                plan = make_plan(n, dt, alg, stab, "cuda", cdt)
+                t, _ = _timer(cp, lambda i: launch.execute(plan, srcs[i % count], dst, check=False))
+                base = t if base is None else base
+                row = {"kind": "variant", "dtype": name, "log2n": L, "variant":
+                       variant_name(alg, stab, wide, dt), "passes": len(plan.passes), "time_ms": t,
+                       "ratio_folklore": t / base}
+                rows.append(row)
+                echo(f"{name:5} {'2^%d' % L:>5} {row['variant']:16} {row['passes']:>6} {t:10.4f} "
+                     f"{t / base:10.2f}")
+            del srcs, dst
+            cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=range(8, 16),
-        batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, echo=print) -> dict:
+        batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, variants=(), echo=print) -> dict:
     """Benchmark single transforms 2**single and batched rows 2**batched; returns the JSON dict."""
     cp = launch.cupy()
     free, total = cp.cuda.runtime.memGetInfo()
@@ -185,6 +233,8 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
             echo(f"{kind:7} {r['dtype']:5} {shp:>14} {r['passes']:>4} "
                  f"{r['time_ms']:10.4f} {r['gbps']:7.0f} {r['ratio_copy']:7.2f} "
                  f"{r['ratio_passes_copy']:8.2f} {rf}")
+    if variants:
+        rows += bench_variants(cp, dtypes=dtypes, sizes=variants, echo=echo)
     if host:
         for r in bench_host(cp):
             rows.append(r)

@@ -84,16 +84,24 @@ def demo(log2n: int, batch: int, device: str, seed: int) -> None:
 @click.option("--batched/--no-batched", default=True, show_default=True,
               help="Also time 256 MB batches of rows of 2**8 .. 2**15.")
 @click.option("--no-fft", is_flag=True, help="Skip the cupy.fft.rfft comparison.")
+@click.option("--variants", "variant_sizes", multiple=True, type=click.IntRange(1, 34),
+              default=(20, 24, 27, 30), show_default=True,
+              help="log2 sizes at which every variant (Alman-Rao, stabilizers, compute dtype) is "
+                   "timed against Folklore; repeatable.")
+@click.option("--no-variants", is_flag=True, help="Skip the variant table.")
+@click.option("--no-host", is_flag=True, help="Skip the host-array (device='cuda') timing.")
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
               show_default=True, help="Where to write the results.")
-def bench(dtypes, min_log2n, max_log2n, batched, no_fft, out_json) -> None:
+def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_variants, no_host,
+          out_json) -> None:
     """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
     from . import bench as _bench
     from .cuda import launch
     if not launch.available():
         raise click.ClickException(f"fwht bench needs a GPU: {launch.status()}")
     _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
-                batched=range(8, 16) if batched else (), fft=not no_fft, echo=click.echo)
+                batched=range(8, 16) if batched else (), fft=not no_fft,
+                variants=() if no_variants else variant_sizes, host=not no_host, echo=click.echo)
     click.echo(f"wrote {out_json}")
 
 
