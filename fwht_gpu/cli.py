@@ -106,6 +106,43 @@ def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_varia
 
 
 @main.command()
+@click.option("--min-log2n", default=3, show_default=True, type=click.IntRange(1, 30))
+@click.option("--max-log2n", default=None, type=click.IntRange(1, 30),
+              help="Largest size (default 12 on the CPU, 25 on the GPU).")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp64", "fp32", "fp16", "bf16"]),
+              default=("fp64", "fp32", "fp16", "bf16"), show_default=True)
+@click.option("--variant", "variants", multiple=True,
+              type=click.Choice(["folklore", "kahan", "neumaier", "alman", "kahan-pass",
+                                 "neumaier-pass", "compute"]),
+              default=("folklore", "kahan", "neumaier", "alman", "kahan-pass", "neumaier-pass",
+                       "compute"), show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--out-dir", default="fwht-accuracy", show_default=True, type=click.Path(file_okay=False),
+              help="Where accuracy.json, accuracy.md and accuracy-<dtype>.png go.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@debug_option
+@guarded
+def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_plots, debug) -> None:
+    """The thesis's numerical-stability study: error of every variant against a double-double
+    reference; JSON, a Table 4.1-style markdown table and Figure 4.1-4.4-style plots."""
+    from . import accuracy as _acc
+    from .cuda import launch
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {launch.status()}")
+    dev = "gpu" if device == "gpu" or (device == "auto" and launch.available()) else "cpu"
+    hi = max_log2n or (25 if dev == "gpu" else 12)
+    if "folklore" not in variants:
+        variants = ("folklore",) + tuple(variants)
+    t0 = time.perf_counter()
+    recs = _acc.study(range(min_log2n, hi + 1), dtypes, variants, device=dev, seed=seed)
+    out = _acc.write(recs, out_dir, plots=not no_plots)
+    click.echo(_acc.markdown_table(recs))
+    click.echo(f"{len(recs)} measurements on the {dev.upper()} in {time.perf_counter() - t0:.1f} s; "
+               f"wrote {', '.join([out['json'], out['markdown']] + out.get('plots', []))}")
+
+
+@main.command()
 @click.argument("in_path", metavar="IN", type=click.Path(exists=True, dir_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Output file (.npy, .npz, .csv, .tsv, .txt, .mtx).")

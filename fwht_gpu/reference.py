@@ -90,6 +90,12 @@ def dd_scalar(value) -> DD:
     return DD(np.float64(hi), np.float64(lo))
 
 
+def dd_scale_pow2(x: DD, k: int) -> DD:
+    """x * 2**k (exact)."""
+    f = 2.0 ** k
+    return DD(x.hi * f, x.lo * f)
+
+
 # --- reference transforms -------------------------------------------------
 
 def _as_rows(x, axis):
@@ -99,17 +105,30 @@ def _as_rows(x, axis):
     return x, n
 
 
+def _xp(a):
+    """numpy, or cupy for CuPy arrays (the double-double code is array-module generic)."""
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        import cupy
+        return cupy
+    return np
+
+
 def dd_fwht(x, axis: int = -1) -> DD:
     """Unnormalized FWHT in double-double arithmetic along ``axis``.
 
-    ``x`` may be any float array (converted exactly to float64) or a :class:`DD`.
+    ``x`` may be any float array (converted exactly to float64; NumPy or CuPy, which then
+    computes on the GPU) or a :class:`DD`.
     """
+    first = x.hi if isinstance(x, DD) else x
+    xp = _xp(first)
     if isinstance(x, DD):
-        hi, lo = (np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1) for a in x)
+        hi, lo = (xp.moveaxis(xp.asarray(a, dtype=xp.float64), axis, -1) for a in x)
     else:
-        hi, _ = _as_rows(x, axis)
-        hi = hi.astype(np.float64)
-        lo = np.zeros_like(hi)
+        hi = xp.moveaxis(xp.asarray(x), axis, -1)
+        check_length(hi.shape[-1], "x")
+        hi = hi.astype(xp.float64)
+        lo = xp.zeros_like(hi)
     shape = hi.shape
     n = shape[-1]
     check_length(n, "x")
@@ -123,7 +142,7 @@ def dd_fwht(x, axis: int = -1) -> DD:
         vh[:, :, 0, :], vl[:, :, 0, :] = s
         vh[:, :, 1, :], vl[:, :, 1, :] = d
         m *= 2
-    back = lambda a: np.moveaxis(a.reshape(shape), -1, axis)  # noqa: E731
+    back = lambda a: xp.moveaxis(a.reshape(shape), -1, axis)  # noqa: E731
     return DD(back(hi), back(lo))
 
 
@@ -181,8 +200,9 @@ def reference_fwht(x, axis: int = -1, *, norm: str = "backward", inverse: bool =
 
 def _abs_err(y, ref) -> np.ndarray:
     ref = ref if isinstance(ref, DD) else DD.from_array(ref)
-    y = np.asarray(y).astype(np.float64)
-    return np.abs((y - ref.hi) - ref.lo), np.abs(ref.to_float64())
+    xp = _xp(ref.hi)
+    y = xp.asarray(y).astype(xp.float64)
+    return xp.abs((y - ref.hi) - ref.lo), xp.abs(ref.to_float64())
 
 
 def absolute_errors(y, ref) -> np.ndarray:
@@ -207,6 +227,16 @@ def max_relative_error(y, ref) -> float:
     """Largest |y - ref| / |ref| over entries with ref != 0."""
     r = relative_errors(y, ref)
     return float(r.max()) if r.size else 0.0
+
+
+def error_metrics(y, ref) -> dict:
+    """The three metrics at once (one pass over the data)."""
+    err, mag = _abs_err(y, ref)
+    nz = mag > 0
+    rel = err[nz] / mag[nz]
+    return {"mean_rel": float(rel.mean()) if rel.size else 0.0,
+            "max_rel": float(rel.max()) if rel.size else 0.0,
+            "mean_abs": float(err.mean())}
 
 
 def mean_absolute_error(y, ref) -> float:

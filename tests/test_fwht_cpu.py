@@ -399,3 +399,21 @@ def test_pass_local_stabilizers(kind, rng):
     assert R.mean_relative_error(local, ref) < base and R.mean_relative_error(glob, ref) < base
     # one pass (the CPU plan): identical to the global variant
     assert (F.fwht(x, stabilizer=f"{kind}-pass") == F.fwht(x, stabilizer=kind)).all()
+
+
+def test_accuracy_study_reproduces_the_thesis_direction(tmp_path):
+    from fwht_gpu import accuracy as A
+    recs = A.study(range(9, 12), dtypes=("fp32", "bf16"),
+                   variants=("folklore", "kahan", "neumaier", "alman", "neumaier-pass", "compute"))
+    assert {r["experiment"] for r in recs} == set(A.EXPERIMENTS)
+    assert {r["distribution"] for r in recs} == set(A.DISTRIBUTIONS)
+    tab = A.reduction_table(recs)
+    for d in ("fp32", "bf16"):
+        for L in (10, 11):
+            red = tab[d][L]
+            assert 0.1 < red["kahan"] < red["neumaier"] and red["neumaier"] > 0.6
+            assert red["alman"] < 0 and red["compute"] > 0.6
+    out = A.write(recs, str(tmp_path))
+    assert "median" in open(out["markdown"]).read() and len(out["plots"]) == 2
+    x = A.draw("PAGH_PMONE", 64, np.random.default_rng(0))
+    assert np.count_nonzero(x) <= 8 and set(np.abs(x[x != 0])) <= {1.0, 2.0}
