@@ -245,8 +245,14 @@ def plot(records, out_dir: str, prefix: str = "accuracy") -> list[str]:
                     ax.set_ylabel(dist, fontsize=8)
                 if i == len(dists) - 1:
                     ax.set_xlabel("log2(n)", fontsize=8)
-        axes[0][0].legend(fontsize=6)
-        fig.suptitle(f"Mean relative error, {d} (dashed: unit roundoff)")
+        handles = {}
+        for ax in axes.ravel():
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                handles.setdefault(lab, h)
+        fig.legend(list(handles.values()), list(handles.keys()), loc="upper right", fontsize=7,
+                   ncol=len(handles))
+        fig.suptitle(f"Mean relative error, {d} (dashed: unit roundoff; missing points: exact "
+                     "or out of range)", y=1.0)
         path = os.path.join(out_dir, f"{prefix}-{d}.png")
         fig.savefig(path, dpi=90, bbox_inches="tight")
         plt.close(fig)

@@ -44,7 +44,7 @@ def _copy_bandwidth(be, nbytes=1 << 30):
 
 def _exact_topk(be, A, B, k, dtype):
     xp = be.xp
-    Ad, Bd = A.astype(dtype), B.astype(dtype)
+    Ad, Bd = A.astype(dtype, copy=False), B.astype(dtype, copy=False)
     C = Ad @ Bd
     flat = xp.abs(C.ravel())
     sel = xp.argpartition(-flat, k - 1)[:k]
