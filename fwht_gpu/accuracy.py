@@ -249,7 +249,8 @@ def plot(records, out_dir: str, prefix: str = "accuracy") -> list[str]:
         for ax in axes.ravel():
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(lab, h)
-        fig.legend(list(handles.values()), list(handles.keys()), loc="upper right", fontsize=7,
+        fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", fontsize=7,
+                   bbox_to_anchor=(0.5, 0.97),
                    ncol=len(handles))
         fig.suptitle(f"Mean relative error, {d} (dashed: unit roundoff; missing points: exact "
                      "or out of range)", y=1.0)
