@@ -200,12 +200,21 @@ def bench(sizes, dtypes, planted, reps, device, out_json) -> None:
     click.echo(f"wrote {out_json}")
 
 
+def files_to_output(what: str):
+    """Arguments A B and options -o/--output (described by ``what``) and --force."""
+    def deco(fn):
+        for o in reversed([click.argument("a_path", metavar="A", type=_existing),
+                           click.argument("b_path", metavar="B", type=_existing),
+                           click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+                                        help=what),
+                           click.option("--force", is_flag=True, help="Overwrite an existing output.")]):
+            fn = o(fn)
+        return fn
+    return deco
+
+
 @main.command()
-@click.argument("a_path", metavar="A", type=_existing)
-@click.argument("b_path", metavar="B", type=_existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the dense estimate of A @ B (.npy, .npz, .mtx, .csv, .tsv, .txt).")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@files_to_output("Where to write the dense estimate of A @ B (.npy, .npz, .mtx, .csv, .tsv, .txt).")
 @sketch_options
 @guarded
 def multiply(a_path, b_path, output, force, **o) -> None:
@@ -222,11 +231,7 @@ def multiply(a_path, b_path, output, force, **o) -> None:
 
 
 @main.command("compress")
-@click.argument("a_path", metavar="A", type=_existing)
-@click.argument("b_path", metavar="B", type=_existing)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Sketch file to write (.npz).")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@files_to_output("Sketch file to write (.npz).")
 @sketch_options
 @guarded
 def compress_cmd(a_path, b_path, output, force, **o) -> None:

@@ -75,6 +75,12 @@ def status() -> str:
 
 # --- kernel configurations ---------------------------------------------------
 
+def _template(kernel: str, *args) -> str:
+    """C++ name of a template instantiation (bools as true/false)."""
+    render = lambda v: ("true" if v else "false") if isinstance(v, bool) else str(v)  # noqa: E731
+    return f"{kernel}<{','.join(render(a) for a in args)}>"
+
+
 @dataclass(frozen=True)
 class KernelConfig:
     """Template arguments of one ``fwht_pass`` instantiation."""
@@ -91,9 +97,8 @@ class KernelConfig:
 
     @property
     def name(self) -> str:
-        b = lambda v: "true" if v else "false"  # noqa: E731
-        return (f"fwht_pass<{self.ctype},{self.log_r},{self.log_g},{self.log_e},{self.log_t},"
-                f"{b(self.strided)},{self.vec},{b(self.paired)}>")
+        return _template("fwht_pass", self.ctype, self.log_r, self.log_g, self.log_e, self.log_t,
+                         self.strided, self.vec, self.paired)
 
     @property
     def tile(self) -> int:
@@ -164,10 +169,9 @@ class ExtConfig:
 
     @property
     def name(self) -> str:
-        b = lambda v: "true" if v else "false"  # noqa: E731
-        return (f"fwht_ext_pass<{self.ctype},{self.wtype},{self.log_r},{self.log_g},{self.log_e},"
-                f"{self.log_t},{b(self.strided)},{self.vec},{self.alg},{self.stab},{b(self.errvec)},"
-                f"{self.pre},{b(self.ps)}>")
+        return _template("fwht_ext_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
+                         self.log_t, self.strided, self.vec, self.alg, self.stab, self.errvec,
+                         self.pre, self.ps)
 
     @property
     def tile(self) -> int:
