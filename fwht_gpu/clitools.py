@@ -29,8 +29,7 @@ def guarded(fn):
         except DATA_ERRORS as exc:
             if debug:
                 raise
-            from pagh_mm.io import FormatError
-            if isinstance(exc, FormatError):
+            if getattr(exc, "usage_error", False):      # e.g. an unknown file format
                 raise click.UsageError(str(exc)) from None
             click.echo(f"Error: {str(exc).splitlines()[0]}", err=True)
             sys.exit(1)

@@ -19,7 +19,9 @@ _DELIM = {"csv": ",", "tsv": "\t", "txt": None}
 
 
 class FormatError(ValueError):
-    """Unknown or unsupported file format (a usage error)."""
+    """Unknown or unsupported file format (a usage error: exit code 2 in the CLIs)."""
+
+    usage_error = True
 
 
 class MatrixFileError(ValueError):

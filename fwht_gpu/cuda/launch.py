@@ -276,9 +276,7 @@ def precompile(configs) -> None:
     todo = sorted({c for c in configs if c.name not in _PRECOMPILED}, key=lambda c: c.name)
     if not todo:
         return
-    with open(SOURCE) as f:
-        code = f.read()
-    mod = cupy().RawModule(code=code, options=NVRTC_OPTIONS, name_expressions=[c.name for c in todo])
+    mod = cupy().RawModule(code=_source(), options=NVRTC_OPTIONS, name_expressions=[c.name for c in todo])
     for c in todo:
         fn = mod.get_function(c.name)
         if c.smem_bytes > 48 * 1024:
@@ -291,12 +289,16 @@ def _kernel(cfg):
     return fn if fn is not None else _compile_one(cfg)
 
 
+@functools.lru_cache(maxsize=1)
+def _source() -> str:
+    with open(SOURCE) as f:
+        return f.read()
+
+
 @functools.lru_cache(maxsize=None)
 def _compile_one(cfg):
     cp = cupy()
-    with open(SOURCE) as f:
-        code = f.read()
-    mod = cp.RawModule(code=code, options=NVRTC_OPTIONS, name_expressions=[cfg.name])
+    mod = cp.RawModule(code=_source(), options=NVRTC_OPTIONS, name_expressions=[cfg.name])
     fn = mod.get_function(cfg.name)
     if cfg.smem_bytes > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = cfg.smem_bytes
