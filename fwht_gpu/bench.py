@@ -159,6 +159,39 @@ def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict
     return rows
 
 
+def bench_axis(cp, dtype="fp32", shapes=((1 << 10, 1 << 16), (1 << 14, 1 << 12), (1 << 20, 1 << 6)),
+               echo=print) -> list[dict]:
+    """fwht along axis 0 of an (n, batch) array (explicit transpose, transform, transpose back)
+    against the same transforms on contiguous rows, wall time with the GPU synchronized."""
+    import time
+    from .transform import fwht
+    dt = _dt.resolve(dtype)
+    rows = []
+    for n, batch in shapes:
+        xc = _buffers(cp, (batch, n), dt, 1)[0]
+        xt = cp.ascontiguousarray(xc.T)                 # (n, batch): transform axis 0
+        def wall(fn):
+            fn()
+            cp.cuda.Device().synchronize()
+            ts = []
+            for _ in range(10):
+                t0 = time.perf_counter()
+                fn()
+                cp.cuda.Device().synchronize()
+                ts.append((time.perf_counter() - t0) * 1e3)
+            return statistics.median(ts)
+        t_rows = wall(lambda: fwht(xc))
+        t_axis0 = wall(lambda: fwht(xt, axis=0))
+        t_copy = wall(lambda: cp.copyto(xc, xc))
+        row = {"kind": "axis", "dtype": dtype, "n": n, "batch": batch, "rows_ms": t_rows,
+               "axis0_ms": t_axis0, "ratio": t_axis0 / t_rows, "copy_ms": t_copy}
+        rows.append(row)
+        echo(f"axis    {dtype:5} n=2^{n.bit_length() - 1} x {batch}: axis 0 {t_axis0:.3f} ms, rows "
+             f"{t_rows:.3f} ms ({t_axis0 / t_rows:.2f}x; the two transposes cost ~4 copies)")
+        del xc, xt
+    return rows
+
+
 VARIANTS = [("folklore", None, None), ("alman", None, None), ("folklore", "kahan", None),
             ("folklore", "neumaier", None), ("folklore", "kahan-pass", None),
             ("folklore", "neumaier-pass", None), ("folklore", None, "wide")]
@@ -235,6 +268,7 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
                  f"{r['ratio_passes_copy']:8.2f} {rf}")
     if variants:
         rows += bench_variants(cp, dtypes=dtypes, sizes=variants, echo=echo)
+    rows += bench_axis(cp, echo=echo)
     if host:
         for r in bench_host(cp):
             rows.append(r)
