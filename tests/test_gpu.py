@@ -56,6 +56,7 @@ def test_single_transforms_bit_exact(dtype, rng):
 @pytest.mark.parametrize("shape,axis", [
     ((1 << 12, 1 << 8), -1), ((3, 1 << 20), -1), ((5, 7, 1 << 9), -1), ((1 << 10, 2), -1),
     ((1 << 9, 3), 0), ((4, 1 << 10, 3), 1), ((2, 1 << 17), -1), ((1 << 14, 1 << 4), 0),
+    ((1 << 10, 1 << 9), 0), ((3, 1 << 12, 2), 1), ((1 << 20, 8), 0), ((2, 1 << 18, 64), 1),
 ])
 def test_batched_and_axes_bit_exact(dtype, shape, axis, rng):
     cp = _cp()

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as _dt
-from ..plan import (STRIDED_TILE_BYTES, SINGLE_PASS_BYTES, TILE_BYTES, Plan, check_length,
-                    make_plan)
+from ..plan import (STRIDED_TILE_BYTES, SINGLE_PASS_BYTES, TILE_BYTES, Pass, Plan, Stage,
+                    check_length, make_plan, pass_bits)
 
 SOURCE = os.path.join(os.path.dirname(__file__), "fwht.cu")
 CTYPES = {
@@ -367,6 +367,20 @@ def _check_memory(nbytes: int, what: str) -> None:
                           "smaller batches, or on the host")
 
 
+def strided_axis_plan(plan: Plan, shift: int) -> Plan:
+    """A plain Folklore plan whose stages act on index bits shift .. shift + log2(n) - 1 of a
+    row of n * 2**shift elements: the transform along a non-last axis of a C-contiguous array
+    whose trailing dimensions hold 2**shift elements, computed in place without a transpose.
+    Every pass is strided; the stage order is unchanged, so the bits equal ``plan``'s."""
+    cap = pass_bits(plan.dtype, True)
+    passes, b = [], 0
+    while b < plan.log2n:
+        k = min(cap, plan.log2n - b)
+        passes.append(Pass(shift + b, k, tuple(Stage("radix2", shift + b + j) for j in range(k))))
+        b += k
+    return Plan(plan.n << shift, plan.dtype, "folklore", None, "cuda", tuple(passes), plan.dtype)
+
+
 def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse: bool,
               compute_dtype=None):
     """fwht/ifwht of a CuPy array on its device (arguments already checked).
@@ -386,6 +400,14 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
     if x.size == 0:
         return out if out is not None else cp.empty_like(x)
     usable = lambda a: a.flags.c_contiguous and _aligned(a)  # noqa: E731
+    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
+    if (axis != x.ndim - 1 and is_plain(plan) and usable(x) and inner & (inner - 1) == 0
+            and (out is None or usable(out))):
+        # a non-last axis with 2**s trailing elements: strided passes, no transpose
+        sp = strided_axis_plan(plan, inner.bit_length() - 1)
+        dst = out if out is not None else cp.empty(x.shape, dtype=x.dtype)
+        execute(sp, x.reshape(-1, sp.n), dst.reshape(-1, sp.n), factor)
+        return dst
     xm = cp.moveaxis(x, axis, -1)
     om = None if out is None else cp.moveaxis(out, axis, -1)
     need = 0 if (om is not None and usable(om)) else x.nbytes
