@@ -150,6 +150,11 @@ def _h8(ar: _Arith, x, bit):
     return out.reshape(x.shape)
 
 
+#: Bytes of rows the engine transforms together (fits the L2 cache of typical CPUs;
+#: measured 1.7-2.8x faster than whole arrays for 2048 x 2^14).
+CHUNK_BYTES = 1 << 19
+
+
 def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.ndarray:
     """Run ``plan`` on a (batch, n) array of the plan's dtype; returns a new array (unscaled).
 
@@ -161,7 +166,15 @@ def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.n
         raise ValueError(f"execute expects a (batch, {plan.n}) {plan.dtype} array, "
                          f"got {x.shape} {x.dtype}")
     with np.errstate(over="ignore", invalid="ignore"):   # overflow is detected by the caller
-        return _execute(plan, x, counter)
+        # rows are independent: run every stage on cache-sized blocks of rows (same
+        # operations in the same order per row, so the same bits)
+        rows = max(1, CHUNK_BYTES // max(1, plan.n * _dt.work_dtype(plan.compute_dtype).itemsize))
+        if counter is not None or x.shape[0] <= rows:
+            return _execute(plan, x, counter)
+        out = np.empty_like(x)
+        for r0 in range(0, x.shape[0], rows):
+            out[r0:r0 + rows] = _execute(plan, x[r0:r0 + rows], None)
+        return out
 
 
 def _execute(plan: Plan, x: np.ndarray, counter: OpCounter | None) -> np.ndarray:
