@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as _dt
-from ..plan import (STRIDED_TILE_BYTES, SINGLE_PASS_BYTES, TILE_BYTES, Pass, Plan, Stage,
-                    check_length, make_plan, pass_bits)
+from ..plan import STRIDED_TILE_BYTES, Pass, Plan, Stage, check_length, make_plan, pass_bits
 
 SOURCE = os.path.join(os.path.dirname(__file__), "fwht.cu")
 CTYPES = {
@@ -116,33 +115,45 @@ def _lowbit_log2(v: int) -> int:
     return (v & -v).bit_length() - 1
 
 
-def kernel_config(dtype, log_r: int, first_bit: int, total: int, single: bool) -> KernelConfig:
-    """Choose the tile, threads and vector width of a pass over ``total`` elements."""
-    dt = np.dtype(dtype)
-    item = dt.itemsize
+def _tile_groups(item: int, foot: int, log_r: int, first_bit: int, total: int) -> tuple[int, int]:
+    """(log2 G, vector width) of a pass tile of 2**log_r rows: ``item`` bytes per stored
+    element, ``foot`` bytes per element in shared memory."""
     strided = first_bit > 0
-    tile_bytes = STRIDED_TILE_BYTES if strided else (SINGLE_PASS_BYTES if single else TILE_BYTES)
-    tile_log = (tile_bytes // item).bit_length() - 1
     if strided:
-        # G consecutive columns: as many as fit, at most the stride
+        # G consecutive columns: as many as fit a strided tile, at most the stride
+        tile_log = (STRIDED_TILE_BYTES // foot).bit_length() - 1
         log_g = max(0, min(first_bit, tile_log - log_r))
     else:
         # group short transforms so a tile holds at least MIN_TILE_BYTES, within what divides total
-        want = max(0, (MIN_TILE_BYTES // item).bit_length() - 1 - log_r)
+        want = max(0, (MIN_TILE_BYTES // foot).bit_length() - 1 - log_r)
         log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
-    tl = log_r + log_g
-    vec = min(16 // item, 1 << tl)
+    vec = min(16 // item, 1 << (log_r + log_g))
     if strided:
         vec = min(vec, 1 << log_g)
+    return log_g, vec
+
+
+def _log_threads(smem_tile_bytes: int, log_units: int, log_e: int, units_per_vec: int) -> int:
+    """log2 threads per block: 2**LOG_SM_THREADS per SM shared by the blocks that fit
+    (at most 4), no more than one round's items or the tile's vectors."""
+    blocks = max(1, min(4, SM_SHARED_BYTES // (smem_tile_bytes + 1)))
+    return max(0, min(LOG_SM_THREADS - (blocks.bit_length() - 1), log_units - log_e,
+                      log_units - (units_per_vec.bit_length() - 1)))
+
+
+def kernel_config(dtype, log_r: int, first_bit: int, total: int) -> KernelConfig:
+    """Choose the tile, threads and vector width of a Folklore pass over ``total`` elements."""
+    dt = np.dtype(dtype)
+    item = dt.itemsize
+    strided = first_bit > 0
+    log_g, vec = _tile_groups(item, item, log_r, first_bit, total)
+    tl = log_r + log_g
     # 16-bit data moves and computes in pairs along the tile's unit-stride direction
     paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
     lr = log_r - (1 if paired and not strided else 0)
-    utl = tl - (1 if paired else 0)
     uvec = vec // (2 if paired else 1)
     log_e = min(LOG_E, lr)
-    blocks = max(1, min(4, SM_SHARED_BYTES // ((1 << tl) * item + 1)))
-    log_block_threads = LOG_SM_THREADS - (blocks.bit_length() - 1)
-    log_t = max(0, min(log_block_threads, utl - log_e, utl - (uvec.bit_length() - 1)))
+    log_t = _log_threads((1 << tl) * item, tl - (1 if paired else 0), log_e, uvec)
     return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, paired)
 
 
@@ -189,7 +200,7 @@ def is_plain(plan: Plan) -> bool:
     return plan.algorithm == "folklore" and plan.stabilizer is None and plan.compute_dtype == plan.dtype
 
 
-def ext_config(plan: Plan, p, total: int, single: bool, multi: bool) -> ExtConfig:
+def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
     """Tile, threads and template flags of an extended-variant pass."""
     from ..plan import smem_bytes_per_element
     dt, cdt = plan.dtype, plan.compute_dtype
@@ -197,37 +208,24 @@ def ext_config(plan: Plan, p, total: int, single: bool, multi: bool) -> ExtConfi
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, plan.stabilizer)
     strided = p.first_bit > 0
     log_r = p.nbits
-    if strided:
-        tile_bytes = STRIDED_TILE_BYTES * item // foot * foot
-        tile_log = (STRIDED_TILE_BYTES * item // foot // item).bit_length() - 1
-        log_g = max(0, min(p.first_bit, tile_log - log_r))
-    else:
-        tile_bytes = SINGLE_PASS_BYTES if single else TILE_BYTES
-        want = max(0, (MIN_TILE_BYTES // foot).bit_length() - 1 - log_r)
-        log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
+    log_g, vec = _tile_groups(item, foot, log_r, p.first_bit, total)
     tl = log_r + log_g
-    vec = min(16 // item, 1 << tl)
-    if strided:
-        vec = min(vec, 1 << log_g)
     alg = 1 if plan.algorithm == "alman" else 0
     log_e = min(3 if alg else LOG_E, log_r)
     pre = sum(1 for s in p.stages if s.kind == "radix2") if alg else 0
     ps = any(s.kind == "prescale" for s in p.stages)
     stab = {None: 0, "kahan": 1, "neumaier": 2}[plan.stabilizer_kind]
     errvec = bool(stab) and not plan.fold_each_pass and multi
-    blocks = max(1, min(4, SM_SHARED_BYTES // ((1 << tl) * foot + 1)))
-    log_t = max(0, min(LOG_SM_THREADS - (blocks.bit_length() - 1), tl - log_e,
-                       tl - (vec.bit_length() - 1)))
+    log_t = _log_threads((1 << tl) * foot, tl, log_e, vec)
     return ExtConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided, vec,
                      alg, stab, errvec, pre, ps)
 
 
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
-    single = len(plan.passes) == 1 and plan.passes[0].nbits == plan.log2n
     if not is_plain(plan):
         multi = len(plan.passes) > 1
-        return [ext_config(plan, p, total, single, multi) for p in plan.passes]
-    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, single) for p in plan.passes]
+        return [ext_config(plan, p, total, multi) for p in plan.passes]
+    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total) for p in plan.passes]
 
 
 VARIANTS = [("folklore", None, None), ("folklore", "kahan", None), ("folklore", "neumaier", None),
