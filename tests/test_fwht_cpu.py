@@ -386,18 +386,24 @@ def test_compute_dtype_semantics(rng):
 
 
 @pytest.mark.parametrize("kind", ["kahan", "neumaier"])
-def test_pass_local_stabilizers(kind, rng):
-    x = rng.standard_normal((1, 1 << 18)).astype(np.float32)
-    ref = R.dd_fwht(x)
+def test_pass_local_stabilizers(kind):
+    n = 1 << 18
     g = dict(device="cuda")
-    base = R.mean_relative_error(F.run_plan(F.make_plan(1 << 18, np.float32, **g), x), ref)
-    glob = F.run_plan(F.make_plan(1 << 18, np.float32, stabilizer=kind, **g), x)
-    local_plan = F.make_plan(1 << 18, np.float32, stabilizer=f"{kind}-pass", **g)
+    local_plan = F.make_plan(n, np.float32, stabilizer=f"{kind}-pass", **g)
     assert len(local_plan.passes) >= 2 and local_plan.fold_each_pass
-    local = F.run_plan(local_plan, x)
-    assert not (local == glob).all()                      # folding per pass changes the bits
-    assert R.mean_relative_error(local, ref) < base and R.mean_relative_error(glob, ref) < base
+    base, glob, local = [], [], []
+    for seed in range(5):            # single vectors vary; the median over seeds is the claim
+        x = np.random.default_rng(seed).standard_normal((1, n)).astype(np.float32)
+        ref = R.dd_fwht(x)
+        g_out = F.run_plan(F.make_plan(n, np.float32, stabilizer=kind, **g), x)
+        l_out = F.run_plan(local_plan, x)
+        assert not (l_out == g_out).all()                 # folding per pass changes the bits
+        base.append(R.mean_relative_error(F.run_plan(F.make_plan(n, np.float32, **g), x), ref))
+        glob.append(R.mean_relative_error(g_out, ref))
+        local.append(R.mean_relative_error(l_out, ref))
+    assert np.median(local) < np.median(base) and np.median(glob) < np.median(base)
     # one pass (the CPU plan): identical to the global variant
+    x = np.random.default_rng(9).standard_normal((1, 1 << 12)).astype(np.float32)
     assert (F.fwht(x, stabilizer=f"{kind}-pass") == F.fwht(x, stabilizer=kind)).all()
 
 
