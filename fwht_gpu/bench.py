@@ -208,8 +208,10 @@ def wide_dtype(dtype):
     return {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(np.dtype(dtype).itemsize)
 
 
-def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print) -> list[dict]:
-    """Kernel time of every variant next to Folklore's, same inputs, same run."""
+def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print,
+                   only=None) -> list[dict]:
+    """Kernel time of every variant (or those named in ``only``) next to Folklore's, same
+    inputs, same run."""
     rows = []
     free = cp.cuda.runtime.memGetInfo()[0]
     echo(f"{'dtype':5} {'n':>5} {'variant':16} {'passes':>6} {'time ms':>10} {'x folklore':>10}")
@@ -227,11 +229,14 @@ def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=pri
                 cdt = wide_dtype(dt) if wide else None
                 if wide and cdt is None:
                     continue
+                vname = variant_name(alg, stab, wide, dt)
+                if only and base is not None and vname not in only:
+                    continue
                 plan = make_plan(n, dt, alg, stab, "cuda", cdt)
                 t, _ = _timer(cp, lambda i: launch.execute(plan, srcs[i % count], dst, check=False))
                 base = t if base is None else base
-                row = {"kind": "variant", "dtype": name, "log2n": L, "variant":
-                       variant_name(alg, stab, wide, dt), "passes": len(plan.passes), "time_ms": t,
+                row = {"kind": "variant", "dtype": name, "log2n": L, "variant": vname,
+                       "passes": len(plan.passes), "time_ms": t,
                        "ratio_folklore": t / base}
                 rows.append(row)
                 echo(f"{name:5} {'2^%d' % L:>5} {row['variant']:16} {row['passes']:>6} {t:10.4f} "

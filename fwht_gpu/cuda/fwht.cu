@@ -112,10 +112,45 @@ template <> struct Num<__nv_bfloat162> {
     }
 };
 
-// The unit a thread moves and transforms: T, or a pair of T (PAIRED, 16-bit types).
+// Pairs of FP32 values (FP16/BF16 pairs computed in FP32).
+template <> struct Num<float2> {
+    typedef float2 W;
+    static __device__ __forceinline__ W ld(float2 v) { return v; }
+    static __device__ __forceinline__ float2 st(W v) { return v; }
+    static __device__ __forceinline__ W add(W a, W b) { return make_float2(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y)); }
+    static __device__ __forceinline__ W sub(W a, W b) { return make_float2(__fsub_rn(a.x, b.x), __fsub_rn(a.y, b.y)); }
+    static __device__ __forceinline__ W intra(W p) { return make_float2(__fadd_rn(p.x, p.y), __fsub_rn(p.x, p.y)); }
+};
+
+// The unit a thread moves (S, storage) and transforms (U, compute): T, or a pair of T
+// (PAIRED, 16-bit types); with a wider compute type C the units hold C values.
 template <typename T, bool PAIRED> struct Unit { typedef T type; };
 template <> struct Unit<__half, true> { typedef __half2 type; };
 template <> struct Unit<__nv_bfloat16, true> { typedef __nv_bfloat162 type; };
+template <typename C, bool PAIRED> struct WideUnit { typedef C type; };
+template <> struct WideUnit<float, true> { typedef float2 type; };
+template <typename T, typename C, bool PAIRED> struct Units {
+    typedef typename Unit<T, PAIRED>::type S;
+    typedef typename WideUnit<C, PAIRED>::type U;
+};
+template <typename T, bool PAIRED> struct Units<T, T, PAIRED> {
+    typedef typename Unit<T, PAIRED>::type S;
+    typedef S U;
+};
+
+// Storage <-> compute conversions (round to nearest even on the way down).
+template <typename S> __device__ __forceinline__ S cvt(S v, S*) { return v; }
+__device__ __forceinline__ float cvt(__half v, float*) { return __half2float(v); }
+__device__ __forceinline__ __half cvt(float v, __half*) { return __float2half_rn(v); }
+__device__ __forceinline__ float cvt(__nv_bfloat16 v, float*) { return __bfloat162float(v); }
+__device__ __forceinline__ __nv_bfloat16 cvt(float v, __nv_bfloat16*) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float2 cvt(__half2 v, float2*) { return __half22float2(v); }
+__device__ __forceinline__ __half2 cvt(float2 v, __half2*) { return __float22half2_rn(v); }
+__device__ __forceinline__ float2 cvt(__nv_bfloat162 v, float2*) { return __bfloat1622float2(v); }
+__device__ __forceinline__ __nv_bfloat162 cvt(float2 v, __nv_bfloat162*) { return __float22bfloat162_rn(v); }
+__device__ __forceinline__ double cvt(float v, double*) { return (double)v; }
+__device__ __forceinline__ float cvt(double v, float*) { return __double2float_rn(v); }
+template <typename D, typename S> __device__ __forceinline__ D to(S v) { return cvt(v, (D*)nullptr); }
 
 template <typename U, int N>
 struct alignas(N * sizeof(U)) Vec { U v[N]; };
@@ -127,156 +162,189 @@ __device__ __forceinline__ int pad(int i) {
 }
 
 // Occupancy: ask for 1024 resident threads per SM (a 64-register cap), enough
-// loads in flight to cover memory latency in this memory-bound kernel.
+// loads in flight to cover memory latency in this memory-bound kernel; 512 (a
+// 128-register cap) when values are held in a wider compute type.
 #define MIN_BLOCKS(LOG_T) ((LOG_T) >= 10 ? 1 : (1024 >> (LOG_T)))
+#define MIN_BLOCKS_W(LOG_T, WIDE) ((WIDE) ? ((LOG_T) >= 9 ? 1 : (512 >> (LOG_T))) : MIN_BLOCKS(LOG_T))
 
 // One pass.  Template arguments (chosen by launch.py): tile of 2^LOG_R rows x
-// 2^LOG_G groups of T; 2^LOG_E units per thread per round; 2^LOG_T threads;
-// VEC elements of T per global access; PAIRED: 16-bit data moved and
-// transformed as pairs along the unit-stride direction of the tile (columns in
-// a strided pass; rows r, r+1 in a contiguous pass, whose stage 0 is then the
-// butterfly inside each pair).
+// 2^LOG_G groups of T; C the compute type (T, or FP32 for FP16/BF16 data, FP64 for
+// FP32 data); 2^LOG_E units per thread per round; 2^LOG_T threads; VEC elements of T
+// per vector access; PAIRED: 16-bit data moved and transformed as pairs along the
+// unit-stride direction of the tile (columns in a strided pass; rows r, r+1 in a
+// contiguous pass, whose stage 0 is then the butterfly inside each pair).
+//
+// The row bits of a pass are split into rounds, each transformed in registers:
+//  * round 0 is fused with the load: in a contiguous pass the bits inside one
+//    VEC-element vector (coalesced vector loads), in a strided pass LOG_E bits
+//    (each thread loads 2^LOG_E rows of one column; a warp reads whole segments);
+//  * middle rounds of LOG_E bits go through shared memory;
+//  * the last round reads shared memory and writes global memory directly
+//    (consecutive threads hold consecutive units, so a warp's stores coalesce).
+// A pass of a single round never touches shared memory.  Values are converted
+// to C on load and rounded back to T on store; every operation is rounded to C.
 // src may equal dst (in-place passes): a tile is read completely before it is written.
 // Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
-template <typename T, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC, bool PAIRED>
-__global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS(LOG_T))
+template <typename T, typename C, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC,
+          bool PAIRED>
+__global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T)))
 fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
           int check_input, int last, double scale, unsigned int* flags)
 {
-    typedef typename Unit<T, PAIRED>::type U;
+    typedef typename Units<T, C, PAIRED>::S S;   // storage unit
+    typedef typename Units<T, C, PAIRED>::U U;   // compute unit (shared memory, registers)
     typedef Num<U> N;
-    typedef typename N::W W;
     constexpr int P = PAIRED ? 2 : 1;                           // elements per unit
     constexpr bool INTRA = PAIRED && !STRIDED;                  // stage 0 inside the pairs
     constexpr int LR = LOG_R - (INTRA ? 1 : 0);                 // unit rows (log2)
     constexpr int LG = LOG_G - ((PAIRED && STRIDED) ? 1 : 0);   // unit groups (log2)
-    constexpr int R = 1 << LOG_R, UR = 1 << LR, UG = 1 << LG, UTILE = UR * UG;
+    constexpr int UR = 1 << LR, UG = 1 << LG, UTILE = UR * UG;
     constexpr int THREADS = 1 << LOG_T, UVEC = VEC / P;
+    constexpr int LOG_UVEC = UVEC >= 8 ? 3 : UVEC >= 4 ? 2 : UVEC >= 2 ? 1 : 0;
     constexpr int NVEC = UTILE / UVEC, VPT = NVEC / THREADS;    // vectors per thread
     constexpr int RS = STRIDED ? UG : 1, GS = STRIDED ? 1 : UR; // shared layout strides (units)
-    constexpr int GV = STRIDED ? UG / UVEC : 1;                 // vectors per strided row
     constexpr int CH = VPT < 4 ? VPT : 4;                       // vectors in flight per thread
-    static_assert(VPT >= 1 && UVEC >= 1, "tile too small for the thread count");
+    constexpr int K0 = STRIDED ? (LR < LOG_E ? LR : LOG_E) : (LR < LOG_UVEC ? LR : LOG_UVEC);
+    constexpr bool SINGLE = K0 == LR;                           // one round: no shared memory
+    constexpr int E = 1 << LOG_E;
+    static_assert(VPT >= 1 && UVEC >= 1 && (UTILE >> K0) >= THREADS, "tile too small for the threads");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
+    const S* usrc = reinterpret_cast<const S*>(src);
+    S* udst = reinterpret_cast<S*>(dst);
     const int tid = threadIdx.x;
-    const i64 inner = (i64)1 << log_inner;
-    const i64 tiles_per_outer = STRIDED ? (inner >> LOG_G) : 1;
+    const i64 uinner = ((i64)1 << log_inner) / P;               // strided: row stride in units
+    const i64 tiles_per_outer = STRIDED ? (((i64)1 << log_inner) >> LOG_G) : 1;
     bool bad_in = false, bad_out = false;
 
-    for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        i64 base;   // in elements of T
-        if (STRIDED) {
-            const i64 o = t / tiles_per_outer, cb = t - o * tiles_per_outer;
-            base = o * ((i64)R << log_inner) + (cb << LOG_G);
-        } else {
-            base = t * (i64)(R << LOG_G);
-        }
-        // global offset (elements) of this thread's i-th vector; shared index (units) of its k-th unit
-        auto goff = [&](int i) -> i64 {
-            const int v = i * THREADS + tid;
-            if (STRIDED) {
-                const int r = v / GV;
-                return base + (i64)r * inner + (v - r * GV) * VEC;
-            }
-            return base + (i64)v * VEC;
-        };
-        auto soff = [&](int i, int k) -> int {
-            const int v = i * THREADS + tid;
-            if (STRIDED) {
-                const int r = v / GV;
-                return r * RS + ((v - r * GV) * UVEC + k) * GS;
-            }
-            return v * UVEC + k;   // = g * UR + r
-        };
-        // ---- load: global -> registers (CH vectors in flight) -> shared
-        __syncthreads();   // the previous tile's store has finished reading shared memory
-#pragma unroll 1
-        for (int c0 = 0; c0 < VPT; c0 += CH) {
-            Vec<U, UVEC> buf[CH];
+    // the butterflies of bits [0, k) of the register index, unit stride 1 << 0
+    auto stages = [](U* v, int k) {
 #pragma unroll
-            for (int i = 0; i < CH; ++i)
-                buf[i] = *reinterpret_cast<const Vec<U, UVEC>*>(src + goff(c0 + i));
+        for (int m = 0; m < LOG_E; ++m) {
+            if (m < k) {
 #pragma unroll
-            for (int i = 0; i < CH; ++i) {
-#pragma unroll
-                for (int k = 0; k < UVEC; ++k) {
-                    if (check_input && !N::finite(buf[i].v[k])) bad_in = true;
-                    sm[pad<U>(soff(c0 + i, k))] = buf[i].v[k];
+                for (int j = 0; j < E; ++j) {
+                    if (j < (1 << k) && !(j & (1 << m))) {
+                        const U a = v[j], c = v[j | (1 << m)];
+                        v[j] = N::add(a, c);
+                        v[j | (1 << m)] = N::sub(a, c);
+                    }
                 }
             }
         }
-        __syncthreads();
-        if constexpr (INTRA && LR == 0) {
-            // a 2-point transform: only the butterfly inside each pair
-            for (int u = tid; u < UTILE; u += THREADS)
-                sm[pad<U>(u)] = N::st(N::intra(N::ld(sm[pad<U>(u)])));
-            __syncthreads();
+    };
+    auto finish = [&](U w) -> S {   // round to storage; last pass: scale, check
+        S val = to<S>(w);
+        if (last) {
+            if (scale != 1.0) val = Num<S>::scale(val, scale);
+            if (!Num<S>::finite(val)) bad_out = true;
         }
-        // ---- rounds of up to LOG_E stages (over unit rows) in registers
+        return val;
+    };
+    auto start = [&](S s) -> U {    // widen; first pass: check
+        if (check_input && !Num<S>::finite(s)) bad_in = true;
+        return to<U>(s);
+    };
+
+    for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        i64 ub;   // first unit of the tile
+        if (STRIDED) {
+            const i64 o = t / tiles_per_outer, cb = t - o * tiles_per_outer;
+            ub = (o * ((i64)1 << (LOG_R + log_inner)) + (cb << LOG_G)) / P;
+        } else {
+            ub = t * (i64)UTILE;
+        }
+        // global unit index of tile position (g, r)
+        auto gidx = [&](int g, int r) -> i64 { return STRIDED ? ub + r * uinner + g : ub + g * UR + r; };
+        auto sidx = [&](int g, int r) -> int { return pad<U>(r * RS + g * GS); };
+        if (!SINGLE) __syncthreads();   // the previous tile's last round has read shared memory
+
+        // ---- round 0, fused with the load
+        if constexpr (!STRIDED) {
+#pragma unroll 1
+            for (int c0 = 0; c0 < VPT; c0 += CH) {
+                Vec<S, UVEC> buf[CH];
 #pragma unroll
-        for (int b = 0; b < LR; b += LOG_E) {
-            const int k = (LR - b < LOG_E) ? (LR - b) : LOG_E;
-            const int J = 1 << k;
-            const int QN = UR >> k;                      // items per group
-            const int ITEMS = (UTILE >> k) / THREADS;    // items per thread (>= 1)
+                for (int i = 0; i < CH; ++i)
+                    buf[i] = *reinterpret_cast<const Vec<S, UVEC>*>(usrc + ub + (i64)((c0 + i) * THREADS + tid) * UVEC);
+#pragma unroll
+                for (int i = 0; i < CH; ++i) {
+                    U w[E > UVEC ? E : UVEC];
+#pragma unroll
+                    for (int k = 0; k < UVEC; ++k) {
+                        w[k] = start(buf[i].v[k]);
+                        if constexpr (INTRA) w[k] = N::intra(w[k]);
+                    }
+#pragma unroll
+                    for (int blk = 0; blk < UVEC; blk += 1 << K0) stages(w + blk, K0);
+                    const int u0 = ((c0 + i) * THREADS + tid) * UVEC;
+                    if constexpr (SINGLE) {
+#pragma unroll
+                        for (int k = 0; k < UVEC; ++k) buf[i].v[k] = finish(w[k]);
+                        *reinterpret_cast<Vec<S, UVEC>*>(udst + ub + u0) = buf[i];
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < UVEC; ++k) sm[pad<U>(u0 + k)] = w[k];
+                    }
+                }
+            }
+        } else {
+            constexpr int ITEMS = (UTILE >> K0) / THREADS;
 #pragma unroll 1
             for (int it = 0; it < ITEMS; ++it) {
                 const int item = it * THREADS + tid;
-                int g, q;
-                if (STRIDED) { g = item & (UG - 1); q = item >> LG; }
-                else { q = item & (QN - 1); g = item / QN; }
-                const int lowmask = (1 << b) - 1;
-                const int r0 = ((q >> b) << (b + k)) | (q & lowmask);
-                W v[1 << LOG_E];
+                const int g = item & (UG - 1), r0 = (item >> LG) << K0;
+                S raw[E];
 #pragma unroll
-                for (int j = 0; j < (1 << LOG_E); ++j)
-                    if (j < J) v[j] = N::ld(sm[pad<U>((r0 | (j << b)) * RS + g * GS)]);
-                if constexpr (INTRA) {
-                    if (b == 0) {
+                for (int j = 0; j < E; ++j)
+                    if (j < (1 << K0)) raw[j] = usrc[gidx(g, r0 + j)];
+                U w[E];
 #pragma unroll
-                        for (int j = 0; j < (1 << LOG_E); ++j)
-                            if (j < J) v[j] = N::intra(v[j]);
+                for (int j = 0; j < E; ++j)
+                    if (j < (1 << K0)) w[j] = start(raw[j]);
+                stages(w, K0);
+#pragma unroll
+                for (int j = 0; j < E; ++j) {
+                    if (j < (1 << K0)) {
+                        if constexpr (SINGLE) udst[gidx(g, r0 + j)] = finish(w[j]);
+                        else sm[sidx(g, r0 + j)] = w[j];
                     }
                 }
-#pragma unroll
-                for (int m = 0; m < LOG_E; ++m) {
-                    if (m < k) {
-#pragma unroll
-                        for (int j = 0; j < (1 << LOG_E); ++j) {
-                            if (j < J && !(j & (1 << m))) {
-                                const W a = v[j], c = v[j | (1 << m)];
-                                v[j] = N::add(a, c);
-                                v[j | (1 << m)] = N::sub(a, c);
-                            }
-                        }
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < (1 << LOG_E); ++j)
-                    if (j < J) sm[pad<U>((r0 | (j << b)) * RS + g * GS)] = N::st(v[j]);
             }
-            __syncthreads();
         }
-        // ---- store: shared -> registers -> global (last pass: scale, check)
+        if constexpr (!SINGLE) {
+            __syncthreads();
+            // ---- rounds [b, b + k) through shared memory; the last one stores to global memory
+#pragma unroll
+            for (int b = K0; b < LR; b += LOG_E) {
+                const int k = (LR - b < LOG_E) ? (LR - b) : LOG_E;
+                const bool final_round = b + k == LR;
+                const int QN = UR >> k;                      // items per group
+                const int ITEMS = (UTILE >> k) / THREADS;    // items per thread (>= 1)
 #pragma unroll 1
-        for (int c0 = 0; c0 < VPT; c0 += CH) {
-            Vec<U, UVEC> buf[CH];
+                for (int it = 0; it < ITEMS; ++it) {
+                    const int item = it * THREADS + tid;
+                    int g, q;
+                    if (STRIDED) { g = item & (UG - 1); q = item >> LG; }
+                    else { q = item & (QN - 1); g = item / QN; }
+                    const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
+                    U v[E];
 #pragma unroll
-            for (int i = 0; i < CH; ++i) {
+                    for (int j = 0; j < E; ++j)
+                        if (j < (1 << k)) v[j] = sm[sidx(g, r0 | (j << b))];
+                    stages(v, k);
+                    if (final_round) {
 #pragma unroll
-                for (int k = 0; k < UVEC; ++k) {
-                    U val = sm[pad<U>(soff(c0 + i, k))];
-                    if (last) {
-                        if (scale != 1.0) val = N::scale(N::ld(val), scale);
-                        if (!N::finite(val)) bad_out = true;
+                        for (int j = 0; j < E; ++j)
+                            if (j < (1 << k)) udst[gidx(g, r0 | (j << b))] = finish(v[j]);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < E; ++j)
+                            if (j < (1 << k)) sm[sidx(g, r0 | (j << b))] = v[j];
                     }
-                    buf[i].v[k] = val;
                 }
+                if (!final_round) __syncthreads();
             }
-#pragma unroll
-            for (int i = 0; i < CH; ++i)
-                *reinterpret_cast<Vec<U, UVEC>*>(dst + goff(c0 + i)) = buf[i];
         }
     }
     if (bad_in) atomicOr(flags, 1u);

@@ -82,10 +82,13 @@ def _template(kernel: str, *args) -> str:
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Template arguments of one ``fwht_pass`` instantiation."""
+    """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
+    compute type, equal to the storage type unless the plan has a wider compute_dtype)."""
 
     ctype: str
+    wtype: str
     itemsize: int
+    witem: int
     log_r: int
     log_g: int
     log_e: int
@@ -96,8 +99,8 @@ class KernelConfig:
 
     @property
     def name(self) -> str:
-        return _template("fwht_pass", self.ctype, self.log_r, self.log_g, self.log_e, self.log_t,
-                         self.strided, self.vec, self.paired)
+        return _template("fwht_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
+                         self.log_t, self.strided, self.vec, self.paired)
 
     @property
     def tile(self) -> int:
@@ -105,9 +108,10 @@ class KernelConfig:
 
     @property
     def smem_bytes(self) -> int:
-        unit = self.itemsize * (2 if self.paired else 1)
+        per = 2 if self.paired else 1
+        unit = self.witem * per
         shift = {8: 4, 4: 5, 2: 6}[unit]
-        last = self.tile // (unit // self.itemsize) - 1
+        last = self.tile // per - 1
         return (last + (last >> shift) + 1) * unit
 
 
@@ -115,17 +119,18 @@ def _lowbit_log2(v: int) -> int:
     return (v & -v).bit_length() - 1
 
 
-def _tile_groups(item: int, foot: int, log_r: int, first_bit: int, total: int) -> tuple[int, int]:
-    """(log2 G, vector width) of a pass tile of 2**log_r rows: ``item`` bytes per stored
-    element, ``foot`` bytes per element in shared memory."""
+def _tile_groups(item: int, log_r: int, first_bit: int, total: int) -> tuple[int, int]:
+    """(log2 G, vector width) of a pass tile of 2**log_r rows of ``item``-byte elements
+    (sized by the stored bytes: a wider compute type or a stabilizer's errors take more
+    shared memory for the same tile)."""
     strided = first_bit > 0
     if strided:
         # G consecutive columns: as many as fit a strided tile, at most the stride
-        tile_log = (STRIDED_TILE_BYTES // foot).bit_length() - 1
+        tile_log = (STRIDED_TILE_BYTES // item).bit_length() - 1
         log_g = max(0, min(first_bit, tile_log - log_r))
     else:
         # group short transforms so a tile holds at least MIN_TILE_BYTES, within what divides total
-        want = max(0, (MIN_TILE_BYTES // foot).bit_length() - 1 - log_r)
+        want = max(0, (MIN_TILE_BYTES // item).bit_length() - 1 - log_r)
         log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
     vec = min(16 // item, 1 << (log_r + log_g))
     if strided:
@@ -133,28 +138,32 @@ def _tile_groups(item: int, foot: int, log_r: int, first_bit: int, total: int) -
     return log_g, vec
 
 
-def _log_threads(smem_tile_bytes: int, log_units: int, log_e: int, units_per_vec: int) -> int:
-    """log2 threads per block: 2**LOG_SM_THREADS per SM shared by the blocks that fit
-    (at most 4), no more than one round's items or the tile's vectors."""
+def _log_threads(smem_tile_bytes: int, log_units: int, log_e: int, units_per_vec: int,
+                 wide: bool = False) -> int:
+    """log2 threads per block: 2**LOG_SM_THREADS per SM (half that with a wider compute
+    type, whose values take twice the registers) shared by the blocks that fit (at most
+    4), no more than one round's items or the tile's vectors."""
     blocks = max(1, min(4, SM_SHARED_BYTES // (smem_tile_bytes + 1)))
-    return max(0, min(LOG_SM_THREADS - (blocks.bit_length() - 1), log_units - log_e,
+    return max(0, min(LOG_SM_THREADS - int(wide) - (blocks.bit_length() - 1), log_units - log_e,
                       log_units - (units_per_vec.bit_length() - 1)))
 
 
-def kernel_config(dtype, log_r: int, first_bit: int, total: int) -> KernelConfig:
+def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=None) -> KernelConfig:
     """Choose the tile, threads and vector width of a Folklore pass over ``total`` elements."""
     dt = np.dtype(dtype)
-    item = dt.itemsize
+    cdt = dt if compute_dtype is None else np.dtype(compute_dtype)
+    item, witem = dt.itemsize, cdt.itemsize
     strided = first_bit > 0
-    log_g, vec = _tile_groups(item, item, log_r, first_bit, total)
+    log_g, vec = _tile_groups(item, log_r, first_bit, total)
     tl = log_r + log_g
     # 16-bit data moves and computes in pairs along the tile's unit-stride direction
     paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
     lr = log_r - (1 if paired and not strided else 0)
     uvec = vec // (2 if paired else 1)
     log_e = min(LOG_E, lr)
-    log_t = _log_threads((1 << tl) * item, tl - (1 if paired else 0), log_e, uvec)
-    return KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, paired)
+    log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, witem > item)
+    return KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
+                        vec, paired)
 
 
 @dataclass(frozen=True)
@@ -196,8 +205,13 @@ class ExtConfig:
 
 
 def is_plain(plan: Plan) -> bool:
-    """Folklore, no stabilizer, no compute dtype: the tuned ``fwht_pass`` kernel."""
+    """Folklore, no stabilizer, no compute dtype."""
     return plan.algorithm == "folklore" and plan.stabilizer is None and plan.compute_dtype == plan.dtype
+
+
+def is_tuned(plan: Plan) -> bool:
+    """Folklore without a stabilizer (any compute dtype): the tuned ``fwht_pass`` kernel."""
+    return plan.algorithm == "folklore" and plan.stabilizer is None
 
 
 def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
@@ -208,7 +222,7 @@ def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, plan.stabilizer)
     strided = p.first_bit > 0
     log_r = p.nbits
-    log_g, vec = _tile_groups(item, foot, log_r, p.first_bit, total)
+    log_g, vec = _tile_groups(item, log_r, p.first_bit, total)
     tl = log_r + log_g
     alg = 1 if plan.algorithm == "alman" else 0
     log_e = min(3 if alg else LOG_E, log_r)
@@ -222,10 +236,11 @@ def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
 
 
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
-    if not is_plain(plan):
+    if not is_tuned(plan):
         multi = len(plan.passes) > 1
         return [ext_config(plan, p, total, multi) for p in plan.passes]
-    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total) for p in plan.passes]
+    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, plan.compute_dtype)
+            for p in plan.passes]
 
 
 VARIANTS = [("folklore", None, None), ("folklore", "kahan", None), ("folklore", "neumaier", None),

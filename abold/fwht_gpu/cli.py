@@ -1,0 +1,195 @@
+"""The ``fwht`` command."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+import numpy as np
+
+from . import __version__
+from . import dtypes as _dt
+from .clitools import debug_option, guarded
+
+
+def _gpu_status() -> str:
+    from .cuda import launch
+    return launch.status()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fwht")
+def main() -> None:
+    """Fast Walsh-Hadamard transforms (FP64/FP32/FP16/BF16; Folklore, Alman-Rao; Kahan, Neumaier)."""
+
+
+@main.command()
+def info() -> None:
+    """Versions, CuPy and GPU status."""
+    click.echo(f"fwht_gpu {__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    click.echo(f"GPU: {_gpu_status()}")
+
+
+@main.command()
+@click.option("--log2n", "-n", default=16, show_default=True, type=click.IntRange(1, 30),
+              help="Transform length 2**LOG2N.")
+@click.option("--batch", default=4, show_default=True, type=click.IntRange(1, None))
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
+              show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+def demo(log2n: int, batch: int, device: str, seed: int) -> None:
+    """Transform random NORM data with every dtype and variant; print error and time.
+
+    The error is measured against the double-double reference (mean relative error,
+    the thesis's metric) and shown as a multiple of the dtype's unit roundoff u.
+    """
+    from . import fwht, reference
+    from .cuda import launch
+
+    use_gpu = device == "gpu" or (device == "auto" and launch.available())
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {_gpu_status()}")
+    n = 1 << log2n
+    x64 = np.random.default_rng(seed).standard_normal((batch, n))
+    click.echo(f"FWHT of {batch} x 2**{log2n} NORM values on the {'GPU' if use_gpu else 'CPU'}")
+    click.echo(f"{'dtype':6} {'variant':18} {'mean rel err':>13} {'/ u':>8} {'time ms':>9}")
+    variants = [("folklore", None), ("folklore", "kahan"), ("folklore", "neumaier"), ("alman", None)]
+    for dt in _dt.SUPPORTED:
+        x = x64.astype(dt)
+        ref = reference.dd_fwht(x)
+        for alg, st in variants:
+            if use_gpu:
+                xg = launch.cupy().asarray(x)
+                t0 = time.perf_counter()
+                y = fwht(xg, algorithm=alg, stabilizer=st)
+                launch.cupy().cuda.Device().synchronize()
+                dt_ms = (time.perf_counter() - t0) * 1e3
+                y = y.get()
+            else:
+                t0 = time.perf_counter()
+                y = fwht(x, algorithm=alg, stabilizer=st)
+                dt_ms = (time.perf_counter() - t0) * 1e3
+            err = reference.mean_relative_error(y, ref)
+            name = alg if st is None else f"{alg}+{st}"
+            click.echo(f"{_dt.short_name(dt):6} {name:18} {err:13.3e} {err / _dt.eps(dt):8.2f} "
+                       f"{dt_ms:9.2f}")
+
+
+@main.command()
+@click.option("--dtype", "dtypes", multiple=True, default=("fp32", "fp16", "bf16", "fp64"),
+              show_default=True, type=click.Choice(["fp64", "fp32", "fp16", "bf16"]))
+@click.option("--min-log2n", default=10, show_default=True, type=click.IntRange(1, 36))
+@click.option("--max-log2n", default=30, show_default=True, type=click.IntRange(1, 36))
+@click.option("--batched/--no-batched", default=True, show_default=True,
+              help="Also time 256 MB batches of rows of 2**8 .. 2**15.")
+@click.option("--no-fft", is_flag=True, help="Skip the cupy.fft.rfft comparison.")
+@click.option("--variants", "variant_sizes", multiple=True, type=click.IntRange(1, 34),
+              default=(20, 24, 27, 30), show_default=True,
+              help="log2 sizes at which every variant (Alman-Rao, stabilizers, compute dtype) is "
+                   "timed against Folklore; repeatable.")
+@click.option("--no-variants", is_flag=True, help="Skip the variant table.")
+@click.option("--no-host", is_flag=True, help="Skip the host-array (device='cuda') timing.")
+@click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
+              show_default=True, help="Where to write the results.")
+def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_variants, no_host,
+          out_json) -> None:
+    """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
+    from . import bench as _bench
+    from .cuda import launch
+    if not launch.available():
+        raise click.ClickException(f"fwht bench needs a GPU: {launch.status()}")
+    _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
+                batched=range(8, 16) if batched else (), fft=not no_fft,
+                variants=() if no_variants else variant_sizes, host=not no_host, echo=click.echo)
+    click.echo(f"wrote {out_json}")
+
+
+@main.command()
+@click.option("--min-log2n", default=3, show_default=True, type=click.IntRange(1, 30))
+@click.option("--max-log2n", default=None, type=click.IntRange(1, 30),
+              help="Largest size (default 12 on the CPU, 25 on the GPU).")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp64", "fp32", "fp16", "bf16"]),
+              default=("fp64", "fp32", "fp16", "bf16"), show_default=True)
+@click.option("--variant", "variants", multiple=True,
+              type=click.Choice(["folklore", "kahan", "neumaier", "alman", "kahan-pass",
+                                 "neumaier-pass", "compute"]),
+              default=("folklore", "kahan", "neumaier", "alman", "kahan-pass", "neumaier-pass",
+                       "compute"), show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--out-dir", default="fwht-accuracy", show_default=True, type=click.Path(file_okay=False),
+              help="Where accuracy.json, accuracy.md and accuracy-<dtype>.png go.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@debug_option
+@guarded
+def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_plots, debug) -> None:
+    """The thesis's numerical-stability study: error of every variant against a double-double
+    reference; JSON, a Table 4.1-style markdown table and Figure 4.1-4.4-style plots."""
+    from . import accuracy as _acc
+    from .cuda import launch
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {launch.status()}")
+    dev = "gpu" if device == "gpu" or (device == "auto" and launch.available()) else "cpu"
+    hi = max_log2n or (25 if dev == "gpu" else 12)
+    if "folklore" not in variants:
+        variants = ("folklore",) + tuple(variants)
+    t0 = time.perf_counter()
+    recs = _acc.study(range(min_log2n, hi + 1), dtypes, variants, device=dev, seed=seed)
+    out = _acc.write(recs, out_dir, plots=not no_plots)
+    click.echo(_acc.markdown_table(recs))
+    click.echo(f"{len(recs)} measurements on the {dev.upper()} in {time.perf_counter() - t0:.1f} s; "
+               f"wrote {', '.join([out['json'], out['markdown']] + out.get('plots', []))}")
+
+
+@main.command()
+@click.argument("in_path", metavar="IN", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Output file (.npy, .npz, .csv, .tsv, .txt, .mtx).")
+@click.option("--axis", type=int, default=-1, show_default=True)
+@click.option("--norm", type=click.Choice(["backward", "ortho", "forward"]), default="backward",
+              show_default=True)
+@click.option("--inverse", is_flag=True, help="Inverse transform (ifwht).")
+@click.option("--dtype", type=click.Choice(["fp64", "fp32", "fp16", "bf16"]), default=None,
+              help="Convert to this dtype first (default: the file's float dtype, else fp64).")
+@click.option("--algorithm", type=click.Choice(["folklore", "alman"]), default="folklore",
+              show_default=True)
+@click.option("--stabilizer", type=click.Choice(["none", "kahan", "neumaier"]), default="none",
+              show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
+              default=None, help="Input format (default: from the extension).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@debug_option
+@guarded
+def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
+              force, debug) -> None:
+    """Walsh-Hadamard transform of the array in file IN along --axis, written to -o."""
+    from pagh_mm import io
+
+    from . import fwht, ifwht
+    from .cuda import launch
+    io.format_of(output)
+    if os.path.exists(output) and not force:
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    x = io.read_matrix(in_path, fmt, ndim=None, mmap=False)
+    import scipy.sparse
+    if scipy.sparse.issparse(x):
+        x = x.toarray()
+    if dtype is not None:
+        x = x.astype(_dt.resolve(dtype))
+    elif x.dtype not in _dt.SUPPORTED:
+        x = x.astype(np.float64)
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {launch.status()}")
+    dev = "cuda" if device == "gpu" or (device == "auto" and launch.available()) else None
+    fn = ifwht if inverse else fwht
+    y = fn(x, axis, norm=norm, algorithm=algorithm,
+           stabilizer=None if stabilizer == "none" else stabilizer, device=dev)
+    if y.dtype.itemsize == 2 and io.format_of(output) not in ("npy", "npz"):
+        y = y.astype(np.float32)          # text formats hold the values exactly in float32
+    io.write_matrix(output, y, force=force)
+
+
+if __name__ == "__main__":
+    main()
