@@ -338,6 +338,10 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         return
     flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
+    if is_plain(plan) and len(cfgs) == 1 and plan.log2n >= 15 and total // cfgs[0].tile < _sm_count():
+        # too few tiles to fill the GPU: two passes spread over the SMs (same bits for Folklore)
+        plan = split_in_two(plan)
+        cfgs = configs_for(plan, total)
     last = len(cfgs) - 1
     err = None
     if any(isinstance(c, ExtConfig) and c.errvec for c in cfgs):
@@ -359,6 +363,20 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         f = int(flags.get()[0])
         if f & 2 and not f & 1:
             raise overflow_error(plan.dtype)
+
+
+def split_in_two(plan: Plan) -> Plan:
+    """A single-pass Folklore plan as two passes of about half the bits (a contiguous pass,
+    then a strided one): more, smaller tiles for one short transform, the same bits."""
+    lo = (plan.log2n + 1) // 2
+    passes = (Pass(0, lo, plan.stages[:lo]), Pass(lo, plan.log2n - lo, plan.stages[lo:]))
+    return Plan(plan.n, plan.dtype, plan.algorithm, None, plan.device, passes, plan.compute_dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> int:
+    cp = cupy()
+    return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
 
 
 @functools.lru_cache(maxsize=None)
