@@ -9,14 +9,16 @@
 //    consecutive elements (TILE contiguous elements);
 //  * strided pass (first_bit > 0, inner = 2^first_bit): a tile is R rows at
 //    stride `inner` of G consecutive columns (G * sizeof(T) contiguous bytes
-//    per row: a full 32-byte sector when the planner can).
+//    per row: a 128-byte segment when the stride allows).
 //
-// Global memory is accessed with VEC-element vectors (16 bytes when possible).
-// In shared memory each round gives every thread 2^k elements of one group
-// (k <= LOG_E stages), which it transforms in registers.  Every addition and
-// subtraction is rounded to the storage type T (FP16/BF16 with the native
-// correctly rounded half-precision add/sub), in the same order as the NumPy engine,
-// so the two engines return identical bits.  Indices are 64-bit.
+// Global memory is accessed with VEC-element vectors (16 bytes when possible) or,
+// where a round is fused with the load or store, with one unit per thread and
+// consecutive units across a warp.  Each round gives every thread 2^k units of one
+// group (k <= LOG_E stages), which it transforms in registers.  Every addition and
+// subtraction is rounded to the compute type (the storage type T unless a wider
+// compute_dtype is planned; FP16/BF16 with the native correctly rounded
+// half-precision add/sub), in the same order as the NumPy engine, so the two engines
+// return identical bits.  Indices are 64-bit.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
@@ -353,9 +355,10 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
 
 // ===========================================================================
 // Extended variants: Alman-Rao, Kahan/Neumaier stabilizers (error vector in
-// device memory, or pass-local), and a wider compute type W inside the pass.
-// Scalar units (no pairs); every operation rounded to W; values converted to
-// the storage type T where the pass writes back.
+// device memory, or pass-local), and Alman-Rao with a wider compute type W
+// (Folklore with a wider compute type runs in fwht_pass).  Scalar units (no
+// pairs); every operation rounded to W; values converted to the storage type T
+// where the pass writes back.
 // ===========================================================================
 
 template <typename T, typename W> struct Conv {          // T == W

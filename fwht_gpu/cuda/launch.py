@@ -258,13 +258,20 @@ def all_configs():
                 if dt.itemsize == 8:
                     continue
                 cdt = np.float32 if dt.itemsize == 2 else np.float64
-            for log2n in range(1, 37 if (alg, stab, wide) == VARIANTS[0] else 33):
+            plain = (alg, stab, wide) == VARIANTS[0]
+            for log2n in range(1, 37 if plain else 33):
                 plan = make_plan(1 << log2n, dt, alg, stab, "cuda", cdt)
-                for log_batch in (0, 1, 4, 12):
-                    for cfg in configs_for(plan, 1 << (log2n + log_batch)):
-                        if cfg not in seen:
-                            seen.add(cfg)
-                            yield cfg
+                plans = [plan]
+                if plain and len(plan.passes) == 1 and log2n >= 2:
+                    plans.append(split_in_two(plan))                      # lone transforms
+                if plain and log2n <= 16:
+                    plans += [strided_axis_plan(plan, s) for s in range(1, 15)]   # non-last axes
+                for p in plans:
+                    for log_batch in (0, 1, 4, 12):
+                        for cfg in configs_for(p, 1 << (p.log2n + log_batch)):
+                            if cfg not in seen:
+                                seen.add(cfg)
+                                yield cfg
 
 
 def instantiation_source(configs) -> str:
