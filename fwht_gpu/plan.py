@@ -48,10 +48,11 @@ STRIDED_TILE_BYTES = int(os.environ.get("FWHT_STRIDED_TILE_BYTES", 1 << 15))
 #: tiles hold as many elements as Folklore's, at twice the bytes, up to this).
 MAX_TILE_BYTES = int(os.environ.get("FWHT_MAX_TILE_BYTES", 1 << 17))
 #: Shared-memory bytes of a wide tile when that takes no more passes than MAX_TILE_BYTES
-#: (1.1-1.5x faster per pass on the H200: three blocks per SM instead of one).
+#: (three blocks per SM instead of one: FP32 data in FP64 at 2^24 1.21x, FP16 in FP32
+#: 1.19x faster on the H200).
 WIDE_TILE_BYTES = int(os.environ.get("FWHT_WIDE_TILE_BYTES", 1 << 16))
 #: Multi-pass Folklore: give the first (contiguous) pass the fewest bits that keep the pass
-#: count (smaller tiles), instead of the most (up to 1.7x faster at 2^16-2^24 on the H200).
+#: count (smaller tiles), instead of the most (1.1-1.4x faster at 2^16-2^24 on the H200).
 BALANCED_PASSES = os.environ.get("FWHT_BALANCED_PASSES", "1") == "1"
 #: Bytes of one contiguous row segment of a strided tile (128: whole cache lines;
 #: 32-byte segments measured 3-4x slower per pass on the H100).

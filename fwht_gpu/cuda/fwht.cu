@@ -28,8 +28,6 @@ template <typename T> struct Num;
 
 template <> struct Num<double> {
     typedef double W;
-    static __device__ __forceinline__ W ld(double v) { return v; }
-    static __device__ __forceinline__ double st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __dadd_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __dsub_rn(a, b); }
     static __device__ __forceinline__ bool finite(W v) { return isfinite(v); }
@@ -38,8 +36,6 @@ template <> struct Num<double> {
 
 template <> struct Num<float> {
     typedef float W;
-    static __device__ __forceinline__ W ld(float v) { return v; }
-    static __device__ __forceinline__ float st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __fadd_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __fsub_rn(a, b); }
     static __device__ __forceinline__ bool finite(W v) { return isfinite(v); }
@@ -53,8 +49,6 @@ template <> struct Num<float> {
 // two conversions per operation.
 template <> struct Num<__half> {
     typedef __half W;
-    static __device__ __forceinline__ W ld(__half v) { return v; }
-    static __device__ __forceinline__ __half st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __hadd_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __hsub_rn(a, b); }
     static __device__ __forceinline__ bool finite(W v) { return isfinite(__half2float(v)); }
@@ -65,8 +59,6 @@ template <> struct Num<__half> {
 
 template <> struct Num<__nv_bfloat16> {
     typedef __nv_bfloat16 W;
-    static __device__ __forceinline__ W ld(__nv_bfloat16 v) { return v; }
-    static __device__ __forceinline__ __nv_bfloat16 st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __hadd_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __hsub_rn(a, b); }
     static __device__ __forceinline__ bool finite(W v) { return isfinite(__bfloat162float(v)); }
@@ -78,8 +70,6 @@ template <> struct Num<__nv_bfloat16> {
 // Packed pairs of FP16/BF16 values: two butterflies per instruction (HADD2).
 template <> struct Num<__half2> {
     typedef __half2 W;
-    static __device__ __forceinline__ W ld(__half2 v) { return v; }
-    static __device__ __forceinline__ __half2 st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __hadd2_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __hsub2_rn(a, b); }
     // the butterfly between the two lanes (stage 0 of a contiguous pass)
@@ -97,8 +87,6 @@ template <> struct Num<__half2> {
 
 template <> struct Num<__nv_bfloat162> {
     typedef __nv_bfloat162 W;
-    static __device__ __forceinline__ W ld(__nv_bfloat162 v) { return v; }
-    static __device__ __forceinline__ __nv_bfloat162 st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return __hadd2_rn(a, b); }
     static __device__ __forceinline__ W sub(W a, W b) { return __hsub2_rn(a, b); }
     static __device__ __forceinline__ W intra(W p) {
@@ -117,8 +105,6 @@ template <> struct Num<__nv_bfloat162> {
 // Pairs of FP32 values (FP16/BF16 pairs computed in FP32).
 template <> struct Num<float2> {
     typedef float2 W;
-    static __device__ __forceinline__ W ld(float2 v) { return v; }
-    static __device__ __forceinline__ float2 st(W v) { return v; }
     static __device__ __forceinline__ W add(W a, W b) { return make_float2(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y)); }
     static __device__ __forceinline__ W sub(W a, W b) { return make_float2(__fsub_rn(a.x, b.x), __fsub_rn(a.y, b.y)); }
     static __device__ __forceinline__ W intra(W p) { return make_float2(__fadd_rn(p.x, p.y), __fsub_rn(p.x, p.y)); }
@@ -361,23 +347,6 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
 // where the pass writes back.
 // ===========================================================================
 
-template <typename T, typename W> struct Conv {          // T == W
-    static __device__ __forceinline__ W ld(T v) { return v; }
-    static __device__ __forceinline__ T st(W v) { return v; }
-};
-template <> struct Conv<__half, float> {
-    static __device__ __forceinline__ float ld(__half v) { return __half2float(v); }
-    static __device__ __forceinline__ __half st(float v) { return __float2half_rn(v); }
-};
-template <> struct Conv<__nv_bfloat16, float> {
-    static __device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-    static __device__ __forceinline__ __nv_bfloat16 st(float v) { return __float2bfloat16_rn(v); }
-};
-template <> struct Conv<float, double> {
-    static __device__ __forceinline__ double ld(float v) { return (double)v; }
-    static __device__ __forceinline__ float st(double v) { return __double2float_rn(v); }
-};
-
 // Exact helpers in the work type: magnitude (for Neumaier's tests), negation,
 // halving (H8 blocks) and scaling by 2^e (Alman-Rao's pre-scaling), each rounded to W.
 __device__ __forceinline__ double wabs(double v) { return fabs(v); }
@@ -454,7 +423,6 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
               int check_input, int first, int last, double scale, unsigned int* flags)
 {
     typedef Num<W> N;
-    typedef Conv<T, W> CV;
     constexpr int R = 1 << LOG_R, G = 1 << LOG_G, TILE = R * G, THREADS = 1 << LOG_T;
     constexpr int NVEC = TILE / VEC, VPT = NVEC / THREADS;
     constexpr int RS = STRIDED ? G : 1, GS = STRIDED ? 1 : R;
@@ -509,8 +477,8 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                 for (int k = 0; k < VEC; ++k) {
                     if (check_input && !Num<T>::finite(buf[i].v[k])) bad_in = true;
                     const int s = pad<W>(soff(c0 + i, k));
-                    sx[s] = CV::ld(buf[i].v[k]);
-                    if (STAB) se[s] = (ERRVEC && !first) ? CV::ld(ebuf[i].v[k]) : CV::ld(T(0.0f));
+                    sx[s] = to<W>(buf[i].v[k]);
+                    if (STAB) se[s] = (ERRVEC && !first) ? to<W>(ebuf[i].v[k]) : W(0.0f);
                 }
             }
         }
@@ -597,11 +565,11 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                     W w = sx[s];
                     if (STAB) {
                         if (!ERRVEC || last) w = N::sub(w, se[s]);
-                        else ebuf[i].v[k] = CV::st(se[s]);
+                        else ebuf[i].v[k] = to<T>(se[s]);
                     }
-                    T val = CV::st(w);
+                    T val = to<T>(w);
                     if (last) {
-                        if (scale != 1.0) val = Num<T>::scale(Num<T>::ld(val), scale);
+                        if (scale != 1.0) val = Num<T>::scale(val, scale);
                         if (!Num<T>::finite(val)) bad_out = true;
                     }
                     buf[i].v[k] = val;
