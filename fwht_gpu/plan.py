@@ -57,6 +57,15 @@ BALANCED_PASSES = os.environ.get("FWHT_BALANCED_PASSES", "1") == "1"
 #: Bytes of one contiguous row segment of a strided tile (128: whole cache lines;
 #: 32-byte segments measured 3-4x slower per pass on the H100).
 SEGMENT_BYTES = int(os.environ.get("FWHT_SEGMENT_BYTES", 128))
+#: Row-segment bytes of a strided tile holding wider values (compute dtype, stabilizer):
+#: 64 doubles the rows per tile (a 9-bit strided pass within 64 KB of FP64).
+WIDE_SEGMENT_BYTES = int(os.environ.get("FWHT_WIDE_SEGMENT_BYTES", 128))
+#: Balance wide plans as Folklore's (the narrowest first pass that keeps the pass count).
+BALANCED_WIDE = os.environ.get("FWHT_BALANCED_WIDE", "0") == "1"
+#: Alman-Rao strided passes cover whole H8 stages: the strided bits rounded up to a multiple
+#: of 3 (9 instead of 8: the same tile bytes in half-width row segments), so that Alman-Rao
+#: takes no more passes than Folklore.
+ALMAN_ROUND_UP = os.environ.get("FWHT_ALMAN_ROUND_UP", "1") == "1"
 
 
 @dataclass(frozen=True)
@@ -169,12 +178,12 @@ def smem_bytes_per_element(dtype, compute_dtype=None, stabilizer=None) -> int:
 
 
 def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None = None,
-              max_tile: int = MAX_TILE_BYTES) -> int:
+              max_tile: int = MAX_TILE_BYTES, segment: int = SEGMENT_BYTES) -> int:
     """Most index bits one GPU pass covers for ``dtype``.
 
     Tiles are sized by the stored bytes: a contiguous pass (stride 1) covers
     TILE_BYTES of ``dtype`` (SINGLE_PASS_BYTES when the whole transform fits in one
-    pass), a strided pass STRIDED_TILE_BYTES in SEGMENT_BYTES-wide row segments.
+    pass), a strided pass STRIDED_TILE_BYTES in ``segment``-byte row segments.
     With ``footprint`` shared-memory bytes per element (a wider compute type, a
     stabilizer's errors) a tile also stays within ``max_tile`` bytes of shared memory.
     """
@@ -182,10 +191,10 @@ def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None 
     foot = footprint or item
     if strided:
         elements = STRIDED_TILE_BYTES // item
-        rows = STRIDED_TILE_BYTES // SEGMENT_BYTES
+        rows = STRIDED_TILE_BYTES // segment
         if foot > item:
-            rows = min(rows, max_tile // foot // (SEGMENT_BYTES // item))
-        return rows.bit_length() - 1 if elements >= SEGMENT_BYTES // item else 0
+            rows = min(rows, max_tile // foot // (segment // item))
+        return rows.bit_length() - 1 if elements >= segment // item else 0
     elements = (SINGLE_PASS_BYTES if single else TILE_BYTES) // item
     if foot > item:
         elements = min(elements, max_tile // foot)
@@ -195,18 +204,28 @@ def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None 
 def _group(stages: list[Stage], log2n: int, dtype, device: str, footprint: int) -> tuple[Pass, ...]:
     if device == "cpu" or log2n <= pass_bits(dtype, False, single=True, footprint=footprint):
         return (Pass(0, log2n, tuple(stages)),) if stages else ()
+    h8 = any(s.kind == "h8" for s in stages)
+    wide = footprint > np.dtype(dtype).itemsize
+
+    def strided(tile: int) -> int:
+        bits = pass_bits(dtype, True, footprint=footprint, max_tile=tile,
+                         segment=WIDE_SEGMENT_BYTES if wide else SEGMENT_BYTES)
+        return -(-bits // 3) * 3 if h8 and ALMAN_ROUND_UP else bits
+
     greedy = lambda tile: _greedy(stages, pass_bits(dtype, False, footprint=footprint, max_tile=tile),  # noqa: E731
-                                  pass_bits(dtype, True, footprint=footprint, max_tile=tile))
-    passes = greedy(MAX_TILE_BYTES)
-    if footprint > np.dtype(dtype).itemsize:
+                                  strided(tile))
+    passes, tile = greedy(MAX_TILE_BYTES), MAX_TILE_BYTES
+    if wide:
         # wider values in shared memory: the smaller tile (more blocks per SM) unless it costs a pass
         small = greedy(WIDE_TILE_BYTES)
-        return small if len(small) == len(passes) else passes
+        if len(small) == len(passes):
+            passes, tile = small, WIDE_TILE_BYTES
+        if not BALANCED_WIDE:
+            return passes
     if BALANCED_PASSES:
         # the smallest first (contiguous) pass that keeps the pass count: smaller tiles
-        cap = passes[0].nbits
-        for c in range(1, cap):
-            fewer = _greedy(stages, c, pass_bits(dtype, True))
+        for c in range(1, passes[0].nbits):
+            fewer = _greedy(stages, c, strided(tile))
             if len(fewer) == len(passes):
                 return fewer
     return passes

@@ -218,6 +218,23 @@ def test_extended_variants_bit_exact(dtype, alg, stab, wide, rng):
         assert (got == want).all(), f"n=2**{L}, {len(plan.passes)} passes: {np.count_nonzero(got != want)} differ"
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("wide", [False, True], ids=["native", "compute"])
+def test_alman_many_short_transforms(dtype, wide, rng):
+    """Short Alman-Rao transforms share a tile: the pre-scaling exponent uses each element's
+    index within its own transform."""
+    cp = _cp()
+    cdt = _wide(dtype, wide)
+    if wide and cdt is None:
+        pytest.skip("no wider compute dtype for float64")
+    for L in (3, 4, 5, 6, 9, 10, 11):
+        x = (_rand(rng, (300, 1 << L), np.float32) / 8).astype(dtype)
+        plan = F.make_plan(1 << L, dtype, "alman", None, "cuda", cdt)
+        out = _poisoned(x.shape, dtype)
+        F.fwht(cp.asarray(x), algorithm="alman", compute_dtype=cdt, out=out)
+        assert (out.get() == F.run_plan(plan, x)).all(), f"n=2**{L}"
+
+
 @pytest.mark.parametrize("alg,stab,wide", EXT, ids=EXT_IDS)
 def test_extended_variants_batched_strided_norms(alg, stab, wide, rng):
     cp = _cp()

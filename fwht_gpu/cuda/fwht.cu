@@ -140,6 +140,51 @@ __device__ __forceinline__ double cvt(float v, double*) { return (double)v; }
 __device__ __forceinline__ float cvt(double v, float*) { return __double2float_rn(v); }
 template <typename D, typename S> __device__ __forceinline__ D to(S v) { return cvt(v, (D*)nullptr); }
 
+// Exact helpers in the work type: magnitude (for Neumaier's tests), negation,
+// halving (H8 blocks) and scaling by 2^e (Alman-Rao's pre-scaling), each rounded to W.
+__device__ __forceinline__ double wabs(double v) { return fabs(v); }
+__device__ __forceinline__ double wabs(float v) { return fabsf(v); }
+__device__ __forceinline__ double wabs(__half v) { return fabsf(__half2float(v)); }
+__device__ __forceinline__ double wabs(__nv_bfloat16 v) { return fabsf(__bfloat162float(v)); }
+__device__ __forceinline__ double wneg(double v) { return -v; }
+__device__ __forceinline__ float wneg(float v) { return -v; }
+__device__ __forceinline__ __half wneg(__half v) { return __hneg(v); }
+__device__ __forceinline__ __nv_bfloat16 wneg(__nv_bfloat16 v) { return __hneg(v); }
+__device__ __forceinline__ double whalf(double v) { return __dmul_rn(v, 0.5); }
+__device__ __forceinline__ float whalf(float v) { return __fmul_rn(v, 0.5f); }
+__device__ __forceinline__ __half whalf(__half v) { return __hmul_rn(v, __float2half(0.5f)); }
+__device__ __forceinline__ __nv_bfloat16 whalf(__nv_bfloat16 v) { return __hmul_rn(v, __float2bfloat16(0.5f)); }
+__device__ __forceinline__ __half2 whalf(__half2 v) { return __hmul2_rn(v, __float2half2_rn(0.5f)); }
+__device__ __forceinline__ __nv_bfloat162 whalf(__nv_bfloat162 v) {
+    return __hmul2_rn(v, __float2bfloat162_rn(0.5f));
+}
+__device__ __forceinline__ float2 whalf(float2 v) { return make_float2(__fmul_rn(v.x, 0.5f), __fmul_rn(v.y, 0.5f)); }
+__device__ __forceinline__ double wpow2(double v, int e) { return ldexp(v, e); }
+__device__ __forceinline__ float wpow2(float v, int e) { return ldexpf(v, e); }
+__device__ __forceinline__ __half wpow2(__half v, int e) { return __float2half_rn(ldexpf(__half2float(v), e)); }
+__device__ __forceinline__ __nv_bfloat16 wpow2(__nv_bfloat16 v, int e) {
+    return __float2bfloat16_rn(ldexpf(__bfloat162float(v), e));
+}
+
+// Alman-Rao H8 block on v[0..7] (inputs 1..7 pre-doubled), thesis Alg. 9 lines 33-48.
+template <typename W>
+__device__ __forceinline__ void h8_block(W* v) {
+    typedef Num<W> N;
+    const W a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5], g = v[6], h = v[7];
+    const W B1 = N::add(b, c), B2 = N::add(d, h), B3 = N::add(f, g);
+    const W tot = whalf(N::add(N::add(N::add(B1, B2), B3), e));
+    const W diff = N::sub(a, tot);
+    const W D = N::add(diff, d), E = N::add(diff, e), H = N::add(diff, h);
+    v[0] = N::add(a, tot);
+    v[1] = N::add(N::add(E, c), g);
+    v[2] = N::add(N::add(E, b), f);
+    v[3] = N::add(E, B2);
+    v[4] = N::add(D, B1);
+    v[5] = N::add(N::add(H, c), f);
+    v[6] = N::add(N::add(H, b), g);
+    v[7] = N::add(D, B3);
+}
+
 template <typename U, int N>
 struct alignas(N * sizeof(U)) Vec { U v[N]; };
 
@@ -154,6 +199,36 @@ __device__ __forceinline__ int pad(int i) {
 // 128-register cap) when values are held in a wider compute type.
 #define MIN_BLOCKS(LOG_T) ((LOG_T) >= 10 ? 1 : (1024 >> (LOG_T)))
 #define MIN_BLOCKS_W(LOG_T, WIDE) ((WIDE) ? ((LOG_T) >= 9 ? 1 : (512 >> (LOG_T))) : MIN_BLOCKS(LOG_T))
+
+// Round boundaries of a pass (row bits, in units).  Round 0 covers [0, K0); middle
+// round i covers [bound(i), bound(i + 1)).  Folklore: rounds of LOG_E bits.  Alman-Rao:
+// the PRE radix-2 prefix bits, then one H8 block (3 bits) per round, so that no H8
+// block straddles two rounds.
+template <int ALG, int LR, int LOG_E, int PRE>
+struct Rounds {
+    // the widest round 0 within `lim` bits (lim: the bits a thread loads at once)
+    __host__ __device__ static constexpr int first(int lim) {
+        const int l = lim < LR ? lim : LR;
+        return ALG == 0 ? l : (l <= PRE ? l : PRE + 3 * ((l - PRE) / 3));
+    }
+    __host__ __device__ static constexpr int bound(int k0, int i) {
+        if (ALG == 0) return k0 + LOG_E * i < LR ? k0 + LOG_E * i : LR;
+        if (k0 < PRE) return i == 0 ? k0 : PRE + 3 * (i - 1);
+        return k0 + 3 * i;
+    }
+    __host__ __device__ static constexpr int count(int k0) {   // middle rounds
+        int i = 0;
+        while (bound(k0, i) < LR) ++i;
+        return i;
+    }
+};
+
+// Alman-Rao pre-scaling exponent of transform index i: the non-zero octal digits of
+// i >> fbits (fbits: the radix-2 prefix bits).
+__device__ __forceinline__ int alman_exponent(i64 i, int fbits) {
+    const unsigned long long v = (unsigned long long)i >> fbits;
+    return __popcll((v | (v >> 1) | (v >> 2)) & 0x9249249249249249ULL);
+}
 
 // One pass.  Template arguments (chosen by launch.py): tile of 2^LOG_R rows x
 // 2^LOG_G groups of T; C the compute type (T, or FP32 for FP16/BF16 data, FP64 for
@@ -171,12 +246,14 @@ __device__ __forceinline__ int pad(int i) {
 //    (consecutive threads hold consecutive units, so a warp's stores coalesce).
 // A pass of a single round never touches shared memory.  Values are converted
 // to C on load and rounded back to T on store; every operation is rounded to C.
+// ALG 1 (Alman-Rao): the pass's stages are PRE radix-2 stages, the pre-scaling (PS,
+// only in the contiguous first pass) and H8 blocks; its rounds follow Rounds<>.
 // src may equal dst (in-place passes): a tile is read completely before it is written.
 // Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
 template <typename T, typename C, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC,
-          bool PAIRED>
+          bool PAIRED, int ALG, int PRE, bool PS>
 __global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T)))
-fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
+fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
           int check_input, int last, double scale, unsigned int* flags)
 {
     typedef typename Units<T, C, PAIRED>::S S;   // storage unit
@@ -191,11 +268,16 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
     constexpr int LOG_UVEC = UVEC >= 8 ? 3 : UVEC >= 4 ? 2 : UVEC >= 2 ? 1 : 0;
     constexpr int NVEC = UTILE / UVEC, VPT = NVEC / THREADS;    // vectors per thread
     constexpr int RS = STRIDED ? UG : 1, GS = STRIDED ? 1 : UR; // shared layout strides (units)
-    constexpr int CH = VPT < 4 ? VPT : 4;                       // vectors in flight per thread
-    constexpr int K0 = STRIDED ? (LR < LOG_E ? LR : LOG_E) : (LR < LOG_UVEC ? LR : LOG_UVEC);
+    constexpr int CH0 = UVEC >= 8 ? 2 : 4;                      // vectors in flight per thread (16 units)
+    constexpr int CH = VPT < CH0 ? VPT : CH0;
+    typedef Rounds<ALG, LR, LOG_E, PRE> RD;
+    constexpr int K0 = RD::first(STRIDED ? LOG_E : LOG_UVEC);   // round 0 bits
+    constexpr int NMID = RD::count(K0);                         // middle rounds
     constexpr bool SINGLE = K0 == LR;                           // one round: no shared memory
     constexpr int E = 1 << LOG_E;
     static_assert(VPT >= 1 && UVEC >= 1 && (UTILE >> K0) >= THREADS, "tile too small for the threads");
+    static_assert(ALG == 0 || (!INTRA && LOG_E >= 3 && (LR - PRE) % 3 == 0), "Alman-Rao pass layout");
+    static_assert(!PS || (!STRIDED && !PAIRED && PRE + 3 <= LR), "pre-scaling: first, contiguous pass");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
@@ -216,6 +298,42 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
                         const U a = v[j], c = v[j | (1 << m)];
                         v[j] = N::add(a, c);
                         v[j | (1 << m)] = N::sub(a, c);
+                    }
+                }
+            }
+        }
+    };
+    // the stages of round [b, b + k) on v[0 .. 2^k); idx(j): transform index of v[j]
+    auto apply = [&](U* v, int b, int k, auto idx) {
+        if constexpr (ALG == 0) {
+            stages(v, k);
+        } else {
+            const int r2 = (PRE < b + k ? PRE : b + k) - b;      // radix-2 prefix bits here
+            if (r2 > 0) stages(v, r2);
+            if constexpr (PS) {
+                if (b <= PRE && PRE < b + k) {
+#pragma unroll
+                    for (int j = 0; j < E; ++j)
+                        if (j < (1 << k)) {
+                            const int ex = alman_exponent(idx(j) & (((i64)1 << log2n) - 1), fbits);
+                            if (ex) v[j] = wpow2(v[j], ex);
+                        }
+                }
+            }
+#pragma unroll
+            for (int m = 0; m + 3 <= LOG_E; m += 3) {
+                const int mm = m + (PRE > b ? PRE - b : 0);
+                if (mm + 3 <= k) {
+#pragma unroll
+                    for (int j = 0; j < E; ++j) {
+                        if (j < (1 << k) && !((j >> mm) & 7)) {
+                            U h[8];
+#pragma unroll
+                            for (int r = 0; r < 8; ++r) h[r] = v[j | (r << mm)];
+                            h8_block<U>(h);
+#pragma unroll
+                            for (int r = 0; r < 8; ++r) v[j | (r << mm)] = h[r];
+                        }
                     }
                 }
             }
@@ -263,9 +381,10 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
                         w[k] = start(buf[i].v[k]);
                         if constexpr (INTRA) w[k] = N::intra(w[k]);
                     }
-#pragma unroll
-                    for (int blk = 0; blk < UVEC; blk += 1 << K0) stages(w + blk, K0);
                     const int u0 = ((c0 + i) * THREADS + tid) * UVEC;
+#pragma unroll
+                    for (int blk = 0; blk < UVEC; blk += 1 << K0)
+                        apply(w + blk, 0, K0, [&](int j) -> i64 { return ub + u0 + blk + j; });
                     if constexpr (SINGLE) {
 #pragma unroll
                         for (int k = 0; k < UVEC; ++k) buf[i].v[k] = finish(w[k]);
@@ -290,7 +409,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
 #pragma unroll
                 for (int j = 0; j < E; ++j)
                     if (j < (1 << K0)) w[j] = start(raw[j]);
-                stages(w, K0);
+                apply(w, 0, K0, [&](int j) -> i64 { return gidx(g, r0 + j); });
 #pragma unroll
                 for (int j = 0; j < E; ++j) {
                     if (j < (1 << K0)) {
@@ -304,9 +423,9 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
             __syncthreads();
             // ---- rounds [b, b + k) through shared memory; the last one stores to global memory
 #pragma unroll
-            for (int b = K0; b < LR; b += LOG_E) {
-                const int k = (LR - b < LOG_E) ? (LR - b) : LOG_E;
-                const bool final_round = b + k == LR;
+            for (int ri = 0; ri < NMID; ++ri) {
+                const int b = RD::bound(K0, ri), k = RD::bound(K0, ri + 1) - b;
+                const bool final_round = ri == NMID - 1;
                 const int QN = UR >> k;                      // items per group
                 const int ITEMS = (UTILE >> k) / THREADS;    // items per thread (>= 1)
 #pragma unroll 1
@@ -320,7 +439,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
 #pragma unroll
                     for (int j = 0; j < E; ++j)
                         if (j < (1 << k)) v[j] = sm[sidx(g, r0 | (j << b))];
-                    stages(v, k);
+                    apply(v, b, k, [&](int j) -> i64 { return gidx(g, r0 | (j << b)); });
                     if (final_round) {
 #pragma unroll
                         for (int j = 0; j < E; ++j)
@@ -340,33 +459,10 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner,
 }
 
 // ===========================================================================
-// Extended variants: Alman-Rao, Kahan/Neumaier stabilizers (error vector in
-// device memory, or pass-local), and Alman-Rao with a wider compute type W
-// (Folklore with a wider compute type runs in fwht_pass).  Scalar units (no
-// pairs); every operation rounded to W; values converted to the storage type T
-// where the pass writes back.
+// Stabilized variants: Kahan/Neumaier (thesis 3.3), with the error vector in
+// device memory, or pass-local.  Scalar units (no pairs); every operation rounded
+// to the storage type T.
 // ===========================================================================
-
-// Exact helpers in the work type: magnitude (for Neumaier's tests), negation,
-// halving (H8 blocks) and scaling by 2^e (Alman-Rao's pre-scaling), each rounded to W.
-__device__ __forceinline__ double wabs(double v) { return fabs(v); }
-__device__ __forceinline__ double wabs(float v) { return fabsf(v); }
-__device__ __forceinline__ double wabs(__half v) { return fabsf(__half2float(v)); }
-__device__ __forceinline__ double wabs(__nv_bfloat16 v) { return fabsf(__bfloat162float(v)); }
-__device__ __forceinline__ double wneg(double v) { return -v; }
-__device__ __forceinline__ float wneg(float v) { return -v; }
-__device__ __forceinline__ __half wneg(__half v) { return __hneg(v); }
-__device__ __forceinline__ __nv_bfloat16 wneg(__nv_bfloat16 v) { return __hneg(v); }
-__device__ __forceinline__ double whalf(double v) { return __dmul_rn(v, 0.5); }
-__device__ __forceinline__ float whalf(float v) { return __fmul_rn(v, 0.5f); }
-__device__ __forceinline__ __half whalf(__half v) { return __hmul_rn(v, __float2half(0.5f)); }
-__device__ __forceinline__ __nv_bfloat16 whalf(__nv_bfloat16 v) { return __hmul_rn(v, __float2bfloat16(0.5f)); }
-__device__ __forceinline__ double wpow2(double v, int e) { return ldexp(v, e); }
-__device__ __forceinline__ float wpow2(float v, int e) { return ldexpf(v, e); }
-__device__ __forceinline__ __half wpow2(__half v, int e) { return __float2half_rn(ldexpf(__half2float(v), e)); }
-__device__ __forceinline__ __nv_bfloat16 wpow2(__nv_bfloat16 v, int e) {
-    return __float2bfloat16_rn(ldexpf(__bfloat162float(v), e));
-}
 
 // Stabilized butterfly (thesis 3.3.1 Kahan / 3.3.2 Neumaier); the true value is x - e.
 template <typename W, bool NEU>
@@ -394,34 +490,15 @@ __device__ __forceinline__ void stab_butterfly(W& A, W& B, W& eA, W& eB) {
     A = A1; B = B1; eA = eA1; eB = eB1;
 }
 
-// Alman-Rao H8 block on v[0..7] (inputs 1..7 pre-doubled), thesis Alg. 9 lines 33-48.
-template <typename W>
-__device__ __forceinline__ void h8_block(W* v) {
-    typedef Num<W> N;
-    const W a = v[0], b = v[1], c = v[2], d = v[3], e = v[4], f = v[5], g = v[6], h = v[7];
-    const W B1 = N::add(b, c), B2 = N::add(d, h), B3 = N::add(f, g);
-    const W tot = whalf(N::add(N::add(N::add(B1, B2), B3), e));
-    const W diff = N::sub(a, tot);
-    const W D = N::add(diff, d), E = N::add(diff, e), H = N::add(diff, h);
-    v[0] = N::add(a, tot);
-    v[1] = N::add(N::add(E, c), g);
-    v[2] = N::add(N::add(E, b), f);
-    v[3] = N::add(E, B2);
-    v[4] = N::add(D, B1);
-    v[5] = N::add(N::add(H, c), f);
-    v[6] = N::add(N::add(H, b), g);
-    v[7] = N::add(D, B3);
-}
-
-// ALG 0 Folklore / 1 Alman-Rao; STAB 0 none / 1 Kahan / 2 Neumaier; ERRVEC: the error
-// vector lives in device memory (err) between passes, else it is folded in at write-back.
-// Alman-Rao passes: PRE radix-2 prefix stages, then (PS) the pre-scaling, then H8 stages.
-template <typename T, typename W, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED,
-          int VEC, int ALG, int STAB, bool ERRVEC, int PRE, bool PS>
+// STAB 1 Kahan / 2 Neumaier; ERRVEC: the error vector lives in device memory (err)
+// between passes, else it is folded in at write-back.
+template <typename T, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC, int STAB,
+          bool ERRVEC>
 __global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS(LOG_T))
-fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n, int fbits,
+fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner,
               int check_input, int first, int last, double scale, unsigned int* flags)
 {
+    typedef T W;
     typedef Num<W> N;
     constexpr int R = 1 << LOG_R, G = 1 << LOG_G, TILE = R * G, THREADS = 1 << LOG_T;
     constexpr int NVEC = TILE / VEC, VPT = NVEC / THREADS;
@@ -430,14 +507,13 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
     constexpr int CH = VPT < 4 ? VPT : 4;
     constexpr int PADDED = TILE + (TILE >> (sizeof(W) == 8 ? 4 : sizeof(W) == 4 ? 5 : 6));
     static_assert(VPT >= 1, "tile too small for the thread count");
-    static_assert(ALG == 0 || STAB == 0, "stabilizers apply to Folklore only");
+    static_assert(STAB == 1 || STAB == 2, "a stabilizer");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     W* sx = reinterpret_cast<W*>(smem_raw);
-    W* se = sx + PADDED;                            // errors (STAB only)
+    W* se = sx + PADDED;                            // errors
     const int tid = threadIdx.x;
     const i64 inner = (i64)1 << log_inner;
     const i64 tiles_per_outer = STRIDED ? (inner >> LOG_G) : 1;
-    const i64 nmask = ((i64)1 << log2n) - 1;
     bool bad_in = false, bad_out = false;
 
     for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
@@ -458,10 +534,6 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
             if (STRIDED) { const int r = v / GV; return r * RS + ((v - r * GV) * VEC + k) * GS; }
             return v * VEC + k;
         };
-        // global element index of tile position (g, r)
-        auto gidx = [&](int g, int r) -> i64 {
-            return STRIDED ? base + (i64)r * inner + g : base + (i64)g * R + r;
-        };
         __syncthreads();
 #pragma unroll 1
         for (int c0 = 0; c0 < VPT; c0 += CH) {
@@ -469,7 +541,7 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
 #pragma unroll
             for (int i = 0; i < CH; ++i) {
                 buf[i] = *reinterpret_cast<const Vec<T, VEC>*>(src + goff(c0 + i));
-                if (STAB && ERRVEC && !first) ebuf[i] = *reinterpret_cast<const Vec<T, VEC>*>(err + goff(c0 + i));
+                if (ERRVEC && !first) ebuf[i] = *reinterpret_cast<const Vec<T, VEC>*>(err + goff(c0 + i));
             }
 #pragma unroll
             for (int i = 0; i < CH; ++i) {
@@ -477,14 +549,14 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                 for (int k = 0; k < VEC; ++k) {
                     if (check_input && !Num<T>::finite(buf[i].v[k])) bad_in = true;
                     const int s = pad<W>(soff(c0 + i, k));
-                    sx[s] = to<W>(buf[i].v[k]);
-                    if (STAB) se[s] = (ERRVEC && !first) ? to<W>(ebuf[i].v[k]) : W(0.0f);
+                    sx[s] = buf[i].v[k];
+                    se[s] = (ERRVEC && !first) ? ebuf[i].v[k] : W(0.0f);
                 }
             }
         }
         __syncthreads();
         // ---- rounds: [b, b + k) of the pass's row bits
-        auto round = [&](int b, int k, int kind) {   // kind 0 radix-2, 1 H8
+        auto round = [&](int b, int k) {
             const int J = 1 << k, QN = R >> k, ITEMS = (TILE >> k) / THREADS;
             for (int it = 0; it < ITEMS; ++it) {
                 const int item = it * THREADS + tid;
@@ -492,34 +564,21 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                 if (STRIDED) { g = item & (G - 1); q = item >> LOG_G; }
                 else { q = item & (QN - 1); g = item / QN; }
                 const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
-                W v[1 << LOG_E], e[STAB ? (1 << LOG_E) : 1];
+                W v[1 << LOG_E], e[1 << LOG_E];
 #pragma unroll
                 for (int j = 0; j < (1 << LOG_E); ++j)
                     if (j < J) {
                         const int s = pad<W>((r0 | (j << b)) * RS + g * GS);
                         v[j] = sx[s];
-                        if (STAB) e[j] = se[s];
+                        e[j] = se[s];
                     }
-                if (kind == 1) {
-                    h8_block<W>(v);
-                } else {
 #pragma unroll
-                    for (int m = 0; m < LOG_E; ++m) {
-                        if (m < k) {
+                for (int m = 0; m < LOG_E; ++m) {
+                    if (m < k) {
 #pragma unroll
-                            for (int j = 0; j < (1 << LOG_E); ++j) {
-                                if (j < J && !(j & (1 << m))) {
-                                    const int j2 = j | (1 << m);
-                                    if (STAB) {
-                                        stab_butterfly<W, STAB == 2>(v[j], v[j2], e[j], e[j2]);
-                                    } else {
-                                        const W a = v[j], c = v[j2];
-                                        v[j] = N::add(a, c);
-                                        v[j2] = N::sub(a, c);
-                                    }
-                                }
-                            }
-                        }
+                        for (int j = 0; j < (1 << LOG_E); ++j)
+                            if (j < J && !(j & (1 << m)))
+                                stab_butterfly<W, STAB == 2>(v[j], v[j | (1 << m)], e[j], e[j | (1 << m)]);
                     }
                 }
 #pragma unroll
@@ -527,32 +586,13 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                     if (j < J) {
                         const int s = pad<W>((r0 | (j << b)) * RS + g * GS);
                         sx[s] = v[j];
-                        if (STAB) se[s] = e[j];
+                        se[s] = e[j];
                     }
             }
             __syncthreads();
         };
-        if (ALG == 0) {
 #pragma unroll
-            for (int b = 0; b < LOG_R; b += LOG_E)
-                round(b, (LOG_R - b < LOG_E) ? (LOG_R - b) : LOG_E, 0);
-        } else {
-            if (PRE > 0) round(0, PRE, 0);
-            if (PS) {   // exponent: non-zero octal digits of (i >> fbits), i the index in the transform
-                for (int u = tid; u < TILE; u += THREADS) {
-                    const int g = STRIDED ? (u & (G - 1)) : u / R;
-                    const int r = STRIDED ? (u >> LOG_G) : (u & (R - 1));
-                    i64 i = (gidx(g, r) & nmask) >> fbits;
-                    int ex = 0;
-                    while (i) { ex += (i & 7) != 0; i >>= 3; }
-                    const int s = pad<W>(r * RS + g * GS);
-                    if (ex) sx[s] = wpow2(sx[s], ex);
-                }
-                __syncthreads();
-            }
-#pragma unroll
-            for (int b = PRE; b < LOG_R; b += 3) round(b, 3, 1);
-        }
+        for (int b = 0; b < LOG_R; b += LOG_E) round(b, (LOG_R - b < LOG_E) ? (LOG_R - b) : LOG_E);
         // ---- store (fold the compensation, round to T; last pass: scale, check)
 #pragma unroll 1
         for (int c0 = 0; c0 < VPT; c0 += CH) {
@@ -563,11 +603,9 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
                 for (int k = 0; k < VEC; ++k) {
                     const int s = pad<W>(soff(c0 + i, k));
                     W w = sx[s];
-                    if (STAB) {
-                        if (!ERRVEC || last) w = N::sub(w, se[s]);
-                        else ebuf[i].v[k] = to<T>(se[s]);
-                    }
-                    T val = to<T>(w);
+                    if (!ERRVEC || last) w = N::sub(w, se[s]);
+                    else ebuf[i].v[k] = se[s];
+                    T val = w;
                     if (last) {
                         if (scale != 1.0) val = Num<T>::scale(val, scale);
                         if (!Num<T>::finite(val)) bad_out = true;
@@ -578,7 +616,7 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n
 #pragma unroll
             for (int i = 0; i < CH; ++i) {
                 *reinterpret_cast<Vec<T, VEC>*>(dst + goff(c0 + i)) = buf[i];
-                if (STAB && ERRVEC && !last) *reinterpret_cast<Vec<T, VEC>*>(err + goff(c0 + i)) = ebuf[i];
+                if (ERRVEC && !last) *reinterpret_cast<Vec<T, VEC>*>(err + goff(c0 + i)) = ebuf[i];
             }
         }
     }

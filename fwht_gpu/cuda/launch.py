@@ -83,7 +83,9 @@ def _template(kernel: str, *args) -> str:
 @dataclass(frozen=True)
 class KernelConfig:
     """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
-    compute type, equal to the storage type unless the plan has a wider compute_dtype)."""
+    compute type, equal to the storage type unless the plan has a wider compute_dtype;
+    ``alg`` 1: an Alman-Rao pass of ``pre`` radix-2 stages, the pre-scaling when ``ps``,
+    then H8 blocks)."""
 
     ctype: str
     wtype: str
@@ -96,11 +98,14 @@ class KernelConfig:
     strided: bool
     vec: int
     paired: bool
+    alg: int = 0
+    pre: int = 0
+    ps: bool = False
 
     @property
     def name(self) -> str:
         return _template("fwht_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
-                         self.log_t, self.strided, self.vec, self.paired)
+                         self.log_t, self.strided, self.vec, self.paired, self.alg, self.pre, self.ps)
 
     @property
     def tile(self) -> int:
@@ -148,50 +153,49 @@ def _log_threads(smem_tile_bytes: int, log_units: int, log_e: int, units_per_vec
                       log_units - (units_per_vec.bit_length() - 1)))
 
 
-def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=None) -> KernelConfig:
-    """Choose the tile, threads and vector width of a Folklore pass over ``total`` elements."""
+def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=None,
+                  stages: tuple[Stage, ...] = ()) -> KernelConfig:
+    """Choose the tile, threads and vector width of a pass over ``total`` elements
+    (Folklore, or the Alman-Rao ``stages`` of the pass)."""
     dt = np.dtype(dtype)
     cdt = dt if compute_dtype is None else np.dtype(compute_dtype)
     item, witem = dt.itemsize, cdt.itemsize
     strided = first_bit > 0
+    alg = int(any(s.kind == "h8" for s in stages))     # a pass without H8 blocks is Folklore's
     log_g, vec = _tile_groups(item, log_r, first_bit, total)
     tl = log_r + log_g
-    # 16-bit data moves and computes in pairs along the tile's unit-stride direction
-    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
+    # 16-bit data moves and computes in pairs along the tile's unit-stride direction (not
+    # rows in an Alman-Rao pass: its H8 blocks start at bit 0)
+    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1 and not alg)
     lr = log_r - (1 if paired and not strided else 0)
     uvec = vec // (2 if paired else 1)
-    log_e = min(LOG_E, lr)
+    log_e = min(3 if alg else LOG_E, lr)               # Alman-Rao: one H8 block per round
     log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, witem > item)
+    pre = sum(1 for s in stages if s.kind == "radix2") if alg else 0
+    ps = bool(alg) and any(s.kind == "prescale" for s in stages)
     return KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
-                        vec, paired)
+                        vec, paired, alg, pre, ps)
 
 
 @dataclass(frozen=True)
 class ExtConfig:
-    """Template arguments of one ``fwht_ext_pass`` instantiation (Alman-Rao, stabilizers,
-    compute dtype)."""
+    """Template arguments of one ``fwht_ext_pass`` instantiation (the stabilizers)."""
 
     ctype: str
-    wtype: str
     itemsize: int
-    witem: int
     log_r: int
     log_g: int
     log_e: int
     log_t: int
     strided: bool
     vec: int
-    alg: int
     stab: int
     errvec: bool
-    pre: int
-    ps: bool
 
     @property
     def name(self) -> str:
-        return _template("fwht_ext_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
-                         self.log_t, self.strided, self.vec, self.alg, self.stab, self.errvec,
-                         self.pre, self.ps)
+        return _template("fwht_ext_pass", self.ctype, self.log_r, self.log_g, self.log_e,
+                         self.log_t, self.strided, self.vec, self.stab, self.errvec)
 
     @property
     def tile(self) -> int:
@@ -199,9 +203,9 @@ class ExtConfig:
 
     @property
     def smem_bytes(self) -> int:
-        shift = {8: 4, 4: 5, 2: 6}[self.witem]
+        shift = {8: 4, 4: 5, 2: 6}[self.itemsize]
         padded = self.tile + (self.tile >> shift)
-        return padded * self.witem * (2 if self.stab else 1)
+        return padded * self.itemsize * 2
 
 
 def is_plain(plan: Plan) -> bool:
@@ -210,36 +214,32 @@ def is_plain(plan: Plan) -> bool:
 
 
 def is_tuned(plan: Plan) -> bool:
-    """Folklore without a stabilizer (any compute dtype): the tuned ``fwht_pass`` kernel."""
-    return plan.algorithm == "folklore" and plan.stabilizer is None
+    """No stabilizer (Folklore or Alman-Rao, any compute dtype): the tuned ``fwht_pass`` kernel."""
+    return plan.stabilizer is None
 
 
 def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
-    """Tile, threads and template flags of an extended-variant pass."""
+    """Tile, threads and template flags of a stabilized pass."""
     from ..plan import smem_bytes_per_element
-    dt, cdt = plan.dtype, plan.compute_dtype
-    item, witem = dt.itemsize, cdt.itemsize
-    foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, plan.stabilizer)
-    strided = p.first_bit > 0
+    item = plan.dtype.itemsize
+    foot = smem_bytes_per_element(plan.dtype, None, plan.stabilizer)
     log_r = p.nbits
     log_g, vec = _tile_groups(item, log_r, p.first_bit, total)
     tl = log_r + log_g
-    alg = 1 if plan.algorithm == "alman" else 0
-    log_e = min(3 if alg else LOG_E, log_r)
-    pre = sum(1 for s in p.stages if s.kind == "radix2") if alg else 0
-    ps = any(s.kind == "prescale" for s in p.stages)
-    stab = {None: 0, "kahan": 1, "neumaier": 2}[plan.stabilizer_kind]
-    errvec = bool(stab) and not plan.fold_each_pass and multi
+    log_e = min(LOG_E, log_r)
+    stab = {"kahan": 1, "neumaier": 2}[plan.stabilizer_kind]
+    errvec = not plan.fold_each_pass and multi
     log_t = _log_threads((1 << tl) * foot, tl, log_e, vec)
-    return ExtConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided, vec,
-                     alg, stab, errvec, pre, ps)
+    return ExtConfig(CTYPES[plan.dtype], item, log_r, log_g, log_e, log_t, p.first_bit > 0, vec,
+                     stab, errvec)
 
 
 def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
     if not is_tuned(plan):
         multi = len(plan.passes) > 1
         return [ext_config(plan, p, total, multi) for p in plan.passes]
-    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, plan.compute_dtype)
+    return [kernel_config(plan.dtype, p.nbits, p.first_bit, total, plan.compute_dtype,
+                          p.stages if plan.algorithm == "alman" else ())
             for p in plan.passes]
 
 
@@ -280,10 +280,10 @@ def instantiation_source(configs) -> str:
     for c in configs:
         if isinstance(c, ExtConfig):
             lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, {c.ctype}*, "
-                         "i64, int, int, int, int, int, int, double, unsigned int*);")
+                         "i64, int, int, int, int, double, unsigned int*);")
         else:
             lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, i64, int, "
-                         "int, int, double, unsigned int*);")
+                         "int, int, int, int, double, unsigned int*);")
     return "\n".join(lines) + "\n"
 
 
@@ -361,12 +361,12 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         grid = min(ntiles, 2**31 - 1)
         if isinstance(cfg, ExtConfig):
             args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
-                    np.int32(p.first_bit), np.int32(plan.log2n), np.int32(plan.log2n % 3),
-                    np.int32(check and i == 0), np.int32(i == 0), np.int32(i == last),
-                    np.float64(factor), flags)
-        else:
+                    np.int32(p.first_bit), np.int32(check and i == 0), np.int32(i == 0),
+                    np.int32(i == last), np.float64(factor), flags)
+        else:   # log2 n and the radix-2 prefix bits: Alman-Rao's pre-scaling exponents
             args = (src if i == 0 else dst, dst, np.int64(ntiles), np.int32(p.first_bit),
-                    np.int32(check and i == 0), np.int32(i == last), np.float64(factor), flags)
+                    np.int32(plan.log2n), np.int32(plan.log2n % 3), np.int32(check and i == 0),
+                    np.int32(i == last), np.float64(factor), flags)
         _kernel(cfg)((grid,), (1 << cfg.log_t,), args, shared_mem=cfg.smem_bytes)
     if check:
         f = int(flags.get()[0])
