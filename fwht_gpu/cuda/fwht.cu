@@ -223,6 +223,26 @@ struct Rounds {
     }
 };
 
+// 16-byte asynchronous copy global -> shared (cp.async, sm_80+), and its group fences.
+__device__ __forceinline__ void cp_async16(void* sdst, const void* gsrc) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gsrc) : "memory");
+#else
+    *reinterpret_cast<int4*>(sdst) = *reinterpret_cast<const int4*>(gsrc);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
 // Alman-Rao pre-scaling exponent of transform index i: the non-zero octal digits of
 // i >> fbits (fbits: the radix-2 prefix bits).
 __device__ __forceinline__ int alman_exponent(i64 i, int fbits) {
@@ -248,10 +268,14 @@ __device__ __forceinline__ int alman_exponent(i64 i, int fbits) {
 // to C on load and rounded back to T on store; every operation is rounded to C.
 // ALG 1 (Alman-Rao): the pass's stages are PRE radix-2 stages, the pre-scaling (PS,
 // only in the contiguous first pass) and H8 blocks; its rounds follow Rounds<>.
+// ASYNC (passes of several rounds): each block loops over tiles and copies the next
+// tile into a staging buffer in shared memory (cp.async) while it transforms the
+// current one, so loads stay in flight through the shared-memory rounds; round 0
+// then reads the staging buffer instead of global memory.
 // src may equal dst (in-place passes): a tile is read completely before it is written.
 // Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
 template <typename T, typename C, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC,
-          bool PAIRED, int ALG, int PRE, bool PS>
+          bool PAIRED, int ALG, int PRE, bool PS, bool ASYNC>
 __global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T)))
 fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
           int check_input, int last, double scale, unsigned int* flags)
@@ -278,8 +302,15 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
     static_assert(VPT >= 1 && UVEC >= 1 && (UTILE >> K0) >= THREADS, "tile too small for the threads");
     static_assert(ALG == 0 || (!INTRA && LOG_E >= 3 && (LR - PRE) % 3 == 0), "Alman-Rao pass layout");
     static_assert(!PS || (!STRIDED && !PAIRED && PRE + 3 <= LR), "pre-scaling: first, contiguous pass");
+    constexpr bool AS = ASYNC && !SINGLE;
+    constexpr int SBYTES = UTILE * (int)sizeof(S);               // staging bytes (one tile as stored)
+    constexpr int ROWB = STRIDED ? UG * (int)sizeof(S) : SBYTES; // contiguous bytes per row
+    constexpr int PADDED = UTILE + ((UTILE - 1) >> (sizeof(U) == 8 ? 4 : sizeof(U) == 4 ? 5 : 6));
+    constexpr int STG_OFF = (PADDED * (int)sizeof(U) + 15) / 16 * 16;
+    static_assert(!AS || ROWB % 16 == 0, "asynchronous copies move 16-byte pieces of rows");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
+    S* stg = reinterpret_cast<S*>(smem_raw + STG_OFF);           // ASYNC staging (as stored)
     const S* usrc = reinterpret_cast<const S*>(src);
     S* udst = reinterpret_cast<S*>(dst);
     const int tid = threadIdx.x;
@@ -352,17 +383,33 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         return to<U>(s);
     };
 
-    for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        i64 ub;   // first unit of the tile
+    auto tile_base = [&](i64 t) -> i64 {   // first unit of tile t
         if (STRIDED) {
             const i64 o = t / tiles_per_outer, cb = t - o * tiles_per_outer;
-            ub = (o * ((i64)1 << (LOG_R + log_inner)) + (cb << LOG_G)) / P;
-        } else {
-            ub = t * (i64)UTILE;
+            return (o * ((i64)1 << (LOG_R + log_inner)) + (cb << LOG_G)) / P;
         }
+        return t * (i64)UTILE;
+    };
+    auto prefetch = [&](i64 t) {          // tile t -> staging, 16 bytes per copy
+        const char* g0 = reinterpret_cast<const char*>(usrc + tile_base(t));
+#pragma unroll 4
+        for (int c = tid; c < SBYTES / 16; c += THREADS) {
+            const int r = c / (ROWB / 16), off = (c - r * (ROWB / 16)) * 16;
+            cp_async16(reinterpret_cast<char*>(stg) + c * 16,
+                       g0 + (STRIDED ? r * uinner * (i64)sizeof(S) : 0) + off);
+        }
+        cp_async_commit();
+    };
+    if constexpr (AS) {
+        if (blockIdx.x < ntiles) prefetch(blockIdx.x);
+    }
+
+    for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const i64 ub = tile_base(t);   // first unit of the tile
         // global unit index of tile position (g, r)
         auto gidx = [&](int g, int r) -> i64 { return STRIDED ? ub + r * uinner + g : ub + g * UR + r; };
         auto sidx = [&](int g, int r) -> int { return pad<U>(r * RS + g * GS); };
+        if constexpr (AS) cp_async_wait_all();   // this thread's copies of tile t have landed
         if (!SINGLE) __syncthreads();   // the previous tile's last round has read shared memory
 
         // ---- round 0, fused with the load
@@ -372,7 +419,8 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
                 Vec<S, UVEC> buf[CH];
 #pragma unroll
                 for (int i = 0; i < CH; ++i)
-                    buf[i] = *reinterpret_cast<const Vec<S, UVEC>*>(usrc + ub + (i64)((c0 + i) * THREADS + tid) * UVEC);
+                    buf[i] = AS ? *reinterpret_cast<const Vec<S, UVEC>*>(stg + ((c0 + i) * THREADS + tid) * UVEC)
+                                : *reinterpret_cast<const Vec<S, UVEC>*>(usrc + ub + (i64)((c0 + i) * THREADS + tid) * UVEC);
 #pragma unroll
                 for (int i = 0; i < CH; ++i) {
                     U w[E > UVEC ? E : UVEC];
@@ -404,7 +452,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
                 S raw[E];
 #pragma unroll
                 for (int j = 0; j < E; ++j)
-                    if (j < (1 << K0)) raw[j] = usrc[gidx(g, r0 + j)];
+                    if (j < (1 << K0)) raw[j] = AS ? stg[(r0 + j) * UG + g] : usrc[gidx(g, r0 + j)];
                 U w[E];
 #pragma unroll
                 for (int j = 0; j < E; ++j)
@@ -421,6 +469,9 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         }
         if constexpr (!SINGLE) {
             __syncthreads();
+            if constexpr (AS) {                 // staging is free: fetch the next tile
+                if (t + gridDim.x < ntiles) prefetch(t + gridDim.x);
+            }
             // ---- rounds [b, b + k) through shared memory; the last one stores to global memory
 #pragma unroll
             for (int ri = 0; ri < NMID; ++ri) {

@@ -5,6 +5,7 @@ CuPy is imported lazily; nothing here runs on import.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ LOG_E = int(os.environ.get("FWHT_LOG_E", 4))
 #: Resident threads per SM the launcher aims for (log2); a block gets
 #: 2**LOG_SM_THREADS / (blocks that fit by shared memory, at most 4) threads.
 LOG_SM_THREADS = int(os.environ.get("FWHT_LOG_SM_THREADS", 10))
+#: Which passes prefetch their next tile into shared memory (cp.async) while transforming
+#: the current one: "wide" (a wider compute dtype or Alman-Rao), "all", or "none".
+ASYNC = os.environ.get("FWHT_ASYNC", "wide")
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
 MIN_TILE_BYTES = 1 << 15
 #: Shared memory per SM available to blocks (H100/H200: 227 KB per block, 228 KB per SM).
@@ -85,7 +89,8 @@ class KernelConfig:
     """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
     compute type, equal to the storage type unless the plan has a wider compute_dtype;
     ``alg`` 1: an Alman-Rao pass of ``pre`` radix-2 stages, the pre-scaling when ``ps``,
-    then H8 blocks)."""
+    then H8 blocks; ``pipelined``: the next tile is copied to a shared staging buffer while
+    the current one is transformed)."""
 
     ctype: str
     wtype: str
@@ -101,11 +106,13 @@ class KernelConfig:
     alg: int = 0
     pre: int = 0
     ps: bool = False
+    pipelined: bool = False
 
     @property
     def name(self) -> str:
         return _template("fwht_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
-                         self.log_t, self.strided, self.vec, self.paired, self.alg, self.pre, self.ps)
+                         self.log_t, self.strided, self.vec, self.paired, self.alg, self.pre, self.ps,
+                         self.pipelined)
 
     @property
     def tile(self) -> int:
@@ -117,7 +124,10 @@ class KernelConfig:
         unit = self.witem * per
         shift = {8: 4, 4: 5, 2: 6}[unit]
         last = self.tile // per - 1
-        return (last + (last >> shift) + 1) * unit
+        padded = (last + (last >> shift) + 1) * unit
+        if not self.pipelined:
+            return padded
+        return (padded + 15) // 16 * 16 + self.tile * self.itemsize   # + the staging buffer
 
 
 def _lowbit_log2(v: int) -> int:
@@ -173,8 +183,16 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
     log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, witem > item)
     pre = sum(1 for s in stages if s.kind == "radix2") if alg else 0
     ps = bool(alg) and any(s.kind == "prescale" for s in stages)
-    return KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
-                        vec, paired, alg, pre, ps)
+    # pipelining needs shared-memory rounds (round 0 covers log_e rows of a strided pass,
+    # the bits of one vector of a contiguous pass) and 16-byte pieces of rows
+    rounds = lr > (log_e if strided else (uvec.bit_length() - 1))
+    pieces = ((1 << log_g) * item) % 16 == 0 if strided else True
+    pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and bool(alg or witem > item)))
+    cfg = KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
+                       vec, paired, alg, pre, ps, pipelined)
+    if pipelined and cfg.smem_bytes > SM_SHARED_BYTES:        # no room for the staging buffer
+        cfg = dataclasses.replace(cfg, pipelined=False)
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -359,6 +377,8 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
+        if getattr(cfg, "pipelined", False):   # resident blocks loop over the tiles
+            grid = min(grid, _sm_count() * _resident_blocks(cfg))
         if isinstance(cfg, ExtConfig):
             args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
                     np.int32(p.first_bit), np.int32(check and i == 0), np.int32(i == 0),
@@ -386,6 +406,18 @@ def split_in_two(plan: Plan) -> Plan:
 def _sm_count() -> int:
     cp = cupy()
     return int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"])
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_blocks(cfg: KernelConfig) -> int:
+    """Blocks of ``cfg`` that fit on one SM at once (CUDA occupancy calculator)."""
+    fn = _kernel(cfg)
+    try:
+        return max(1, int(cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            fn.ptr, 1 << cfg.log_t, cfg.smem_bytes)))
+    except Exception:   # estimate from shared memory, registers and threads
+        regs = max(1, fn.num_regs) * (1 << cfg.log_t)
+        return max(1, min(SM_SHARED_BYTES // cfg.smem_bytes, 65536 // regs, 2048 >> cfg.log_t))
 
 
 @functools.lru_cache(maxsize=None)
