@@ -28,7 +28,10 @@ LOG_E = int(os.environ.get("FWHT_LOG_E", 4))
 #: 2**LOG_SM_THREADS / (blocks that fit by shared memory, at most 4) threads.
 LOG_SM_THREADS = int(os.environ.get("FWHT_LOG_SM_THREADS", 10))
 #: Which passes prefetch their next tile into shared memory (cp.async) while transforming
-#: the current one: "wide" (a wider compute dtype or Alman-Rao), "all", or "none".
+#: the current one: "wide" (those with a wider compute dtype, whose registers allow only two
+#: blocks per SM: FP32 data in FP64 at 2^30 1.41x -> 1.13x Folklore's time, FP16 in FP32
+#: 1.24x -> 1.08x on the H200), "all" (Folklore 2^27-2^30 1.03-1.09x slower, Alman-Rao up to
+#: 1.4x slower: the staging buffer costs blocks and a shared-memory round), or "none".
 ASYNC = os.environ.get("FWHT_ASYNC", "wide")
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
 MIN_TILE_BYTES = 1 << 15
@@ -187,7 +190,7 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
     # the bits of one vector of a contiguous pass) and 16-byte pieces of rows
     rounds = lr > (log_e if strided else (uvec.bit_length() - 1))
     pieces = ((1 << log_g) * item) % 16 == 0 if strided else True
-    pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and bool(alg or witem > item)))
+    pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and witem > item))
     cfg = KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
                        vec, paired, alg, pre, ps, pipelined)
     if pipelined and cfg.smem_bytes > SM_SHARED_BYTES:        # no room for the staging buffer
