@@ -159,11 +159,14 @@ __device__ __forceinline__ __nv_bfloat162 whalf(__nv_bfloat162 v) {
     return __hmul2_rn(v, __float2bfloat162_rn(0.5f));
 }
 __device__ __forceinline__ float2 whalf(float2 v) { return make_float2(__fmul_rn(v.x, 0.5f), __fmul_rn(v.y, 0.5f)); }
-__device__ __forceinline__ double wpow2(double v, int e) { return ldexp(v, e); }
-__device__ __forceinline__ float wpow2(float v, int e) { return ldexpf(v, e); }
-__device__ __forceinline__ __half wpow2(__half v, int e) { return __float2half_rn(ldexpf(__half2float(v), e)); }
+// v * 2^e (0 <= e < 127), one correctly rounded multiplication as in the NumPy engine
+// (exact unless it overflows; FP16/BF16 via FP32, rounded once).
+__device__ __forceinline__ float pow2f(int e) { return __int_as_float((127 + e) << 23); }
+__device__ __forceinline__ double wpow2(double v, int e) { return __dmul_rn(v, (double)pow2f(e)); }
+__device__ __forceinline__ float wpow2(float v, int e) { return __fmul_rn(v, pow2f(e)); }
+__device__ __forceinline__ __half wpow2(__half v, int e) { return __float2half_rn(__fmul_rn(__half2float(v), pow2f(e))); }
 __device__ __forceinline__ __nv_bfloat16 wpow2(__nv_bfloat16 v, int e) {
-    return __float2bfloat16_rn(ldexpf(__bfloat162float(v), e));
+    return __float2bfloat16_rn(__fmul_rn(__bfloat162float(v), pow2f(e)));
 }
 
 // Alman-Rao H8 block on v[0..7] (inputs 1..7 pre-doubled), thesis Alg. 9 lines 33-48.
