@@ -88,24 +88,36 @@ def _template(kernel: str, *args) -> str:
 
 
 @dataclass(frozen=True)
-class KernelConfig:
-    """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
-    compute type, equal to the storage type unless the plan has a wider compute_dtype;
-    ``alg`` 1: an Alman-Rao pass of ``pre`` radix-2 stages, the pre-scaling when ``ps``,
-    then H8 blocks; ``pipelined``: the next tile is copied to a shared staging buffer while
-    the current one is transformed)."""
+class PassGeometry:
+    """What every pass kernel is instantiated with: the storage type, a tile of 2**log_r rows
+    x 2**log_g groups, 2**log_e units per thread per round, 2**log_t threads, ``vec``-element
+    vector accesses."""
 
     ctype: str
-    wtype: str
     itemsize: int
-    witem: int
     log_r: int
     log_g: int
     log_e: int
     log_t: int
     strided: bool
     vec: int
-    paired: bool
+
+    @property
+    def tile(self) -> int:
+        return 1 << (self.log_r + self.log_g)
+
+
+@dataclass(frozen=True)
+class KernelConfig(PassGeometry):
+    """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
+    compute type, equal to the storage type unless the plan has a wider compute_dtype;
+    ``alg`` 1: an Alman-Rao pass of ``pre`` radix-2 stages, the pre-scaling when ``ps``,
+    then H8 blocks; ``pipelined``: the next tile is copied to a shared staging buffer while
+    the current one is transformed)."""
+
+    wtype: str = ""
+    witem: int = 0
+    paired: bool = False
     alg: int = 0
     pre: int = 0
     ps: bool = False
@@ -116,10 +128,6 @@ class KernelConfig:
         return _template("fwht_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
                          self.log_t, self.strided, self.vec, self.paired, self.alg, self.pre, self.ps,
                          self.pipelined)
-
-    @property
-    def tile(self) -> int:
-        return 1 << (self.log_r + self.log_g)
 
     @property
     def smem_bytes(self) -> int:
@@ -191,36 +199,25 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
     rounds = lr > (log_e if strided else (uvec.bit_length() - 1))
     pieces = ((1 << log_g) * item) % 16 == 0 if strided else True
     pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and witem > item))
-    cfg = KernelConfig(CTYPES[dt], CTYPES[cdt], item, witem, log_r, log_g, log_e, log_t, strided,
-                       vec, paired, alg, pre, ps, pipelined)
+    cfg = KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, wtype=CTYPES[cdt],
+                       witem=witem, paired=paired, alg=alg, pre=pre, ps=ps, pipelined=pipelined)
     if pipelined and cfg.smem_bytes > SM_SHARED_BYTES:        # no room for the staging buffer
         cfg = dataclasses.replace(cfg, pipelined=False)
     return cfg
 
 
 @dataclass(frozen=True)
-class ExtConfig:
-    """Template arguments of one ``fwht_ext_pass`` instantiation (the stabilizers)."""
+class ExtConfig(PassGeometry):
+    """Template arguments of one ``fwht_ext_pass`` instantiation (the stabilizers: ``stab``
+    1 Kahan / 2 Neumaier; ``errvec``: an error vector in device memory between passes)."""
 
-    ctype: str
-    itemsize: int
-    log_r: int
-    log_g: int
-    log_e: int
-    log_t: int
-    strided: bool
-    vec: int
-    stab: int
-    errvec: bool
+    stab: int = 1
+    errvec: bool = False
 
     @property
     def name(self) -> str:
         return _template("fwht_ext_pass", self.ctype, self.log_r, self.log_g, self.log_e,
                          self.log_t, self.strided, self.vec, self.stab, self.errvec)
-
-    @property
-    def tile(self) -> int:
-        return 1 << (self.log_r + self.log_g)
 
     @property
     def smem_bytes(self) -> int:
@@ -252,10 +249,10 @@ def ext_config(plan: Plan, p, total: int, multi: bool) -> ExtConfig:
     errvec = not plan.fold_each_pass and multi
     log_t = _log_threads((1 << tl) * foot, tl, log_e, vec)
     return ExtConfig(CTYPES[plan.dtype], item, log_r, log_g, log_e, log_t, p.first_bit > 0, vec,
-                     stab, errvec)
+                     stab=stab, errvec=errvec)
 
 
-def configs_for(plan: Plan, total: int) -> list[KernelConfig]:
+def configs_for(plan: Plan, total: int) -> list[PassGeometry]:
     if not is_tuned(plan):
         multi = len(plan.passes) > 1
         return [ext_config(plan, p, total, multi) for p in plan.passes]
@@ -380,7 +377,7 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
-        if getattr(cfg, "pipelined", False):   # resident blocks loop over the tiles
+        if isinstance(cfg, KernelConfig) and cfg.pipelined:   # resident blocks loop over the tiles
             grid = min(grid, _sm_count() * _resident_blocks(cfg))
         if isinstance(cfg, ExtConfig):
             args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
