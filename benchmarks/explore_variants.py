@@ -19,14 +19,16 @@ import click
 @click.option("--sizes", default="20,24,27,30", show_default=True, help="log2 sizes, comma-separated")
 @click.option("--env", "envs", multiple=True, default=("",), help="KEY=VALUE[,KEY=VALUE] per run")
 @click.option("--variant", "only", multiple=True, help="variant names to keep (default: all)")
+@click.option("--per-pass", is_flag=True, help="also time each pass alone")
 @click.option("--json", "out_json", default=None, type=click.Path(dir_okay=False))
 @click.option("--child", is_flag=True, hidden=True)
-def main(dtypes, sizes, envs, only, out_json, child):
+def main(dtypes, sizes, envs, only, per_pass, out_json, child):
     if child:
         from fwht_gpu import bench
         from fwht_gpu.cuda import launch
         rows = bench.bench_variants(launch.cupy(), dtypes, [int(s) for s in sizes.split(",")],
-                                    echo=lambda s: print(s, file=sys.stderr), only=only or None)
+                                    echo=lambda s: print(s, file=sys.stderr), only=only or None,
+                                    per_pass=per_pass)
         print(json.dumps(rows))
         return
     results = []
@@ -38,6 +40,8 @@ def main(dtypes, sizes, envs, only, out_json, child):
             cmd += ["--dtype", d]
         for v in only:
             cmd += ["--variant", v]
+        if per_pass:
+            cmd.append("--per-pass")
         r = subprocess.run(cmd, env={**os.environ, **extra}, capture_output=True, text=True)
         click.echo(r.stderr)
         if r.returncode:

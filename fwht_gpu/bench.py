@@ -8,6 +8,7 @@ of the same length, all measured in the same process.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import platform
@@ -209,9 +210,10 @@ def wide_dtype(dtype):
 
 
 def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print,
-                   only=None) -> list[dict]:
+                   only=None, per_pass: bool = False) -> list[dict]:
     """Kernel time of every variant (or those named in ``only``) next to Folklore's, same
-    inputs, same run."""
+    inputs, same run; with ``per_pass`` also each pass alone (``pass_ms``: one launch of
+    that pass's kernel, as the last pass)."""
     rows = []
     free = cp.cuda.runtime.memGetInfo()[0]
     echo(f"{'dtype':5} {'n':>5} {'variant':16} {'passes':>6} {'time ms':>10} {'x folklore':>10}")
@@ -238,9 +240,16 @@ def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=pri
                 row = {"kind": "variant", "dtype": name, "log2n": L, "variant": vname,
                        "passes": len(plan.passes), "time_ms": t,
                        "ratio_folklore": t / base}
+                extra = ""
+                if per_pass:
+                    row["pass_ms"] = [
+                        _timer(cp, lambda i, one=dataclasses.replace(plan, passes=(p,)):
+                               launch.execute(one, srcs[i % count], dst, check=False))[0]
+                        for p in plan.passes]
+                    extra = "  passes " + " ".join(f"{v:.4f}" for v in row["pass_ms"])
                 rows.append(row)
                 echo(f"{name:5} {'2^%d' % L:>5} {row['variant']:16} {row['passes']:>6} {t:10.4f} "
-                     f"{t / base:10.2f}")
+                     f"{t / base:10.2f}{extra}")
             del srcs, dst
             cp.get_default_memory_pool().free_all_blocks()
     return rows

@@ -110,6 +110,27 @@ template <> struct Num<float2> {
     static __device__ __forceinline__ W intra(W p) { return make_float2(__fadd_rn(p.x, p.y), __fsub_rn(p.x, p.y)); }
 };
 
+// The two values of a pair unit (Alman-Rao's first round runs on single values).
+template <typename U> struct Lanes;
+template <> struct Lanes<__half2> {
+    typedef __half L;
+    static __device__ __forceinline__ L lo(__half2 u) { return __low2half(u); }
+    static __device__ __forceinline__ L hi(__half2 u) { return __high2half(u); }
+    static __device__ __forceinline__ __half2 make(L a, L b) { return __halves2half2(a, b); }
+};
+template <> struct Lanes<__nv_bfloat162> {
+    typedef __nv_bfloat16 L;
+    static __device__ __forceinline__ L lo(__nv_bfloat162 u) { return __low2bfloat16(u); }
+    static __device__ __forceinline__ L hi(__nv_bfloat162 u) { return __high2bfloat16(u); }
+    static __device__ __forceinline__ __nv_bfloat162 make(L a, L b) { return __halves2bfloat162(a, b); }
+};
+template <> struct Lanes<float2> {
+    typedef float L;
+    static __device__ __forceinline__ L lo(float2 u) { return u.x; }
+    static __device__ __forceinline__ L hi(float2 u) { return u.y; }
+    static __device__ __forceinline__ float2 make(L a, L b) { return make_float2(a, b); }
+};
+
 // The unit a thread moves (S, storage) and transforms (U, compute): T, or a pair of T
 // (PAIRED, 16-bit types); with a wider compute type C the units hold C values.
 template <typename T, bool PAIRED> struct Unit { typedef T type; };
@@ -292,25 +313,40 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
     constexpr int LG = LOG_G - ((PAIRED && STRIDED) ? 1 : 0);   // unit groups (log2)
     constexpr int UR = 1 << LR, UG = 1 << LG, UTILE = UR * UG;
     constexpr int THREADS = 1 << LOG_T, UVEC = VEC / P;
-    constexpr int LOG_UVEC = UVEC >= 8 ? 3 : UVEC >= 4 ? 2 : UVEC >= 2 ? 1 : 0;
+    constexpr int LOG_UVEC = UVEC >= 16 ? 4 : UVEC >= 8 ? 3 : UVEC >= 4 ? 2 : UVEC >= 2 ? 1 : 0;
     constexpr int NVEC = UTILE / UVEC, VPT = NVEC / THREADS;    // vectors per thread
     constexpr int RS = STRIDED ? UG : 1, GS = STRIDED ? 1 : UR; // shared layout strides (units)
     constexpr int CH0 = UVEC >= 8 ? 2 : 4;                      // vectors in flight per thread (16 units)
     constexpr int CH = VPT < CH0 ? VPT : CH0;
-    typedef Rounds<ALG, LR, LOG_E, PRE> RD;
-    constexpr int K0 = RD::first(STRIDED ? LOG_E : LOG_UVEC);   // round 0 bits
+    // Alman-Rao contiguous pass on pairs: round 0 runs on single values (the PRE radix-2
+    // stages and the pre-scaling, then with PRE = 0 the H8 block of bits 0..2), so that no
+    // later H8 block involves bit 0, the bit inside the pairs; the unit bits it covers
+    // (K0E - 1) then count as a prefix for Rounds<>.
+    constexpr bool AINTRA = ALG == 1 && INTRA;
+    constexpr int K0E = PRE == 0 ? 3 : PRE;
+    constexpr int PREU = AINTRA ? K0E - 1 : PRE;
+    typedef Rounds<ALG, LR, LOG_E, PREU> RD;
+    constexpr int K0 = AINTRA ? PREU : RD::first(STRIDED ? LOG_E : LOG_UVEC);   // round 0 bits
     constexpr int NMID = RD::count(K0);                         // middle rounds
     constexpr bool SINGLE = K0 == LR;                           // one round: no shared memory
     constexpr int E = 1 << LOG_E;
     static_assert(VPT >= 1 && UVEC >= 1 && (UTILE >> K0) >= THREADS, "tile too small for the threads");
-    static_assert(ALG == 0 || (!INTRA && LOG_E >= 3 && (LR - PRE) % 3 == 0), "Alman-Rao pass layout");
-    static_assert(!PS || (!STRIDED && !PAIRED && PRE + 3 <= LR), "pre-scaling: first, contiguous pass");
+    static_assert(ALG == 0 || (LOG_E >= 3 && (LR - PREU) % 3 == 0), "Alman-Rao pass layout");
+    static_assert(!AINTRA || (PS && 2 * UVEC >= (1 << K0E)), "Alman-Rao pairs: first pass, 8-element vectors");
+    static_assert(!PS || (!STRIDED && (!PAIRED || AINTRA) && PRE + 3 <= LOG_R), "pre-scaling: first, contiguous pass");
     constexpr bool AS = ASYNC && !SINGLE;
     constexpr int SBYTES = UTILE * (int)sizeof(S);               // staging bytes (one tile as stored)
     constexpr int ROWB = STRIDED ? UG * (int)sizeof(S) : SBYTES; // contiguous bytes per row
     constexpr int PADDED = UTILE + ((UTILE - 1) >> (sizeof(U) == 8 ? 4 : sizeof(U) == 4 ? 5 : 6));
     constexpr int STG_OFF = (PADDED * (int)sizeof(U) + 15) / 16 * 16;
     static_assert(!AS || ROWB % 16 == 0, "asynchronous copies move 16-byte pieces of rows");
+    // A 32-byte round-0 vector (contiguous pass) moves as two 16-byte pieces; in the staging
+    // buffer piece c sits at c ^ bit 3 of c, so that each quarter-warp's 16-byte reads hit
+    // eight distinct bank groups.
+    typedef Vec<S, UVEC> V;
+    constexpr int VNP = (int)(sizeof(V) / 16);
+    static_assert(VNP <= 2, "round-0 vectors of at most 32 bytes");
+    auto swz = [](int c) -> int { return (!STRIDED && VNP == 2) ? c ^ ((c >> 3) & 1) : c; };
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     S* stg = reinterpret_cast<S*>(smem_raw + STG_OFF);           // ASYNC staging (as stored)
@@ -342,9 +378,9 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         if constexpr (ALG == 0) {
             stages(v, k);
         } else {
-            const int r2 = (PRE < b + k ? PRE : b + k) - b;      // radix-2 prefix bits here
+            const int r2 = (PREU < b + k ? PREU : b + k) - b;    // radix-2 prefix bits here
             if (r2 > 0) stages(v, r2);
-            if constexpr (PS) {
+            if constexpr (PS && !AINTRA) {
                 if (b <= PRE && PRE < b + k) {
 #pragma unroll
                     for (int j = 0; j < E; ++j)
@@ -356,7 +392,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
             }
 #pragma unroll
             for (int m = 0; m + 3 <= LOG_E; m += 3) {
-                const int mm = m + (PRE > b ? PRE - b : 0);
+                const int mm = m + (PREU > b ? PREU - b : 0);
                 if (mm + 3 <= k) {
 #pragma unroll
                     for (int j = 0; j < E; ++j) {
@@ -371,6 +407,41 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
                     }
                 }
             }
+        }
+    };
+    // AINTRA round 0 on the 2 * UVEC single values of w[0 .. UVEC), element e0 first: blocks
+    // of 2^K0E elements share the exponent of their first element (PRE > 0: the same
+    // i >> PRE; PRE = 0: elements 1..7 of an H8 block one more non-zero octal digit).
+    auto alman_first = [&](U* w, i64 e0) {
+        if constexpr (AINTRA) {
+            typedef Lanes<U> LN;
+            typedef typename LN::L L;
+            typedef Num<L> NL;
+            L s[2 * UVEC];
+#pragma unroll
+            for (int k = 0; k < UVEC; ++k) { s[2 * k] = LN::lo(w[k]); s[2 * k + 1] = LN::hi(w[k]); }
+#pragma unroll
+            for (int blk = 0; blk < 2 * UVEC; blk += 1 << K0E) {
+                L* v = s + blk;
+#pragma unroll
+                for (int m = 0; m < PRE; ++m)
+#pragma unroll
+                    for (int j = 0; j < (1 << K0E); ++j)
+                        if (!(j & (1 << m))) {
+                            const L a = v[j], c = v[j | (1 << m)];
+                            v[j] = NL::add(a, c);
+                            v[j | (1 << m)] = NL::sub(a, c);
+                        }
+                const int base = alman_exponent((e0 + blk) & (((i64)1 << log2n) - 1), fbits);
+#pragma unroll
+                for (int j = 0; j < (1 << K0E); ++j) {
+                    const int ex = base + (PRE == 0 && j != 0 ? 1 : 0);
+                    if (ex) v[j] = wpow2(v[j], ex);
+                }
+                if constexpr (PRE == 0) h8_block<L>(v);
+            }
+#pragma unroll
+            for (int k = 0; k < UVEC; ++k) w[k] = LN::make(s[2 * k], s[2 * k + 1]);
         }
     };
     auto finish = [&](U w) -> S {   // round to storage; last pass: scale, check
@@ -398,7 +469,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
 #pragma unroll 4
         for (int c = tid; c < SBYTES / 16; c += THREADS) {
             const int r = c / (ROWB / 16), off = (c - r * (ROWB / 16)) * 16;
-            cp_async16(reinterpret_cast<char*>(stg) + c * 16,
+            cp_async16(reinterpret_cast<char*>(stg) + swz(c) * 16,
                        g0 + (STRIDED ? r * uinner * (i64)sizeof(S) : 0) + off);
         }
         cp_async_commit();
@@ -419,27 +490,47 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         if constexpr (!STRIDED) {
 #pragma unroll 1
             for (int c0 = 0; c0 < VPT; c0 += CH) {
-                Vec<S, UVEC> buf[CH];
+                V buf[CH];
 #pragma unroll
-                for (int i = 0; i < CH; ++i)
-                    buf[i] = AS ? *reinterpret_cast<const Vec<S, UVEC>*>(stg + ((c0 + i) * THREADS + tid) * UVEC)
-                                : *reinterpret_cast<const Vec<S, UVEC>*>(usrc + ub + (i64)((c0 + i) * THREADS + tid) * UVEC);
+                for (int i = 0; i < CH; ++i) {
+                    const int vi = (c0 + i) * THREADS + tid;
+                    if constexpr (VNP == 2) {
+#pragma unroll
+                        for (int p = 0; p < 2; ++p)
+                            reinterpret_cast<int4*>(&buf[i])[p] =
+                                AS ? reinterpret_cast<const int4*>(stg)[swz(2 * vi + p)]
+                                   : reinterpret_cast<const int4*>(usrc + ub + (i64)vi * UVEC)[p];
+                    } else {
+                        buf[i] = AS ? *reinterpret_cast<const V*>(stg + vi * UVEC)
+                                    : *reinterpret_cast<const V*>(usrc + ub + (i64)vi * UVEC);
+                    }
+                }
 #pragma unroll
                 for (int i = 0; i < CH; ++i) {
                     U w[E > UVEC ? E : UVEC];
 #pragma unroll
                     for (int k = 0; k < UVEC; ++k) {
                         w[k] = start(buf[i].v[k]);
-                        if constexpr (INTRA) w[k] = N::intra(w[k]);
+                        if constexpr (INTRA && !AINTRA) w[k] = N::intra(w[k]);
                     }
                     const int u0 = ((c0 + i) * THREADS + tid) * UVEC;
+                    if constexpr (AINTRA) {
+                        alman_first(w, (ub + u0) * 2);
+                    } else {
 #pragma unroll
-                    for (int blk = 0; blk < UVEC; blk += 1 << K0)
-                        apply(w + blk, 0, K0, [&](int j) -> i64 { return ub + u0 + blk + j; });
+                        for (int blk = 0; blk < UVEC; blk += 1 << K0)
+                            apply(w + blk, 0, K0, [&](int j) -> i64 { return ub + u0 + blk + j; });
+                    }
                     if constexpr (SINGLE) {
 #pragma unroll
                         for (int k = 0; k < UVEC; ++k) buf[i].v[k] = finish(w[k]);
-                        *reinterpret_cast<Vec<S, UVEC>*>(udst + ub + u0) = buf[i];
+                        if constexpr (VNP == 2) {
+#pragma unroll
+                            for (int p = 0; p < 2; ++p)
+                                reinterpret_cast<int4*>(udst + ub + u0)[p] = reinterpret_cast<const int4*>(&buf[i])[p];
+                        } else {
+                            *reinterpret_cast<V*>(udst + ub + u0) = buf[i];
+                        }
                     } else {
 #pragma unroll
                         for (int k = 0; k < UVEC; ++k) sm[pad<U>(u0 + k)] = w[k];

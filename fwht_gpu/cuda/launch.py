@@ -31,8 +31,21 @@ LOG_SM_THREADS = int(os.environ.get("FWHT_LOG_SM_THREADS", 10))
 #: the current one: "wide" (those with a wider compute dtype, whose registers allow only two
 #: blocks per SM: FP32 data in FP64 at 2^30 1.41x -> 1.13x Folklore's time, FP16 in FP32
 #: 1.24x -> 1.08x on the H200), "all" (Folklore 2^27-2^30 1.03-1.09x slower, Alman-Rao up to
-#: 1.4x slower: the staging buffer costs blocks and a shared-memory round), or "none".
+#: 1.4x slower: the staging buffer costs blocks and a shared-memory round), "wide-strided"
+#: (only the strided passes of those) or "none".
 ASYNC = os.environ.get("FWHT_ASYNC", "wide")
+#: Alman-Rao FP32 contiguous passes load 32 bytes per thread (8 elements: round 0 holds a
+#: whole H8 block, one shared-memory round trip fewer than with 16-byte vectors; H100, 2^30:
+#: first pass 3.37 -> 2.95 ms, Folklore's first pass 2.84 ms).
+ALMAN_VEC32 = os.environ.get("FWHT_ALMAN_VEC32", "1") == "1"
+#: FP16/BF16 Alman-Rao contiguous passes on pairs (HADD2, 4-byte shared-memory accesses)
+#: after a first round on single values; "0": single values throughout (H100, FP16 2^30:
+#: first pass 3.18 -> 1.59 ms, Folklore's 1.43; the transform 1.41x -> 1.07x Folklore's time).
+ALMAN_PAIRS = os.environ.get("FWHT_ALMAN_PAIRS", "1") == "1"
+#: Shared-memory bytes of an FP32 Alman-Rao strided tile of 9 row bits in a transform of
+#: at least 2^24 elements: 64 KB gives 128-byte row segments (H100, 2^27-2^30: 1.16-1.18x
+#: -> 1.12-1.13x Folklore's time; at 2^20 too few tiles, and FP16/BF16 lose: 1.07 -> 1.11).
+ALMAN_STRIDED_TILE_BYTES = int(os.environ.get("FWHT_ALMAN_STRIDED_TILE_BYTES", 1 << 16))
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
 MIN_TILE_BYTES = 1 << 15
 #: Shared memory per SM available to blocks (H100/H200: 227 KB per block, 228 KB per SM).
@@ -145,14 +158,15 @@ def _lowbit_log2(v: int) -> int:
     return (v & -v).bit_length() - 1
 
 
-def _tile_groups(item: int, log_r: int, first_bit: int, total: int) -> tuple[int, int]:
+def _tile_groups(item: int, log_r: int, first_bit: int, total: int,
+                 strided_tile: int = STRIDED_TILE_BYTES) -> tuple[int, int]:
     """(log2 G, vector width) of a pass tile of 2**log_r rows of ``item``-byte elements
     (sized by the stored bytes: a wider compute type or a stabilizer's errors take more
     shared memory for the same tile)."""
     strided = first_bit > 0
     if strided:
         # G consecutive columns: as many as fit a strided tile, at most the stride
-        tile_log = (STRIDED_TILE_BYTES // item).bit_length() - 1
+        tile_log = (strided_tile // item).bit_length() - 1
         log_g = max(0, min(first_bit, tile_log - log_r))
     else:
         # group short transforms so a tile holds at least MIN_TILE_BYTES, within what divides total
@@ -183,14 +197,19 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
     item, witem = dt.itemsize, cdt.itemsize
     strided = first_bit > 0
     alg = int(any(s.kind == "h8" for s in stages))     # a pass without H8 blocks is Folklore's
-    log_g, vec = _tile_groups(item, log_r, first_bit, total)
+    wide_rows = alg and item == 4 and witem == 4 and total >= 1 << 24
+    log_g, vec = _tile_groups(item, log_r, first_bit, total,
+                              ALMAN_STRIDED_TILE_BYTES if wide_rows else STRIDED_TILE_BYTES)
     tl = log_r + log_g
-    # 16-bit data moves and computes in pairs along the tile's unit-stride direction (not
-    # rows in an Alman-Rao pass: its H8 blocks start at bit 0)
-    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1 and not alg)
+    if alg and ALMAN_VEC32 and item == 4 and not strided:
+        vec = min(8, 1 << tl)
+    # 16-bit data moves and computes in pairs along the tile's unit-stride direction (in a
+    # contiguous Alman-Rao pass after a first round on single values, see fwht.cu)
+    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1
+                                         and (not alg or (ALMAN_PAIRS and vec >= 8)))
     lr = log_r - (1 if paired and not strided else 0)
     uvec = vec // (2 if paired else 1)
-    log_e = min(3 if alg else LOG_E, lr)               # Alman-Rao: one H8 block per round
+    log_e = 3 if alg else min(LOG_E, lr)               # Alman-Rao: one H8 block per round
     log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, witem > item)
     pre = sum(1 for s in stages if s.kind == "radix2") if alg else 0
     ps = bool(alg) and any(s.kind == "prescale" for s in stages)
@@ -198,7 +217,8 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
     # the bits of one vector of a contiguous pass) and 16-byte pieces of rows
     rounds = lr > (log_e if strided else (uvec.bit_length() - 1))
     pieces = ((1 << log_g) * item) % 16 == 0 if strided else True
-    pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and witem > item))
+    pipelined = rounds and pieces and (ASYNC == "all" or (ASYNC == "wide" and witem > item)
+                                       or (ASYNC == "wide-strided" and witem > item and strided))
     cfg = KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, wtype=CTYPES[cdt],
                        witem=witem, paired=paired, alg=alg, pre=pre, ps=ps, pipelined=pipelined)
     if pipelined and cfg.smem_bytes > SM_SHARED_BYTES:        # no room for the staging buffer
@@ -363,7 +383,8 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         return
     flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
-    if (is_plain(plan) and len(cfgs) == 1 and plan.n * plan.dtype.itemsize >= 1 << 17
+    if (is_plain(plan) and len(cfgs) == 1 and plan.passes[0].nbits == plan.log2n
+            and plan.n * plan.dtype.itemsize >= 1 << 17
             and total // cfgs[0].tile < _sm_count()):
         # a 128 KB tile per transform and too few of them to fill the GPU: two passes over
         # more SMs instead (same bits for Folklore; 1.7x faster for one transform on the H200)
