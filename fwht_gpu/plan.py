@@ -63,8 +63,8 @@ WIDE_SEGMENT_BYTES = int(os.environ.get("FWHT_WIDE_SEGMENT_BYTES", 128))
 #: Balance wide plans as Folklore's (the narrowest first pass that keeps the pass count).
 BALANCED_WIDE = os.environ.get("FWHT_BALANCED_WIDE", "0") == "1"
 #: Alman-Rao strided passes cover whole H8 stages: the strided bits rounded up to a multiple
-#: of 3 (9 instead of 8: the same tile bytes in half-width row segments), so that Alman-Rao
-#: takes no more passes than Folklore.
+#: of 3 (9 instead of 8: the same tile bytes in half-width row segments, or for FP32 from 2^24
+#: elements a 64 KB tile, see launch.py), so that Alman-Rao takes no more passes than Folklore.
 ALMAN_ROUND_UP = os.environ.get("FWHT_ALMAN_ROUND_UP", "1") == "1"
 
 

@@ -226,19 +226,19 @@ __device__ __forceinline__ int pad(int i) {
 
 // Round boundaries of a pass (row bits, in units).  Round 0 covers [0, K0); middle
 // round i covers [bound(i), bound(i + 1)).  Folklore: rounds of LOG_E bits.  Alman-Rao:
-// the PRE radix-2 prefix bits, then one H8 block (3 bits) per round, so that no H8
-// block straddles two rounds.
+// the PRE radix-2 prefix bits, then whole H8 blocks (3 bits each, as many as fit in
+// LOG_E bits) per round, so that no H8 block straddles two rounds.
 template <int ALG, int LR, int LOG_E, int PRE>
 struct Rounds {
+    static constexpr int STEP = ALG == 0 ? LOG_E : 3 * (LOG_E / 3);
     // the widest round 0 within `lim` bits (lim: the bits a thread loads at once)
     __host__ __device__ static constexpr int first(int lim) {
         const int l = lim < LR ? lim : LR;
         return ALG == 0 ? l : (l <= PRE ? l : PRE + 3 * ((l - PRE) / 3));
     }
     __host__ __device__ static constexpr int bound(int k0, int i) {
-        if (ALG == 0) return k0 + LOG_E * i < LR ? k0 + LOG_E * i : LR;
-        if (k0 < PRE) return i == 0 ? k0 : PRE + 3 * (i - 1);
-        return k0 + 3 * i;
+        const int b = (ALG == 1 && k0 < PRE) ? (i == 0 ? k0 : PRE + STEP * (i - 1)) : k0 + STEP * i;
+        return b < LR ? b : LR;
     }
     __host__ __device__ static constexpr int count(int k0) {   // middle rounds
         int i = 0;
@@ -300,7 +300,7 @@ __device__ __forceinline__ int alman_exponent(i64 i, int fbits) {
 // Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
 template <typename T, typename C, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC,
           bool PAIRED, int ALG, int PRE, bool PS, bool ASYNC>
-__global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T)))
+__global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T) || LOG_E > 4))
 fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
           int check_input, int last, double scale, unsigned int* flags)
 {

@@ -46,6 +46,11 @@ ALMAN_PAIRS = os.environ.get("FWHT_ALMAN_PAIRS", "1") == "1"
 #: at least 2^24 elements: 64 KB gives 128-byte row segments (H100, 2^27-2^30: 1.16-1.18x
 #: -> 1.12-1.13x Folklore's time; at 2^20 too few tiles, and FP16/BF16 lose: 1.07 -> 1.11).
 ALMAN_STRIDED_TILE_BYTES = int(os.environ.get("FWHT_ALMAN_STRIDED_TILE_BYTES", 1 << 16))
+#: log2 values per thread per round in FP32 Alman-Rao strided passes: 6 = two H8 blocks per
+#: round, so a 9-bit pass goes through shared memory once, as Folklore's 8-bit ones (H100,
+#: 2^27/2^30: 1.12/1.13x -> 0.99/1.00x Folklore's time; 128 registers); 3 = one.  FP16/BF16
+#: keep 3 (6: 2^24-2^27 3-5% faster, 2^30 2-4% slower, to 1.09-1.12x).
+ALMAN_STRIDED_E = int(os.environ.get("FWHT_ALMAN_STRIDED_E", 6))
 #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
 MIN_TILE_BYTES = 1 << 15
 #: Shared memory per SM available to blocks (H100/H200: 227 KB per block, 228 KB per SM).
@@ -209,8 +214,11 @@ def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=N
                                          and (not alg or (ALMAN_PAIRS and vec >= 8)))
     lr = log_r - (1 if paired and not strided else 0)
     uvec = vec // (2 if paired else 1)
-    log_e = 3 if alg else min(LOG_E, lr)               # Alman-Rao: one H8 block per round
-    log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, witem > item)
+    log_e = min(LOG_E, lr)
+    if alg:                                            # Alman-Rao: whole H8 blocks per round
+        log_e = ALMAN_STRIDED_E if strided and item == witem == 4 else 3
+    log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec,
+                         witem > item or log_e > 4)
     pre = sum(1 for s in stages if s.kind == "radix2") if alg else 0
     ps = bool(alg) and any(s.kind == "prescale" for s in stages)
     # pipelining needs shared-memory rounds (round 0 covers log_e rows of a strided pass,
@@ -307,9 +315,13 @@ def all_configs():
                 for p in plans:
                     for log_batch in (0, 1, 4, 12):
                         for cfg in configs_for(p, 1 << (p.log2n + log_batch)):
-                            if cfg not in seen:
-                                seen.add(cfg)
-                                yield cfg
+                            # execute() drops the pipelining when every block gets one tile
+                            twins = [cfg, dataclasses.replace(cfg, pipelined=False)] \
+                                if isinstance(cfg, KernelConfig) and cfg.pipelined else [cfg]
+                            for c in twins:
+                                if c not in seen:
+                                    seen.add(c)
+                                    yield c
 
 
 def instantiation_source(configs) -> str:
@@ -399,7 +411,10 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
         if isinstance(cfg, KernelConfig) and cfg.pipelined:   # resident blocks loop over the tiles
-            grid = min(grid, _sm_count() * _resident_blocks(cfg))
+            resident = _sm_count() * _resident_blocks(cfg)
+            if ntiles <= resident:      # a tile per block: nothing to prefetch
+                cfg = dataclasses.replace(cfg, pipelined=False)
+            grid = min(grid, resident)
         if isinstance(cfg, ExtConfig):
             args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
                     np.int32(p.first_bit), np.int32(check and i == 0), np.int32(i == 0),
