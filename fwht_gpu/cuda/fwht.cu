@@ -190,6 +190,25 @@ __device__ __forceinline__ __nv_bfloat16 wpow2(__nv_bfloat16 v, int e) {
     return __float2bfloat16_rn(__fmul_rn(__bfloat162float(v), pow2f(e)));
 }
 
+// Radix-2 stages on bits 0 .. k-1 of the register index (k <= LOG_K), lowest first.
+template <typename W, int LOG_K>
+__device__ __forceinline__ void radix2_stages(W* v, int k) {
+    typedef Num<W> N;
+#pragma unroll
+    for (int m = 0; m < LOG_K; ++m) {
+        if (m < k) {
+#pragma unroll
+            for (int j = 0; j < (1 << LOG_K); ++j) {
+                if (j < (1 << k) && !(j & (1 << m))) {
+                    const W a = v[j], c = v[j | (1 << m)];
+                    v[j] = N::add(a, c);
+                    v[j | (1 << m)] = N::sub(a, c);
+                }
+            }
+        }
+    }
+}
+
 // Alman-Rao H8 block on v[0..7] (inputs 1..7 pre-doubled), thesis Alg. 9 lines 33-48.
 template <typename W>
 __device__ __forceinline__ void h8_block(W* v) {
@@ -358,21 +377,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
     bool bad_in = false, bad_out = false;
 
     // the butterflies of bits [0, k) of the register index, unit stride 1 << 0
-    auto stages = [](U* v, int k) {
-#pragma unroll
-        for (int m = 0; m < LOG_E; ++m) {
-            if (m < k) {
-#pragma unroll
-                for (int j = 0; j < E; ++j) {
-                    if (j < (1 << k) && !(j & (1 << m))) {
-                        const U a = v[j], c = v[j | (1 << m)];
-                        v[j] = N::add(a, c);
-                        v[j | (1 << m)] = N::sub(a, c);
-                    }
-                }
-            }
-        }
-    };
+    auto stages = [](U* v, int k) { radix2_stages<U, LOG_E>(v, k); };
     // the stages of round [b, b + k) on v[0 .. 2^k); idx(j): transform index of v[j]
     auto apply = [&](U* v, int b, int k, auto idx) {
         if constexpr (ALG == 0) {
@@ -416,22 +421,13 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         if constexpr (AINTRA) {
             typedef Lanes<U> LN;
             typedef typename LN::L L;
-            typedef Num<L> NL;
             L s[2 * UVEC];
 #pragma unroll
             for (int k = 0; k < UVEC; ++k) { s[2 * k] = LN::lo(w[k]); s[2 * k + 1] = LN::hi(w[k]); }
 #pragma unroll
             for (int blk = 0; blk < 2 * UVEC; blk += 1 << K0E) {
                 L* v = s + blk;
-#pragma unroll
-                for (int m = 0; m < PRE; ++m)
-#pragma unroll
-                    for (int j = 0; j < (1 << K0E); ++j)
-                        if (!(j & (1 << m))) {
-                            const L a = v[j], c = v[j | (1 << m)];
-                            v[j] = NL::add(a, c);
-                            v[j | (1 << m)] = NL::sub(a, c);
-                        }
+                radix2_stages<L, K0E>(v, PRE);
                 const int base = alman_exponent((e0 + blk) & (((i64)1 << log2n) - 1), fbits);
 #pragma unroll
                 for (int j = 0; j < (1 << K0E); ++j) {
