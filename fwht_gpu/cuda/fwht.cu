@@ -209,6 +209,18 @@ __device__ __forceinline__ void radix2_stages(W* v, int k) {
     }
 }
 
+// Round item -> (group g, first row r0) of a round over row bits [b, b + k) of a tile of
+// `rows` x 2^log_g: consecutive items take consecutive groups (strided tile, whose groups are
+// consecutive in memory) or consecutive rows (contiguous tile); the item's rows are
+// r0 | (j << b), j < 2^k.
+template <bool STRIDED>
+__device__ __forceinline__ void round_item(int item, int b, int k, int rows, int log_g, int& g, int& r0) {
+    int q;
+    if (STRIDED) { g = item & ((1 << log_g) - 1); q = item >> log_g; }
+    else { const int qn = rows >> k; q = item & (qn - 1); g = item / qn; }
+    r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
+}
+
 // Alman-Rao H8 block on v[0..7] (inputs 1..7 pre-doubled), thesis Alg. 9 lines 33-48.
 template <typename W>
 __device__ __forceinline__ void h8_block(W* v) {
@@ -359,6 +371,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
     constexpr int PADDED = UTILE + ((UTILE - 1) >> (sizeof(U) == 8 ? 4 : sizeof(U) == 4 ? 5 : 6));
     constexpr int STG_OFF = (PADDED * (int)sizeof(U) + 15) / 16 * 16;
     static_assert(!AS || ROWB % 16 == 0, "asynchronous copies move 16-byte pieces of rows");
+    constexpr int ROWP = ROWB >= 16 ? ROWB / 16 : 1;               // 16-byte pieces per row
     // A 32-byte round-0 vector (contiguous pass) moves as two 16-byte pieces; in the staging
     // buffer piece c sits at c ^ bit 3 of c, so that each quarter-warp's 16-byte reads hit
     // eight distinct bank groups.
@@ -464,7 +477,7 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         const char* g0 = reinterpret_cast<const char*>(usrc + tile_base(t));
 #pragma unroll 4
         for (int c = tid; c < SBYTES / 16; c += THREADS) {
-            const int r = c / (ROWB / 16), off = (c - r * (ROWB / 16)) * 16;
+            const int r = c / ROWP, off = (c - r * ROWP) * 16;
             cp_async16(reinterpret_cast<char*>(stg) + swz(c) * 16,
                        g0 + (STRIDED ? r * uinner * (i64)sizeof(S) : 0) + off);
         }
@@ -567,15 +580,11 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
             for (int ri = 0; ri < NMID; ++ri) {
                 const int b = RD::bound(K0, ri), k = RD::bound(K0, ri + 1) - b;
                 const bool final_round = ri == NMID - 1;
-                const int QN = UR >> k;                      // items per group
                 const int ITEMS = (UTILE >> k) / THREADS;    // items per thread (>= 1)
 #pragma unroll 1
                 for (int it = 0; it < ITEMS; ++it) {
-                    const int item = it * THREADS + tid;
-                    int g, q;
-                    if (STRIDED) { g = item & (UG - 1); q = item >> LG; }
-                    else { q = item & (QN - 1); g = item / QN; }
-                    const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
+                    int g, r0;
+                    round_item<STRIDED>(it * THREADS + tid, b, k, UR, LG, g, r0);
                     U v[E];
 #pragma unroll
                     for (int j = 0; j < E; ++j)
@@ -698,13 +707,10 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner,
         __syncthreads();
         // ---- rounds: [b, b + k) of the pass's row bits
         auto round = [&](int b, int k) {
-            const int J = 1 << k, QN = R >> k, ITEMS = (TILE >> k) / THREADS;
+            const int J = 1 << k, ITEMS = (TILE >> k) / THREADS;
             for (int it = 0; it < ITEMS; ++it) {
-                const int item = it * THREADS + tid;
-                int g, q;
-                if (STRIDED) { g = item & (G - 1); q = item >> LOG_G; }
-                else { q = item & (QN - 1); g = item / QN; }
-                const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
+                int g, r0;
+                round_item<STRIDED>(it * THREADS + tid, b, k, R, LOG_G, g, r0);
                 W v[1 << LOG_E], e[1 << LOG_E];
 #pragma unroll
                 for (int j = 0; j < (1 << LOG_E); ++j)
