@@ -1,38 +1,79 @@
 """Seeded hash families for Count-Sketch: bucket functions h1, h2 into [b] and
 sign functions s1, s2 into {-1, +1}, one independent set per repetition t.
 
-Every parameter is drawn from ``numpy.random.SeedSequence([seed, t, ...])``, so a
+Every parameter is drawn from ``numpy.random.SeedSequence([seed, t, family])``, so a
 function depends on (family, seed, t, b) alone.  Evaluation is plain uint64
 arithmetic (wrapping multiplication, shifts, XOR, table lookups) that NumPy and
 CuPy carry out identically.  Keys are indices below 2**32.
 
-Families (``hash=``):
+Pagh's variance bound (each repetition's estimate of C[i, j] has variance at most
+||C||_F^2 / b) needs the *combined* bucket of an entry, h1(i) XOR h2(j) (``fwht``) or
+h1(i) + h2(j) mod b (``fft``), to collide with another entry's with probability 1/b.
+That holds when each bucket function is strongly universal (pairwise independent):
+then h1(x) XOR h1(x') and h1(x) - h1(x') are uniform for x != x'.
 
-* ``"multiply-shift"`` (default, Dietzfelbinger et al.): h(x) = (a x mod 2^64) >> (64 - l),
-  a odd; 2-universal buckets.  Signs need pairwise independence for unbiased
-  estimates, which multiply-shift does not give, so signs use multiply-add-shift.
-* ``"multiply-add-shift"``: h(x) = ((a x + c) mod 2^64) >> (64 - l), strongly universal
-  (pairwise independent) for 32-bit keys and l <= 32, for buckets and signs.
-* ``"tabulation"``: simple tabulation, XOR of four byte-indexed tables of random 64-bit
-  words (3-independent), for buckets and signs.
+Families offered (``hash=``):
+
+* ``"multiply-add-shift"`` (default; Dietzfelbinger 1996, Thorup 2015):
+  h(x) = ((a x + c) mod 2^64) >> (64 - l), strongly universal for 32-bit keys and
+  l <= 32 buckets bits; one multiply-add per key.
+* ``"tabulation"``: simple tabulation, the XOR of four byte-indexed tables of random
+  64-bit words (3-independent, so strongly universal); four lookups per key.
+
+Signs always come from a strongly universal function of their own (multiply-add-shift's
+top bit, or the tabulation tables of roles s1/s2), independent of the buckets.
+
+``"multiply-shift"`` (h(x) = (a x mod 2^64) >> (64 - l)) is only 2-universal: it bounds
+P[h(x) = h(x')] but not the distribution of h(x) XOR h(x'), and structured keys collide
+far more often than 1/b (entries (x, y) and (3x, 3y): about 10/b at b = 2^10, 30/b at
+b = 2^14).  It was the default before format version 2; it is no longer offered for new
+sketches, and sketch files made with it still load (with a warning) and give the
+estimates they always gave.
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-FAMILIES = ("multiply-shift", "multiply-add-shift", "tabulation")
-_FAMILY_ID = {f: i for i, f in enumerate(FAMILIES)}
+#: Families offered for new sketches; the first is the default.
+FAMILIES = ("multiply-add-shift", "tabulation")
+DEFAULT_FAMILY = FAMILIES[0]
+#: Families that old sketch files may use; they load, but are not offered for new sketches.
+LEGACY_FAMILIES = ("multiply-shift",)
+ALL_FAMILIES = FAMILIES + LEGACY_FAMILIES
+#: Part of every parameter draw (fixed forever: it keeps old sketches reproducible).
+_FAMILY_ID = {"multiply-shift": 0, "multiply-add-shift": 1, "tabulation": 2}
 #: The four functions of a repetition, in the order their parameters are drawn.
 ROLES = ("h1", "h2", "s1", "s2")
 MAX_KEY = 1 << 32
 
 
-def check_family(hash: str) -> str:
-    if hash not in FAMILIES:
-        raise ValueError(f"hash={hash!r}; choose one of {', '.join(FAMILIES)}")
-    return hash
+def check_family(hash: str, *, legacy: bool = False) -> str:
+    """``hash`` itself; ValueError naming the offered families otherwise (``legacy``: also
+    accept the families old files may hold)."""
+    if hash in FAMILIES or (legacy and hash in LEGACY_FAMILIES):
+        return hash
+    if hash in LEGACY_FAMILIES:
+        raise ValueError(
+            f"hash={hash!r} is no longer offered: it is only 2-universal, so entries with "
+            "structured indices (such as (x, y) and (3x, 3y)) share a bucket up to 30 times "
+            "more often than 1/buckets and the variance bound fails; use "
+            f"hash={DEFAULT_FAMILY!r} (the default) or 'tabulation'")
+    raise ValueError(f"hash={hash!r}; choose one of {', '.join(map(repr, FAMILIES))}")
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed as a Python int: any non-negative integer (``None``: a fresh random one)."""
+    if seed is None:
+        return int(np.random.default_rng().integers(2**63))
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"{name}={seed!r} must be a non-negative integer (or None for a random "
+                        "one)")
+    if int(seed) < 0:
+        raise ValueError(f"{name}={seed} must be a non-negative integer")
+    return int(seed)
 
 
 @dataclass(frozen=True)
@@ -49,21 +90,23 @@ class HashParams:
 
     @staticmethod
     def draw(family: str, seed: int, reps: int) -> "HashParams":
-        check_family(family)
+        check_family(family, legacy=True)
+        seed = check_seed(seed)
         a = np.empty((reps, 4), np.uint64)
         c = np.empty((reps, 4), np.uint64)
         tables = np.empty((reps, 4, 4, 256), np.uint64) if family == "tabulation" else None
         for t in range(reps):
-            rng = np.random.default_rng(np.random.SeedSequence([int(seed), t, _FAMILY_ID[family]]))
+            rng = np.random.default_rng(np.random.SeedSequence([seed, t, _FAMILY_ID[family]]))
             words = rng.integers(0, 2**64, size=(4, 2), dtype=np.uint64, endpoint=False)
             a[t] = words[:, 0] | np.uint64(1)          # odd multipliers
             c[t] = words[:, 1]
             if tables is not None:
                 tables[t] = rng.integers(0, 2**64, size=(4, 4, 256), dtype=np.uint64)
-        return HashParams(family, int(seed), reps, a, c, tables)
+        return HashParams(family, seed, reps, a, c, tables)
 
     def to_arrays(self) -> dict:
-        out = {"hash_family": np.array(self.family), "hash_seed": np.array(self.seed, np.int64),
+        """The arrays a sketch file stores (the seed as decimal text: it may exceed 64 bits)."""
+        out = {"hash_family": np.array(self.family), "hash_seed": np.array(str(self.seed)),
                "hash_a": self.a, "hash_c": self.c}
         if self.tables is not None:
             out["hash_tables"] = self.tables
@@ -71,45 +114,73 @@ class HashParams:
 
     @staticmethod
     def from_arrays(d) -> "HashParams":
-        tables = d["hash_tables"] if "hash_tables" in d else None
+        """Inverse of :meth:`to_arrays` (also reads format-1 files, whose seed is an int64)."""
+        tables = np.asarray(d["hash_tables"], np.uint64) if "hash_tables" in d else None
         a = np.asarray(d["hash_a"], np.uint64)
-        return HashParams(str(d["hash_family"]), int(d["hash_seed"]), a.shape[0], a,
+        return HashParams(str(d["hash_family"]), int(str(d["hash_seed"])), a.shape[0], a,
                           np.asarray(d["hash_c"], np.uint64), tables)
 
     def same_as(self, other: "HashParams") -> bool:
+        same_tables = (self.tables is None) == (other.tables is None) and (
+            self.tables is None or np.array_equal(self.tables, other.tables))
         return (self.family == other.family and self.seed == other.seed and self.reps == other.reps
-                and np.array_equal(self.a, other.a) and np.array_equal(self.c, other.c))
+                and np.array_equal(self.a, other.a) and np.array_equal(self.c, other.c)
+                and same_tables)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, HashParams) and self.same_as(other)
+
+    __hash__ = None
 
 
-def _raw(params: HashParams, t: int, role: int, keys, xp, affine: bool):
-    """64 hash bits of each key (uint64)."""
+def _raw(params: HashParams, role: int, keys, xp, affine: bool, reps=None):
+    """64 hash bits of each key for repetitions ``reps`` (default all): (len(reps), *keys.shape)."""
+    t = np.arange(params.reps) if reps is None else np.atleast_1d(np.asarray(reps))
+    expand = (slice(None),) + (None,) * keys.ndim
     if params.family == "tabulation":
-        tab = xp.asarray(params.tables[t, role])
-        out = xp.zeros(keys.shape, dtype=xp.uint64)
+        tab = xp.asarray(params.tables[t, role])                # (r, 4, 256)
+        out = xp.zeros((t.size,) + keys.shape, dtype=xp.uint64)
         for byte in range(4):
             idx = ((keys >> np.uint64(8 * byte)) & np.uint64(255)).astype(xp.int64)
-            out ^= tab[byte][idx]
+            out ^= tab[:, byte][:, idx]
         return out
-    a = np.uint64(params.a[t, role])
+    a = xp.asarray(params.a[t, role])[expand]
     if affine:
-        return keys * a + np.uint64(params.c[t, role])
-    return keys * a
+        return keys[None] * a + xp.asarray(params.c[t, role])[expand]
+    return keys[None] * a
 
 
-def buckets(params: HashParams, t: int, which: int, keys, log2b: int, xp=np):
-    """h1 (which=1) or h2 (which=2) of ``keys`` into [2**log2b], as int64."""
-    keys = xp.asarray(keys).astype(xp.uint64)
-    role = which - 1
-    affine = params.family == "multiply-add-shift"
+def _keys(keys, xp):
+    keys = xp.asarray(keys)
+    if keys.dtype.kind not in "iu":
+        raise TypeError(f"hash keys must be integers, got dtype {keys.dtype}")
+    return keys.astype(xp.uint64)
+
+
+def bucket_table(params: HashParams, which: int, keys, log2b: int, xp=np, reps=None):
+    """h1 (which=1) or h2 (which=2) of ``keys`` into [2**log2b] for every repetition (or
+    those in ``reps``), shape (reps, *keys.shape), int64."""
+    keys = _keys(keys, xp)
+    n = params.reps if reps is None else np.atleast_1d(np.asarray(reps)).size
     if log2b == 0:
-        return xp.zeros(keys.shape, dtype=xp.int64)
-    h = _raw(params, t, role, keys, xp, affine)
+        return xp.zeros((n,) + keys.shape, dtype=xp.int64)
+    affine = params.family != "multiply-shift"
+    h = _raw(params, which - 1, keys, xp, affine, reps)
     return (h >> np.uint64(64 - log2b)).astype(xp.int64)
 
 
-def signs(params: HashParams, t: int, which: int, keys, xp=np, dtype=np.float64):
-    """s1 (which=1) or s2 (which=2) of ``keys``: +1 or -1 in ``dtype``."""
-    keys = xp.asarray(keys).astype(xp.uint64)
-    role = 1 + which
-    bit = (_raw(params, t, role, keys, xp, True) >> np.uint64(63)).astype(xp.int8)
+def sign_table(params: HashParams, which: int, keys, xp=np, dtype=np.float64, reps=None):
+    """s1 (which=1) or s2 (which=2) of ``keys``: +1 or -1 in ``dtype``, shape (reps, *keys.shape)."""
+    keys = _keys(keys, xp)
+    bit = (_raw(params, 1 + which, keys, xp, True, reps) >> np.uint64(63)).astype(xp.int8)
     return (1 - 2 * bit).astype(dtype)
+
+
+def buckets(params: HashParams, t: int, which: int, keys, log2b: int, xp=np):
+    """h1 (which=1) or h2 (which=2) of ``keys`` into [2**log2b] in repetition t, as int64."""
+    return bucket_table(params, which, keys, log2b, xp, reps=t)[0]
+
+
+def signs(params: HashParams, t: int, which: int, keys, xp=np, dtype=np.float64):
+    """s1 (which=1) or s2 (which=2) of ``keys`` in repetition t: +1 or -1 in ``dtype``."""
+    return sign_table(params, which, keys, xp, dtype, reps=t)[0]
