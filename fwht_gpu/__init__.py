@@ -5,6 +5,7 @@ Neumaier stabilized butterflies.  The NumPy engine is the specification: the
 GPU engine executes the same :class:`Plan` and returns the same bits.
 """
 from .dtypes import bfloat16
+from .memory import InsufficientMemoryError
 from .plan import Pass, Plan, Stage, make_plan
 from .reference import (
     DD,
@@ -30,5 +31,6 @@ def pinned_empty(shape, dtype):
 __all__ = [
     "fwht", "ifwht", "make_plan", "Plan", "Pass", "Stage", "run_plan", "operation_count",
     "TransformOverflowError", "bfloat16", "reference_fwht", "dd_fwht", "mp_fwht", "DD",
-    "mean_relative_error", "max_relative_error", "mean_absolute_error", "pinned_empty", "__version__",
+    "mean_relative_error", "max_relative_error", "mean_absolute_error", "pinned_empty",
+    "InsufficientMemoryError", "__version__",
 ]

@@ -210,9 +210,16 @@ def _execute(plan: Plan, x: np.ndarray, counter: OpCounter | None) -> np.ndarray
 
 
 def scale(x: np.ndarray, factor: float) -> np.ndarray:
-    """Multiply by ``factor``: product in FP64, rounded to the work dtype, then to storage."""
+    """Multiply by ``factor``: product in FP64, rounded to the work dtype, then to storage
+    (in place on the engine's fresh output, in blocks: no full-size FP64 temporary)."""
     if factor == 1.0:
         return x
     wd = _dt.work_dtype(x.dtype)
+    x = np.ascontiguousarray(x)
+    flat = x.reshape(-1)
+    step = 1 << 20
     with np.errstate(over="ignore"):
-        return (x.astype(np.float64) * factor).astype(wd).astype(x.dtype)
+        for k in range(0, flat.size, step):
+            part = flat[k:k + step]
+            part[...] = (part.astype(np.float64) * factor).astype(wd).astype(x.dtype)
+    return x

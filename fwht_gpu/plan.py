@@ -12,7 +12,8 @@ group of index bits:
   Alg. 3; thesis Alg. 10 omits the shift by b).
 
 Stages run in the listed order, always from the lowest bits up.  Stages are
-grouped into *passes*: a GPU pass loads the 2**nbits elements that differ only
+grouped into *passes* (the same on every device: the grouping depends on n, the
+dtype and the variant alone, so every engine rounds at the same places): a GPU pass loads the 2**nbits elements that differ only
 in bits [first_bit, first_bit + nbits) (stride 2**first_bit), applies its
 stages and writes back.  With ``compute_dtype`` equal to the storage dtype
 (the default) every operation is rounded to the storage dtype, so results do
@@ -36,8 +37,10 @@ ALGORITHMS = ("folklore", "alman")
 STABILIZERS = (None, "kahan", "neumaier", "kahan-pass", "neumaier-pass")
 DEVICES = ("cpu", "cuda")
 
-# GPU tile geometry (the FWHT_* environment variables exist for tuning experiments;
-# for Folklore without compute_dtype the grouping never changes the result).
+# Tile geometry, which decides the grouping of stages into passes on every device.  The
+# FWHT_* environment variables exist for tuning experiments only: they change the grouping,
+# and so the rounding points of compute_dtype and the "-pass" stabilizers (never the bits of
+# the other variants).  Unset, the rounding points depend on (n, dtype, variant) alone.
 #: Shared-memory bytes of one GPU tile when the whole transform fits in one pass.
 SINGLE_PASS_BYTES = int(os.environ.get("FWHT_SINGLE_PASS_BYTES", 1 << 17))
 #: Shared-memory bytes of one contiguous-pass tile in a multi-pass transform.
@@ -201,8 +204,11 @@ def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None 
     return elements.bit_length() - 1
 
 
-def _group(stages: list[Stage], log2n: int, dtype, device: str, footprint: int) -> tuple[Pass, ...]:
-    if device == "cpu" or log2n <= pass_bits(dtype, False, single=True, footprint=footprint):
+def _group(stages: list[Stage], log2n: int, dtype, footprint: int) -> tuple[Pass, ...]:
+    """The passes of a transform: a function of (n, dtype, variant) alone, never of the device,
+    so that the NumPy engine rounds where the GPU engine does (``compute_dtype`` and the
+    ``-pass`` stabilizers round where a pass writes back)."""
+    if log2n <= pass_bits(dtype, False, single=True, footprint=footprint):
         return (Pass(0, log2n, tuple(stages)),) if stages else ()
     h8 = any(s.kind == "h8" for s in stages)
     wide = footprint > np.dtype(dtype).itemsize
@@ -277,4 +283,4 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
             raise ValueError("compute_dtype and stabilizer are alternatives; choose one")
     stages = _stages(log2n, algorithm)
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
-    return Plan(int(n), dt, algorithm, stabilizer, device, _group(stages, log2n, dt, device, foot), cdt)
+    return Plan(int(n), dt, algorithm, stabilizer, device, _group(stages, log2n, dt, foot), cdt)

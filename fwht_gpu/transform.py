@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import cpu
+from . import cpu, memory
 from . import dtypes as _dt
 from .plan import Plan, check_length, make_plan
 
@@ -59,6 +59,16 @@ def _check_args(x, axis, out, xp):
     return axis
 
 
+def _native(x):
+    """``x`` in native byte order (a big-endian array is converted once)."""
+    if x.dtype.byteorder not in ("=", "|") and x.dtype.byteorder != _NATIVE:
+        return x.astype(x.dtype.newbyteorder("="))
+    return x
+
+
+_NATIVE = "<" if np.little_endian else ">"
+
+
 def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compute_dtype=None):
     if device not in (None, "cpu", "cuda", "gpu"):
         raise ValueError(f"device={device!r}; choose None (the array decides), 'cpu' or 'cuda'")
@@ -69,8 +79,12 @@ def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compu
         from .cuda import launch
         axis = _check_args(x, axis, out, launch.cupy())
         return launch.transform(x, axis, norm, algorithm, stabilizer, out, inverse, compute_dtype)
-    if not isinstance(x, np.ndarray):
+    if not isinstance(x, np.ndarray) or isinstance(x, np.ma.MaskedArray):
+        if isinstance(x, np.ma.MaskedArray):
+            raise TypeError("x is a masked array: the transform would use its masked values; "
+                            "pass x.filled(0) (or another fill value) or x.data")
         x = np.asarray(x)
+    x = _native(x)
     axis = _check_args(x, axis, out, np)
     n = x.shape[axis]
     check_length(n, "x")
@@ -80,12 +94,19 @@ def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compu
         return launch.transform_host(x, axis, norm, algorithm, stabilizer, out, inverse,
                                      compute_dtype=compute_dtype)
     plan = make_plan(n, x.dtype, algorithm, stabilizer, "cpu", compute_dtype)
-    return run_plan(plan, x, axis, factor, out)
+    return _run(plan, x, axis, factor, out, None, recompute=True)
 
 
 def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out=None,
              counter: cpu.OpCounter | None = None) -> np.ndarray:
-    """Execute ``plan`` with the NumPy engine along ``axis`` of ``x``, then multiply by ``factor``."""
+    """Execute ``plan`` with the NumPy engine along ``axis`` of ``x``, then multiply by ``factor``.
+
+    Raises :class:`TransformOverflowError` when a transform of finite input gives a
+    non-finite value (checked per transform, whatever the other rows hold)."""
+    return _run(plan, x, axis, factor, out, counter, recompute=False)
+
+
+def _run(plan, x, axis, factor, out, counter, recompute: bool):
     axis = axis % x.ndim
     xm = np.moveaxis(x, axis, -1)
     shape = xm.shape
@@ -93,14 +114,63 @@ def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out
     if x2.shape[0] == 0:
         y2 = x2.copy()
     else:
+        # reshape copy, engine output, result; row blocks of the engine's work arrays
+        memory.check(3 * x2.nbytes + 4 * cpu.CHUNK_BYTES,
+                     f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {plan.n} values",
+                     "transform fewer rows at a time")
         y2 = cpu.scale(cpu.execute(plan, x2, counter), factor)
-        if not np.isfinite(y2).all() and np.isfinite(x2).all():
-            raise overflow_error(plan.dtype)
+        bad = overflowed_rows(x2, y2, np)
+        if bad is not None:
+            if not recompute:
+                raise overflow_error(plan.dtype)
+            y2[bad] = recompute_rows(plan, x2[bad], factor)
     y = np.moveaxis(y2.reshape(shape), -1, axis)
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
     out[...] = y
     return out
+
+
+def _row_finite(a, xp):
+    """Per row of a 2-d array: all values finite (in blocks of rows: no full-size temporary)."""
+    rows = max(1, (8 << 20) // max(1, a.shape[1]))
+    return xp.concatenate([xp.isfinite(a[r:r + rows]).all(axis=1)
+                           for r in range(0, a.shape[0], rows)])
+
+
+def overflowed_rows(x2, y2, xp):
+    """Rows (a boolean mask) of the (batch, n) input ``x2`` whose values are all finite while
+    their transform ``y2`` is not, or None when there are none.  Per row: a NaN or Inf in
+    one transform never hides an overflow in another."""
+    out_ok = _row_finite(y2, xp)
+    if bool(out_ok.all()):
+        return None
+    bad = ~out_ok & _row_finite(x2, xp)
+    return bad if bool(bad.any()) else None
+
+
+def recompute_rows(plan: Plan, xrows, factor: float):
+    """The scaled transforms (``factor`` < 1: ifwht, norm 'forward'/'ortho') of rows whose
+    unscaled transform left the range of ``plan.dtype``: computed in float64 with the same
+    algorithm and stabilizer, multiplied by ``factor`` in float64, rounded to float32 and
+    then to the dtype (the same steps on every engine).  TransformOverflowError when the
+    scaled result does not fit either."""
+    if factor >= 1.0 or plan.dtype == np.float64:
+        raise overflow_error(plan.dtype)
+    wide = make_plan(plan.n, np.float64, plan.algorithm, plan.stabilizer, plan.device)
+    x64 = xrows.astype(np.float64)
+    if _is_cupy(xrows):
+        from .cuda import launch
+        y64 = launch.cupy().empty_like(x64)
+        launch.execute(wide, x64, y64, factor)
+        xp = launch.cupy()
+    else:
+        y64, xp = _run(wide, x64, -1, factor, None, None, recompute=False), np
+    with np.errstate(over="ignore"):
+        y = y64.astype(np.float32).astype(plan.dtype)
+    if not bool(xp.isfinite(y).all()):
+        raise overflow_error(plan.dtype)
+    return y
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",

@@ -190,6 +190,31 @@ __device__ __forceinline__ __nv_bfloat16 wpow2(__nv_bfloat16 v, int e) {
     return __float2bfloat16_rn(__fmul_rn(__bfloat162float(v), pow2f(e)));
 }
 
+// Overflow is judged per transform: the first pass records, in a bit per transform, which
+// transforms hold a non-finite input (rows == nullptr: not recorded).  Element e belongs to
+// transform ((e >> log2n) << row_shift) | (e mod 2^row_shift): rows of 2^log2n elements, each
+// holding 2^row_shift interleaved transforms (a non-last axis with 2^row_shift trailing
+// elements; 0 otherwise).  Only reached when a non-finite input is seen.
+__device__ __forceinline__ void mark_row(unsigned int* rows, i64 e, int log2n, int row_shift) {
+    const i64 id = ((e >> log2n) << row_shift) | (e & (((i64)1 << row_shift) - 1));
+    atomicOr(rows + (id >> 5), 1u << (id & 31));
+}
+template <typename S>
+__device__ __forceinline__ void mark_bad(unsigned int* rows, S, i64 e, int log2n, int row_shift) {
+    mark_row(rows, e, log2n, row_shift);
+}
+template <typename P>   // pairs of 16-bit values: each lane on its own
+__device__ __forceinline__ void mark_pair(unsigned int* rows, P s, i64 e, int log2n, int row_shift) {
+    if (!isfinite(__low2float(s))) mark_row(rows, e, log2n, row_shift);
+    if (!isfinite(__high2float(s))) mark_row(rows, e + 1, log2n, row_shift);
+}
+template <> __device__ __forceinline__ void mark_bad(unsigned int* r, __half2 s, i64 e, int l, int h) {
+    mark_pair(r, s, e, l, h);
+}
+template <> __device__ __forceinline__ void mark_bad(unsigned int* r, __nv_bfloat162 s, i64 e, int l, int h) {
+    mark_pair(r, s, e, l, h);
+}
+
 // Radix-2 stages on bits 0 .. k-1 of the register index (k <= LOG_K), lowest first.
 template <typename W, int LOG_K>
 __device__ __forceinline__ void radix2_stages(W* v, int k) {
@@ -328,12 +353,14 @@ __device__ __forceinline__ int alman_exponent(i64 i, int fbits) {
 // current one, so loads stay in flight through the shared-memory rounds; round 0
 // then reads the staging buffer instead of global memory.
 // src may equal dst (in-place passes): a tile is read completely before it is written.
-// Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output.
+// Flags written by the pass: bit 0 = non-finite input seen, bit 1 = non-finite output;
+// with check_input, the transforms holding a non-finite input are marked in rows (mark_row).
 template <typename T, typename C, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC,
           bool PAIRED, int ALG, int PRE, bool PS, bool ASYNC>
 __global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS_W(LOG_T, sizeof(C) > sizeof(T) || LOG_E > 4))
 fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
-          int check_input, int last, double scale, unsigned int* flags)
+          int check_input, int last, double scale, unsigned int* flags, unsigned int* rows,
+          int row_shift)
 {
     typedef typename Units<T, C, PAIRED>::S S;   // storage unit
     typedef typename Units<T, C, PAIRED>::U U;   // compute unit (shared memory, registers)
@@ -461,9 +488,21 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
         }
         return val;
     };
-    auto start = [&](S s) -> U {    // widen; first pass: check
-        if (check_input && !Num<S>::finite(s)) bad_in = true;
+    auto start = [&](S s, bool& bad) -> U {    // widen; first pass: check
+        if (check_input && !Num<S>::finite(s)) bad = true;
         return to<U>(s);
+    };
+    // Rare path, after a chunk of input held a non-finite value and before any of it is
+    // written: read its units again and mark their transforms (unit(q): global unit index).
+    auto mark = [&](int count, auto unit) {
+        bad_in = true;
+        if (!rows) return;
+#pragma unroll 1
+        for (int q = 0; q < count; ++q) {
+            const i64 u = unit(q);
+            const S s = usrc[u];
+            if (!Num<S>::finite(s)) mark_bad(rows, s, u * P, log2n, row_shift);
+        }
     };
 
     auto tile_base = [&](i64 t) -> i64 {   // first unit of tile t
@@ -517,12 +556,14 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
 #pragma unroll
                 for (int i = 0; i < CH; ++i) {
                     U w[E > UVEC ? E : UVEC];
+                    bool bad = false;
 #pragma unroll
                     for (int k = 0; k < UVEC; ++k) {
-                        w[k] = start(buf[i].v[k]);
+                        w[k] = start(buf[i].v[k], bad);
                         if constexpr (INTRA && !AINTRA) w[k] = N::intra(w[k]);
                     }
                     const int u0 = ((c0 + i) * THREADS + tid) * UVEC;
+                    if (bad) mark(UVEC, [&](int q) -> i64 { return ub + u0 + q; });
                     if constexpr (AINTRA) {
                         alman_first(w, (ub + u0) * 2);
                     } else {
@@ -557,9 +598,11 @@ fwht_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, int fbits,
                 for (int j = 0; j < E; ++j)
                     if (j < (1 << K0)) raw[j] = AS ? stg[(r0 + j) * UG + g] : usrc[gidx(g, r0 + j)];
                 U w[E];
+                bool bad = false;
 #pragma unroll
                 for (int j = 0; j < E; ++j)
-                    if (j < (1 << K0)) w[j] = start(raw[j]);
+                    if (j < (1 << K0)) w[j] = start(raw[j], bad);
+                if (bad) mark(1 << K0, [&](int q) -> i64 { return gidx(g, r0 + q); });
                 apply(w, 0, K0, [&](int j) -> i64 { return gidx(g, r0 + j); });
 #pragma unroll
                 for (int j = 0; j < E; ++j) {
@@ -645,8 +688,9 @@ __device__ __forceinline__ void stab_butterfly(W& A, W& B, W& eA, W& eB) {
 template <typename T, int LOG_R, int LOG_G, int LOG_E, int LOG_T, bool STRIDED, int VEC, int STAB,
           bool ERRVEC>
 __global__ void __launch_bounds__(1 << LOG_T, MIN_BLOCKS(LOG_T))
-fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner,
-              int check_input, int first, int last, double scale, unsigned int* flags)
+fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner, int log2n,
+              int check_input, int first, int last, double scale, unsigned int* flags,
+              unsigned int* rows, int row_shift)
 {
     typedef T W;
     typedef Num<W> N;
@@ -697,7 +741,10 @@ fwht_ext_pass(const T* src, T* dst, T* err, i64 ntiles, int log_inner,
             for (int i = 0; i < CH; ++i) {
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
-                    if (check_input && !Num<T>::finite(buf[i].v[k])) bad_in = true;
+                    if (check_input && !Num<T>::finite(buf[i].v[k])) {
+                        bad_in = true;
+                        if (rows) mark_row(rows, goff(c0 + i) + k, log2n, row_shift);
+                    }
                     const int s = pad<W>(soff(c0 + i, k));
                     sx[s] = buf[i].v[k];
                     se[s] = (ERRVEC && !first) ? ebuf[i].v[k] : W(0.0f);

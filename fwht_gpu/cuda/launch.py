@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes as _dt
+from .. import memory
 from ..plan import STRIDED_TILE_BYTES, Pass, Plan, Stage, check_length, make_plan, pass_bits
 
 SOURCE = os.path.join(os.path.dirname(__file__), "fwht.cu")
@@ -330,10 +331,10 @@ def instantiation_source(configs) -> str:
     for c in configs:
         if isinstance(c, ExtConfig):
             lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, {c.ctype}*, "
-                         "i64, int, int, int, int, double, unsigned int*);")
+                         "i64, int, int, int, int, int, double, unsigned int*, unsigned int*, int);")
         else:
             lines.append(f"template __global__ void {c.name}(const {c.ctype}*, {c.ctype}*, i64, int, "
-                         "int, int, int, int, double, unsigned int*);")
+                         "int, int, int, int, double, unsigned int*, unsigned int*, int);")
     return "\n".join(lines) + "\n"
 
 
@@ -377,23 +378,31 @@ def _compile_one(cfg):
 
 # --- execution -------------------------------------------------------------------
 
-def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> None:
+def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True, row_shift: int = 0):
     """Run ``plan`` from ``src`` into ``dst`` (C-contiguous (batch, n) CuPy arrays, 16-byte
     aligned; ``src`` may be ``dst``), multiplying by ``factor`` in the last pass.
 
-    With ``check`` the call waits for the result and raises
-    :class:`~fwht_gpu.TransformOverflowError` when finite input gave inf/NaN.
+    With ``check`` the call waits for the result and returns the transforms whose input
+    was finite and whose output is not (a boolean CuPy array over the transforms, in the
+    order of the rows of the moved-axis input), or None when there are none: overflow is
+    judged per transform, so a NaN in one transform never hides an overflow in another.
+    ``row_shift``: each row of ``plan.n`` elements holds 2**row_shift interleaved
+    transforms (a non-last axis, see :func:`strided_axis_plan`).
     """
-    from ..transform import overflow_error
     cp = cupy()
     total = int(src.size)
     if total == 0:
-        return
+        return None
     if not plan.passes:
         if dst.data.ptr != src.data.ptr:
             dst[...] = src
-        return
-    flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
+        return None
+    ntransforms = total >> (plan.log2n - row_shift)
+    if check:   # flags[0]: bit 0 non-finite input, bit 1 non-finite output; then a bit per transform
+        buf = cp.zeros(1 + (ntransforms + 31) // 32, dtype=cp.uint32)
+        flags, rows = buf[:1], buf[1:]
+    else:
+        flags = rows = _scratch_flags(cp.cuda.Device().id)
     cfgs = configs_for(plan, total)
     if (is_plain(plan) and len(cfgs) == 1 and plan.passes[0].nbits == plan.log2n
             and plan.n * plan.dtype.itemsize >= 1 << 17
@@ -415,19 +424,44 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True) -> No
             if ntiles <= resident:      # a tile per block: nothing to prefetch
                 cfg = dataclasses.replace(cfg, pipelined=False)
             grid = min(grid, resident)
+        tail = (np.int32(check and i == 0), np.int32(i == last), np.float64(factor), flags, rows,
+                np.int32(row_shift))
         if isinstance(cfg, ExtConfig):
             args = (src if i == 0 else dst, dst, err if err is not None else dst, np.int64(ntiles),
-                    np.int32(p.first_bit), np.int32(check and i == 0), np.int32(i == 0),
-                    np.int32(i == last), np.float64(factor), flags)
+                    np.int32(p.first_bit), np.int32(plan.log2n), tail[0], np.int32(i == 0)) + tail[1:]
         else:   # log2 n and the radix-2 prefix bits: Alman-Rao's pre-scaling exponents
             args = (src if i == 0 else dst, dst, np.int64(ntiles), np.int32(p.first_bit),
-                    np.int32(plan.log2n), np.int32(plan.log2n % 3), np.int32(check and i == 0),
-                    np.int32(i == last), np.float64(factor), flags)
+                    np.int32(plan.log2n), np.int32(plan.log2n % 3)) + tail
         _kernel(cfg)((grid,), (1 << cfg.log_t,), args, shared_mem=cfg.smem_bytes)
-    if check:
-        f = int(flags.get()[0])
-        if f & 2 and not f & 1:
-            raise overflow_error(plan.dtype)
+    if not check:
+        return None
+    f = int(flags.get()[0])
+    if not f & 2:
+        return None
+    bad = _nonfinite_transforms(dst, plan.n >> row_shift, row_shift)
+    if f & 1:    # some transforms had non-finite input: those are not overflows
+        ids = cp.arange(ntransforms, dtype=cp.int64)
+        had_bad_input = ((rows[ids >> 5] >> (ids & 31).astype(cp.uint32)) & 1).astype(cp.bool_)
+        bad &= ~had_bad_input
+    return bad if bool(bad.any()) else None
+
+
+#: Exponent bits of each storage dtype (all set: inf or NaN), as unsigned integers.
+_EXPONENT = {8: (np.uint64, 0x7FF0000000000000), 4: (np.uint32, 0x7F800000),
+             2: (np.uint16, 0x7C00)}
+
+
+def _nonfinite_transforms(a, n: int, row_shift: int):
+    """Per transform of the (batch, n * 2**row_shift) array ``a``: holds a non-finite value
+    (a reduction over the bit patterns, no temporary of a's size)."""
+    cp = cupy()
+    udt, mask = _EXPONENT[a.dtype.itemsize]
+    if a.dtype == _dt.bfloat16:
+        mask = 0x7F80
+    kern = cp.ReductionKernel("T x, T m", "bool y", "(x & m) == m", "a || b", "y = a", "false",
+                              "fwht_nonfinite_any")
+    u = a.view(udt).reshape(-1, n, 1 << row_shift)
+    return kern(u, udt(mask), axis=1).reshape(-1)
 
 
 def split_in_two(plan: Plan) -> Plan:
@@ -466,13 +500,8 @@ def _aligned(a) -> bool:
 
 
 def _check_memory(nbytes: int, what: str) -> None:
-    cp = cupy()
-    free, _ = cp.cuda.runtime.memGetInfo()
-    free += cp.get_default_memory_pool().free_bytes()
-    if nbytes > free:
-        raise MemoryError(f"{what} needs {nbytes / 2**30:.2f} GiB of GPU memory but only "
-                          f"{free / 2**30:.2f} GiB is free; transform in place (out=x), in "
-                          "smaller batches, or on the host")
+    memory.check(nbytes, what, "transform in place (out=x), in smaller batches, or on the host",
+                 device="gpu", force=True)
 
 
 def strided_axis_plan(plan: Plan, shift: int) -> Plan:
@@ -497,7 +526,8 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
     is (and is 16-byte aligned) is read directly; anything else goes through one
     explicit transpose copy.  The result is written straight into ``out`` when its
     layout allows, otherwise into a fresh C-contiguous array.  ``x`` is never modified
-    unless it is ``out``.
+    unless it is ``out``.  Transforms whose unscaled values overflow while their scaled
+    result fits are recomputed in float64 (:func:`fwht_gpu.transform.recompute_rows`).
     """
     from ..transform import norm_factor
     cp = cupy()
@@ -507,14 +537,17 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
     plan = make_plan(n, x.dtype, algorithm, stabilizer, "cuda", compute_dtype)
     if x.size == 0:
         return out if out is not None else cp.empty_like(x)
+    source = _input_kept(x, axis, out, plan, factor)
     usable = lambda a: a.flags.c_contiguous and _aligned(a)  # noqa: E731
     inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
     if (axis != x.ndim - 1 and is_plain(plan) and usable(x) and inner & (inner - 1) == 0
             and (out is None or usable(out))):
         # a non-last axis with 2**s trailing elements: strided passes, no transpose
-        sp = strided_axis_plan(plan, inner.bit_length() - 1)
+        shift = inner.bit_length() - 1
+        sp = strided_axis_plan(plan, shift)
         dst = out if out is not None else cp.empty(x.shape, dtype=x.dtype)
-        execute(sp, x.reshape(-1, sp.n), dst.reshape(-1, sp.n), factor)
+        bad = execute(sp, x.reshape(-1, sp.n), dst.reshape(-1, sp.n), factor, row_shift=shift)
+        _settle(bad, plan, factor, source, cp.moveaxis(dst, axis, -1), axis)
         return dst
     xm = cp.moveaxis(x, axis, -1)
     om = None if out is None else cp.moveaxis(out, axis, -1)
@@ -532,13 +565,78 @@ def transform(x, axis: int, norm: str, algorithm: str, stabilizer, out, inverse:
         dst = src                                       # private copy: transform in place
     else:
         dst = cp.empty(xm.shape, dtype=x.dtype)
-    execute(plan, src.reshape(-1, n), dst.reshape(-1, n), factor)
+    bad = execute(plan, src.reshape(-1, n), dst.reshape(-1, n), factor)
+    _settle(bad, plan, factor, source, dst, axis)
     res = cp.moveaxis(dst, -1, axis)
     if out is not None:
         if dst is not om:
             out[...] = res
         return out
     return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
+
+
+def _input_kept(x, axis, out, plan, factor):
+    """The input transforms can be recomputed from after the call: ``x`` itself, unless the
+    call is in place (``out`` overlaps ``x``) and a scaled transform could overflow before its
+    scaling (then a copy of ``x`` when memory allows, else None)."""
+    cp = cupy()
+    if out is None or not cp.may_share_memory(out, x):
+        return x
+    if factor >= 1.0 or plan.dtype == np.float64 or not _could_overflow(x, plan):
+        return None
+    try:
+        _check_memory(x.nbytes, "a copy of the input of an in-place scaled transform")
+    except MemoryError:
+        return None
+    return x.copy()
+
+
+def _could_overflow(x, plan) -> bool:
+    """Whether some unscaled intermediate value could leave the dtype's range: n max|x| times
+    the growth of rounding (Folklore, stabilizers) or of Alman-Rao's pre-scaling."""
+    cp = cupy()
+    udt, exp = _EXPONENT[x.dtype.itemsize]
+    if x.dtype == _dt.bfloat16:
+        exp = 0x7F80
+    mag = udt((1 << (8 * x.dtype.itemsize - 1)) - 1)
+    kern = cp.ReductionKernel("T x, T e, T m", "T y", "((x & e) == e) ? (T)0 : (x & m)",
+                              "max(a, b)", "y = a", "0", "fwht_max_abs_bits")
+    top = kern(x.view(udt), udt(exp), mag).reshape(1).view(x.dtype).astype(np.float64)
+    growth = 1.05 if plan.algorithm == "folklore" else 2.0 ** (plan.log2n // 3 + 5)
+    return float(top[0]) * plan.n * growth >= _dt.max_finite(plan.dtype)
+
+
+def _settle(bad, plan, factor, source, result_m, axis) -> None:
+    """Recompute the overflowed transforms (mask ``bad``) of ``source`` into ``result_m`` (the
+    result with the transform axis moved last), or raise TransformOverflowError."""
+    if bad is None:
+        return
+    from ..transform import overflow_error
+    cp = cupy()
+    if source is None:
+        err = overflow_error(plan.dtype)
+        if factor < 1.0 and plan.dtype != np.float64:
+            err.args = (err.args[0] + "; the scaled result may fit, but this in-place call kept no "
+                        "copy of the input to recompute it in float64: transform out of place",)
+        raise err
+    xm = cp.moveaxis(source, axis, -1)
+    if xm.ndim == 1:
+        xm, result_m = xm[None], result_m[None]
+    idx = cp.unravel_index(cp.nonzero(bad)[0], xm.shape[:-1])
+    _settle_rows(bad, plan, factor, xm[idx], result_m, idx)
+
+
+def _settle_rows(bad, plan, factor, rows, result2, idx=None) -> None:
+    """Recompute the overflowed transforms (mask ``bad``) into ``result2[idx]`` from ``rows``:
+    the input rows ``idx`` (CuPy), or all input rows as a (batch, n) host array."""
+    if bad is None:
+        return
+    from ..transform import recompute_rows
+    cp = cupy()
+    if idx is None:
+        idx = cp.nonzero(bad)[0]
+        rows = cp.asarray(rows[idx.get()])
+    result2[idx] = recompute_rows(plan, rows, factor)
 
 
 def is_pinned(a: np.ndarray) -> bool:
@@ -591,7 +689,8 @@ def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabiliz
                     rt.hostRegister(a.ctypes.data, a.nbytes, 0)
                     registered.append(a.ctypes.data)
             dev.data.copy_from_host_async(src.ctypes.data, x.nbytes, stream)
-            execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor)   # raises on overflow
+            _settle_rows(execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor), plan,
+                         factor, src.reshape(-1, n), dev.reshape(-1, n))
             dev.data.copy_to_host_async(dst.ctypes.data, x.nbytes, stream)
             stream.synchronize()
         else:
@@ -599,7 +698,8 @@ def transform_host(x: np.ndarray, axis: int, norm: str, algorithm: str, stabiliz
             host = np.frombuffer(pinned, dtype=x.dtype, count=x.size).reshape(src.shape)
             host[...] = src
             dev.data.copy_from_host_async(host.ctypes.data, x.nbytes, stream)
-            execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor)   # raises on overflow
+            _settle_rows(execute(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor), plan,
+                         factor, src.reshape(-1, n), dev.reshape(-1, n))
             dev.data.copy_to_host_async(host.ctypes.data, x.nbytes, stream)
             stream.synchronize()
             dst[...] = host
