@@ -7,10 +7,14 @@ Find and estimate the large entries of A @ B without computing it::
     top = sk.top_k(100, verify=True)      # rows, cols, estimates, exact values
     C_hat = pagh_mm.approx_matmul(A, B)    # dense estimate
 """
-from .compressed import CompressedProduct, Entries
+from fwht_gpu.memory import InsufficientMemoryError
+
+from .compressed import CompressedProduct, Entries, ExactValueWarning
+from .hashing import DEFAULT_FAMILY as DEFAULT_HASH
 from .hashing import FAMILIES as HASH_FAMILIES
 from .matmul import approx_matmul, compress, default_buckets
 
 __version__ = "0.1.0"
 __all__ = ["compress", "approx_matmul", "CompressedProduct", "Entries", "default_buckets",
-           "HASH_FAMILIES", "__version__"]
+           "HASH_FAMILIES", "DEFAULT_HASH", "InsufficientMemoryError", "ExactValueWarning",
+           "__version__"]

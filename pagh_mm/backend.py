@@ -22,6 +22,9 @@ class Backend:
     def asnumpy(self, a):
         return a.get() if self.gpu else np.asarray(a)
 
+    def __reduce__(self):           # modules do not pickle: rebuild from the device's name
+        return (gpu if self.gpu else cpu, ())
+
 
 def _kind(a) -> str:
     mod = type(a).__module__

@@ -3,19 +3,29 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
+from fwht_gpu import memory
+
 from . import hashing
 from .backend import Backend, cpu, gpu, is_sparse
 from .convolution import combine_index
+from .reduction import row_sums, sparse_row_sums
 
 FORMAT = "pagh_mm.CompressedProduct"
 FORMAT_VERSION = 1
 #: Bytes of temporaries one query tile may use (CPU; 4x on the GPU).
 TILE_BUDGET = 256 << 20
+#: Integer dot products whose magnitude bound stays below this are exact in float64.
+_EXACT_FLOAT = float(2**53) * (1 - 2.0**-20)
+
+
+class ExactValueWarning(UserWarning):
+    """Exact values of an integer product exceed 2**53: returned as the nearest float64."""
 
 
 class Entries(NamedTuple):
@@ -27,12 +37,27 @@ class Entries(NamedTuple):
     exact: object = None
 
 
+def best(key, ids, k: int, xp):
+    """Positions of the ``k`` largest ``key`` values, largest first, ties broken by the
+    smaller ``ids`` (so the answer never depends on tiling or device)."""
+    if key.size > k:
+        kth = -xp.partition(-key, k - 1)[k - 1]
+        above = xp.nonzero(key > kth)[0]
+        tied = xp.nonzero(key == kth)[0]
+        tied = tied[xp.argsort(ids[tied])[:k - above.size]]
+        sel = xp.concatenate([above, tied])
+    else:
+        sel = xp.arange(key.size)
+    return sel[xp.lexsort(xp.stack([ids[sel], -key[sel]]))]
+
+
 @dataclass
 class CompressedProduct:
     """Sketch of C = A @ B (m x p): c_t for t = 1..d, and the hash functions that made it.
 
     Build with :func:`pagh_mm.compress`.  ``factors`` keeps the (A, B) pairs the sketch
     was made from (several after ``+``) for ``verify=True``; it is empty after ``load``.
+    Picklable (NumPy or CuPy arrays), e.g. for multiprocessing, Dask and joblib.
     """
 
     sketch: object                # (d, b) float64, NumPy or CuPy
@@ -45,7 +70,7 @@ class CompressedProduct:
     stabilizer: str | None
     backend: Backend
     factors: list = field(default_factory=list)
-    _hashes: dict = field(default_factory=dict, repr=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # --- sizes and hashes --------------------------------------------------------
     @property
@@ -56,29 +81,29 @@ class CompressedProduct:
     def reps(self) -> int:
         return self.params.reps
 
-    def _hash_arrays(self):
-        """(h1 (d, m), s1 (d, m), h2 (d, p), s2 (d, p)), computed once."""
-        if not self._hashes:
-            xp = self.backend.xp
-            m, p = self.shape
-            ki, kj = xp.arange(m, dtype=xp.int64), xp.arange(p, dtype=xp.int64)
-            d = self.reps
-            self._hashes = {
-                "h1": xp.stack([hashing.buckets(self.params, t, 1, ki, self.log2b, xp) for t in range(d)]),
-                "s1": xp.stack([hashing.signs(self.params, t, 1, ki, xp) for t in range(d)]),
-                "h2": xp.stack([hashing.buckets(self.params, t, 2, kj, self.log2b, xp) for t in range(d)]),
-                "s2": xp.stack([hashing.signs(self.params, t, 2, kj, xp) for t in range(d)]),
-            }
-        h = self._hashes
-        return h["h1"], h["s1"], h["h2"], h["s2"]
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
+
+    def _hashes(self, which: int, keys):
+        """(buckets (d, ...), signs (d, ...)) of row (which=1) or column (which=2) indices."""
+        xp = self.backend.xp
+        return (hashing.bucket_table(self.params, which, keys, self.log2b, xp),
+                hashing.sign_table(self.params, which, keys, xp))
+
+    def _values(self, h1, s1, h2, s2):
+        """(d, ...) per-repetition estimates s1 s2 c_t[h1 op h2] from broadcastable hashes."""
+        xp = self.backend.xp
+        idx = combine_index(self.method, h1, h2, self.log2b)
+        t = xp.arange(self.reps).reshape((-1,) + (1,) * (idx.ndim - 1))
+        return s1 * s2 * self.sketch[t, idx]
 
     def _per_rep(self, i, j):
-        """(d, ...) per-repetition estimates s1(i) s2(j) c_t[h1(i) op h2(j)] (broadcast i, j)."""
-        xp = self.backend.xp
-        h1, s1, h2, s2 = self._hash_arrays()
-        t = xp.arange(self.reps)[(slice(None),) + (None,) * i.ndim]
-        idx = combine_index(self.method, h1[:, i], h2[:, j], self.log2b)
-        return s1[:, i] * s2[:, j] * self.sketch[t, idx]
+        """(d, ...) per-repetition estimates of entries (i, j) (equal shapes)."""
+        h1, s1 = self._hashes(1, i)
+        h2, s2 = self._hashes(2, j)
+        return self._values(h1, s1, h2, s2)
 
     def _check_index(self, v, n, name):
         xp = self.backend.xp
@@ -86,58 +111,74 @@ class CompressedProduct:
         if v.dtype.kind not in "iu":
             raise TypeError(f"{name} must be integer indices, got dtype {v.dtype}")
         if v.size and (int(v.min()) < -n or int(v.max()) >= n):
-            raise IndexError(f"{name} out of range for a product with {n} {'rows' if name == 'i' else 'columns'}")
-        return v % n
+            raise IndexError(f"{name} out of range for a product with {n} "
+                             f"{'rows' if name == 'i' else 'columns'} (valid: {-n} .. {n - 1})")
+        return (v % n).astype(xp.int64) if n else v.astype(xp.int64)
+
+    def _entries(self, i, j):
+        xp = self.backend.xp
+        i = self._check_index(i, self.shape[0], "i")
+        j = self._check_index(j, self.shape[1], "j")
+        return xp.broadcast_arrays(i, j)
 
     # --- queries ---------------------------------------------------------------------
     def estimate(self, i, j):
-        """Median-of-d estimate of C[i, j]; ``i``, ``j`` integer arrays (broadcast)."""
-        xp = self.backend.xp
-        i = self._check_index(i, self.shape[0], "i")
-        j = self._check_index(j, self.shape[1], "j")
-        i, j = xp.broadcast_arrays(i, j)
-        return xp.median(self._per_rep(i, j), axis=0)
+        """Median-of-d estimate of C[i, j]; ``i``, ``j`` integer arrays (broadcast).  With an
+        even number of repetitions the median is the mean of the two middle estimates."""
+        i, j = self._entries(i, j)
+        return self.backend.xp.median(self._per_rep(i, j), axis=0)
 
     def estimate_reps(self, i, j):
         """The d single-repetition (unbiased) estimates of C[i, j], shape (d, ...)."""
-        xp = self.backend.xp
-        i = self._check_index(i, self.shape[0], "i")
-        j = self._check_index(j, self.shape[1], "j")
-        i, j = xp.broadcast_arrays(i, j)
-        return self._per_rep(i, j)
+        return self._per_rep(*self._entries(i, j))
+
+    def _tile_shape(self):
+        """(rows, cols) of a query tile: column hashes and estimates within the tile budget."""
+        m, p = self.shape
+        d = self.reps
+        budget = TILE_BUDGET * (4 if self.backend.gpu else 1)
+        cols = max(1, min(p, budget // (4 * 16 * d)))
+        per_entry = 8 if self.backend.gpu else 4 * 8 * d      # CPU: (d, rows, cols) temporaries
+        rows = max(1, min(m, budget // (per_entry * cols)))
+        return rows, cols
 
     def _tiles(self, progress=None):
-        """Yield (row0, estimates of rows row0..row0+r-1 for all columns) tile by tile.
+        """Yield (row0, col0, estimates of the tile's rows x cols), covering the product.
 
-        On the GPU one kernel computes each tile's medians from the hash tables and the
+        On the GPU one kernel computes each tile's medians from the hash values and the
         sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
         xp = self.backend.xp
         m, p = self.shape
-        if self.backend.gpu:
-            from .cuda import kernels
-            h1, s1, h2, s2 = self._hash_arrays()
-            rows = max(1, min(m, TILE_BUDGET // (8 * max(p, 1))))
-        else:
-            rows = max(1, min(m, TILE_BUDGET // (3 * 8 * self.reps * max(p, 1))))
-            cols = xp.arange(p)[None, :]
-        for r0 in range(0, m, rows):
-            r1 = min(m, r0 + rows)
-            if self.backend.gpu:
-                est = kernels.tile_estimates(h1, s1, h2, s2, self.sketch, r0, r1 - r0, self.log2b,
-                                             self.method == "fwht")
-            else:
-                est = xp.median(self._per_rep(xp.arange(r0, r1)[:, None], cols), axis=0)
-            yield r0, est
-            if progress:
-                progress("tiles", r1, m)
+        rows, cols = self._tile_shape()
+        done, total = 0, m * p
+        for c0 in range(0, p, cols):
+            c1 = min(p, c0 + cols)
+            h2, s2 = self._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
+            for r0 in range(0, m, rows):
+                r1 = min(m, r0 + rows)
+                h1, s1 = self._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
+                if self.backend.gpu:
+                    from .cuda import kernels
+                    est = kernels.tile_estimates(h1, s1, h2, s2, self.sketch, 0, r1 - r0, self.log2b,
+                                                 self.method == "fwht")
+                else:
+                    est = xp.median(self._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
+                                                 s2[:, None, :]), axis=0)
+                yield r0, c0, est
+                done += (r1 - r0) * (c1 - c0)
+                if progress:
+                    progress("tiles", done, total)
 
     def to_dense(self, progress=None):
         """The m x p estimate, computed tile by tile (needs m * p * 8 bytes)."""
         xp = self.backend.xp
         m, p = self.shape
+        memory.check(8 * m * p, f"the dense {m} x {p} estimate",
+                     "query the entries you need with estimate(), top_k() or above() instead",
+                     device=self.backend.name)
         out = xp.empty((m, p), dtype=xp.float64)
-        for r0, est in self._tiles(progress):
-            out[r0:r0 + est.shape[0]] = est
+        for r0, c0, est in self._tiles(progress):
+            out[r0:r0 + est.shape[0], c0:c0 + est.shape[1]] = est
         return out
 
     def _key(self, v, by):
@@ -145,65 +186,79 @@ class CompressedProduct:
             raise ValueError(f"by={by!r}; choose 'abs' (largest magnitude) or 'value'")
         return self.backend.xp.abs(v) if by == "abs" else v
 
+    def _flat_ids(self, r0, c0, est):
+        xp = self.backend.xp
+        r = xp.arange(r0, r0 + est.shape[0], dtype=xp.int64)[:, None]
+        c = xp.arange(c0, c0 + est.shape[1], dtype=xp.int64)[None, :]
+        return (r * self.shape[1] + c).ravel()
+
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
               progress=None) -> Entries:
         """The k entries with the largest estimates (by magnitude, or by value), never
-        holding an m x p array.  ``verify=True`` scans ``candidates`` (default 8k) entries,
-        computes their exact values from A and B and returns the top k by exact value."""
+        holding an m x p array; ties go to the smaller row-major index.  ``verify=True``
+        scans ``candidates`` (default 8k) entries, computes their exact values from A and B
+        and returns the top k by exact value."""
         xp = self.backend.xp
-        if int(k) < 1:
-            raise ValueError(f"k={k} must be >= 1")
-        k = int(min(k, self.shape[0] * self.shape[1]))
-        pool = k if not verify else int(min(candidates or 8 * k, self.shape[0] * self.shape[1]))
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
+            raise ValueError(f"k={k!r} must be an integer >= 1")
+        self._key(xp.zeros(1), by)
+        size = self.shape[0] * self.shape[1]
+        k = int(min(k, size))
+        if k == 0:
+            empty = xp.empty(0, xp.int64)
+            return Entries(empty, empty, xp.empty(0), xp.empty(0) if verify else None)
+        pool = k if not verify else int(min(candidates or 8 * k, size))
         best_v = xp.empty(0, xp.float64)
         best_i = xp.empty(0, xp.int64)
-        p = self.shape[1]
         tau = None                      # the pool's smallest key once the pool is full
-        for r0, est in self._tiles(progress):
+        for r0, c0, est in self._tiles(progress):
             flat = est.ravel()
-            key = self._key(flat, by)
+            ids = self._flat_ids(r0, c0, est)
             if tau is not None:         # only entries that can still enter the pool
-                sel = xp.nonzero(key > tau)[0]
+                sel = xp.nonzero(self._key(flat, by) >= tau)[0]
                 if sel.size == 0:
                     continue
-                sub = key[sel]
-                if sel.size > pool:
-                    sel = sel[xp.argpartition(-sub, pool - 1)[:pool]]
-            else:
-                take = min(pool, flat.size)
-                sel = xp.argpartition(-key, take - 1)[:take] if take < flat.size else xp.arange(flat.size)
-            best_v = xp.concatenate([best_v, flat[sel]])
-            best_i = xp.concatenate([best_i, sel.astype(xp.int64) + r0 * p])
-            if best_v.size > pool:
-                keep = xp.argpartition(-self._key(best_v, by), pool - 1)[:pool]
-                best_v, best_i = best_v[keep], best_i[keep]
+                flat, ids = flat[sel], ids[sel]
+            best_v = xp.concatenate([best_v, flat])
+            best_i = xp.concatenate([best_i, ids])
+            keep = best(self._key(best_v, by), best_i, pool, xp)
+            best_v, best_i = best_v[keep], best_i[keep]
             if best_v.size == pool:
-                tau = self._key(best_v, by).min()
-        order = xp.argsort(-self._key(best_v, by))
-        best_v, best_i = best_v[order], best_i[order]
+                tau = self._key(best_v, by)[-1]
+        p = self.shape[1]
         rows, cols = best_i // p, best_i % p
         if not verify:
             return Entries(rows[:k], cols[:k], best_v[:k])
         exact = self.exact(rows, cols)
-        order = xp.argsort(-self._key(exact, by))[:k]
+        order = best(self._key(exact, by), best_i, k, xp)
         return Entries(rows[order], cols[order], best_v[order], exact[order])
 
     def above(self, threshold: float, *, verify: bool = False, by: str = "abs",
               progress=None) -> Entries:
         """Every entry whose estimate (magnitude with by='abs') is >= threshold, found tile
-        by tile; ``verify=True`` adds exact values and keeps those whose exact value passes."""
+        by tile, largest first (ties: smaller row-major index first); ``verify=True`` adds
+        exact values and keeps those whose exact value passes."""
         xp = self.backend.xp
-        p = self.shape[1]
-        vs, ids = [], []
-        for r0, est in self._tiles(progress):
+        self._key(xp.zeros(1), by)
+        room = memory.available(self.backend.name)
+        vs, ids, count = [], [], 0
+        for r0, c0, est in self._tiles(progress):
             flat = est.ravel()
             hit = xp.nonzero(self._key(flat, by) >= threshold)[0]
+            count += int(hit.size)
+            if room is not None and 32 * count > room // 2:
+                raise memory.InsufficientMemoryError(
+                    f"threshold={threshold!r} admits more than {count} entries, more than the memory "
+                    f"available ({memory.gib(room)}) holds; raise the threshold or use top_k",
+                    need=32 * count, available=room, device=self.backend.name,
+                    hint="raise the threshold")
             vs.append(flat[hit])
-            ids.append(hit.astype(xp.int64) + r0 * p)
+            ids.append(self._flat_ids(r0, c0, est)[hit])
         v = xp.concatenate(vs) if vs else xp.empty(0)
         ix = xp.concatenate(ids) if ids else xp.empty(0, xp.int64)
-        order = xp.argsort(-self._key(v, by))
+        order = xp.lexsort(xp.stack([ix, -self._key(v, by)])) if v.size else xp.arange(0)
         v, ix = v[order], ix[order]
+        p = self.shape[1]
         rows, cols = ix // p, ix % p
         if not verify:
             return Entries(rows, cols, v)
@@ -211,30 +266,100 @@ class CompressedProduct:
         keep = self._key(exact, by) >= threshold
         return Entries(rows[keep], cols[keep], v[keep], exact[keep])
 
+    # --- exact values ------------------------------------------------------------------
     def exact(self, rows, cols):
-        """Exact C[rows[k], cols[k]] as dot products of A's rows and B's columns (O(n) each)."""
+        """Exact C[rows[k], cols[k]] as dot products of A's rows and B's columns (O(n) each).
+
+        Products and sums in float64, summed in one fixed order (a pairwise tree over the
+        inner index: the same bits on the CPU and the GPU, for dense and sparse factors);
+        integer and boolean factors give exact integers as long as they stay below 2**53
+        in magnitude, and beyond that the nearest float64 of the exact integer (computed
+        with Python integers on the host) with an :class:`ExactValueWarning`."""
         xp = self.backend.xp
         if not self.factors:
             raise ValueError("exact values need A and B: this sketch has none (it was loaded "
                              "from a file); pass them with CompressedProduct.attach(A, B)")
-        rows, cols = xp.asarray(rows), xp.asarray(cols)
-        total = xp.zeros(rows.shape, dtype=xp.float64)
-        for A, B in self.factors:
-            if is_sparse(A) or is_sparse(B):
-                Ar = self.backend.sp.csr_matrix(A)[rows.ravel()]
-                Bc = self.backend.sp.csc_matrix(B)[:, cols.ravel()].T
-                val = xp.asarray(Ar.multiply(Bc).sum(axis=1)).ravel()
-            else:
-                val = xp.einsum("kn,nk->k", xp.asarray(A[rows.ravel()], dtype=xp.float64),
-                                xp.asarray(B[:, cols.ravel()], dtype=xp.float64))
-            total += val.reshape(rows.shape)
-        return total
+        rows, cols = xp.broadcast_arrays(xp.asarray(rows), xp.asarray(cols))
+        r, c = rows.ravel().astype(xp.int64), cols.ravel().astype(xp.int64)
+        total = xp.zeros(r.shape, dtype=xp.float64)
+        for pair, (A, B) in enumerate(self.factors):
+            total += self._exact_pair(pair, A, B, r, c)
+        return total.reshape(rows.shape)
+
+    def _exact_pair(self, pair, A, B, r, c):
+        xp = self.backend.xp
+        integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
+        n = A.shape[1]
+        step = max(1, TILE_BUDGET // (3 * 8 * max(n, 1)))
+        vals, bounds = [], []
+        for q0 in range(0, r.size, step):
+            rq, cq = r[q0:q0 + step], c[q0:q0 + step]
+            vals.append(self._dots(pair, A, B, rq, cq, absolute=False))
+            if integer:
+                bounds.append(self._dots(pair, A, B, rq, cq, absolute=True))
+        val = xp.concatenate(vals) if vals else xp.zeros(0)
+        if integer and bounds:
+            big = xp.nonzero(xp.concatenate(bounds) > _EXACT_FLOAT)[0]
+            if big.size:
+                val[big] = xp.asarray(self._exact_integers(A, B, r[big], c[big]))
+        return val
+
+    def _dots(self, pair, A, B, r, c, absolute: bool):
+        """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``)."""
+        xp, sp = self.backend.xp, self.backend.sp
+        f = xp.abs if absolute else (lambda a: a)
+        if not (is_sparse(A) or is_sparse(B)):
+            prod = f(xp.asarray(A[r], dtype=xp.float64)) * f(xp.asarray(B[:, c], dtype=xp.float64)).T
+            return row_sums(prod, xp)
+        Ar = self._cached(pair, "A_csr", lambda: sp.csr_matrix(A))[r]
+        Bc = self._cached(pair, "B_csc", lambda: sp.csc_matrix(B))[:, c].T.tocsr()
+        Ar, Bc = sp.csr_matrix(Ar, dtype=np.float64), sp.csr_matrix(Bc, dtype=np.float64)
+        if absolute:
+            Ar, Bc = abs(Ar), abs(Bc)
+        P = Ar.multiply(Bc).tocsr()
+        P.sum_duplicates()
+        P.sort_indices()
+        row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
+        return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
+                               P.shape[0], xp)
+
+    def _cached(self, pair, name, make):
+        key = (pair, name)
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def _exact_integers(self, A, B, r, c):
+        """Exact integer dot products (Python integers on the host), as float64."""
+        be = self.backend
+        r, c = be.asnumpy(r), be.asnumpy(c)
+
+        def rows_of(M, idx, axis):
+            part = M[idx] if axis == 0 else M[:, idx]
+            part = part.toarray() if hasattr(part, "toarray") else part
+            part = part.get() if hasattr(part, "get") else np.asarray(part)
+            return part if axis == 0 else part.T
+        a, b = rows_of(A, r, 0).astype(object), rows_of(B, c, 1).astype(object)
+        exact = [sum(x * y for x, y in zip(u, v)) for u, v in zip(a.tolist(), b.tolist())]
+        out = np.array([float(v) for v in exact], dtype=np.float64)
+        over = sum(abs(v) > 2**53 for v in exact)
+        if over:
+            warnings.warn(f"{over} exact value(s) of this integer product exceed 2**53 in magnitude "
+                          "(largest |C| = {:.6g}); they are returned as the nearest float64 "
+                          "(relative error <= 2**-53)".format(max(abs(float(v)) for v in exact)),
+                          ExactValueWarning, stacklevel=4)
+        return out
 
     def attach(self, A, B) -> "CompressedProduct":
         """Attach the factors (after ``load``) so that ``verify=True`` works."""
-        if tuple(np.shape(A)[:1]) + tuple(np.shape(B)[1:]) != tuple(self.shape):
-            raise ValueError(f"A @ B has shape {(np.shape(A)[0], np.shape(B)[1])}, the sketch {self.shape}")
-        self.factors = [(A, B)]
+        from .matmul import _as_matrix
+        from .sketch import canonical
+        A, B = _as_matrix(A, "A", self.backend), _as_matrix(B, "B", self.backend)
+        if (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
+            raise ValueError(f"A @ B has shape {(A.shape[0], B.shape[1])} (inner {A.shape[1]} and "
+                             f"{B.shape[0]}); the sketch is of a {self.shape} product")
+        self.factors = [(canonical(A, 1, self.backend), canonical(B, 2, self.backend))]
+        self._cache.clear()
         return self
 
     def noise(self) -> float:

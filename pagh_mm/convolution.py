@@ -8,30 +8,46 @@ import numpy as np
 import fwht_gpu
 import fwht_gpu.dtypes
 
+from .reduction import PairwiseSum
+
 METHODS = ("fwht", "fft")
 
 
 class Accumulator:
-    """Running transform-domain sum over inner-dimension blocks, for all d repetitions."""
+    """Transform-domain sum over the inner dimension, for all d repetitions, in the canonical
+    order of :mod:`pagh_mm.reduction` (a pairwise tree over the inner index): the result
+    does not depend on how the inner dimension was split into blocks."""
 
     def __init__(self, method: str, reps: int, log2b: int, dtype, algorithm: str,
                  stabilizer, xp):
         self.method, self.xp = method, xp
+        self.reps = reps
         self.dtype = np.dtype(dtype)
         self.b = 1 << log2b
         self.algorithm, self.stabilizer = algorithm, stabilizer
         # products are accumulated in float64 for float64 transforms, float32 otherwise
         self.acc_dtype = np.dtype(np.float64) if self.dtype == np.float64 else np.dtype(np.float32)
-        if method == "fwht":
-            self.acc = xp.zeros((reps, self.b), dtype=self.acc_dtype)
-        else:
-            cdt = np.complex128 if self.acc_dtype == np.float64 else np.complex64
-            self.acc = xp.zeros((reps, self.b // 2 + 1), dtype=cdt)
+        self.sum = PairwiseSum(xp, 1)
+
+    def begin(self, block: int) -> None:
+        """Start summing blocks of ``block`` inner indices (a power of two)."""
+        self.sum = PairwiseSum(self.xp, block)
+
+    @property
+    def value_dtype(self):
+        """dtype of one inner index's transform-domain term."""
+        if self.method == "fwht":
+            return self.acc_dtype
+        return np.dtype(np.complex128 if self.acc_dtype == np.float64 else np.complex64)
 
     def _to_dtype(self, P, what: str):
+        """float64 sketches in the transform dtype: rounded to float32 first, then to a 16-bit
+        dtype (the same two correctly rounded steps on NumPy and CuPy)."""
         xp = self.xp
         with np.errstate(over="ignore"):     # overflow is detected just below
-            out = P.astype(self.dtype)
+            out = P.astype(np.float32) if self.dtype != np.float64 else P
+            if self.dtype.itemsize == 2:
+                out = out.astype(self.dtype)
         if self.dtype.itemsize == 2 and not bool(xp.isfinite(out).all()):
             raise OverflowError(
                 f"the Count-Sketch of {what} exceeds the {fwht_gpu.dtypes.short_name(self.dtype)} "
@@ -39,38 +55,49 @@ class Accumulator:
                 "down or use dtype=float32")
         return out
 
-    def add_block(self, PA, PB, clock=lambda stage: None) -> None:
-        """PA, PB: (nb, d * b) float64 sketches of one block of the inner dimension."""
+    def add_block(self, k0: int, PA, PB, clock=lambda stage: None) -> None:
+        """PA, PB: (nb, d, b) float64 sketches of inner indices k0 .. k0 + nb - 1 (an aligned
+        block, see :class:`pagh_mm.reduction.PairwiseSum`)."""
         xp = self.xp
-        nb = PA.shape[0]
-        PA = PA.reshape(nb, -1, self.b)
-        PB = PB.reshape(nb, -1, self.b)
         if self.method == "fwht":
             FA = fwht_gpu.fwht(self._to_dtype(PA, "A"), algorithm=self.algorithm,
                                stabilizer=self.stabilizer)
             FB = fwht_gpu.fwht(self._to_dtype(PB, "B"), algorithm=self.algorithm,
                                stabilizer=self.stabilizer)
             clock("transform")
-            self.acc += (FA.astype(self.acc_dtype) * FB.astype(self.acc_dtype)).sum(axis=0)
+            terms = FA.astype(self.acc_dtype, copy=False) * FB.astype(self.acc_dtype, copy=False)
         else:
-            FA = xp.fft.rfft(PA.astype(self.dtype), axis=-1)
-            FB = xp.fft.rfft(PB.astype(self.dtype), axis=-1)
+            FA = xp.fft.rfft(self._to_dtype(PA, "A"), axis=-1)
+            FB = xp.fft.rfft(self._to_dtype(PB, "B"), axis=-1)
             clock("transform")
-            self.acc += (FA * FB).sum(axis=0).astype(self.acc.dtype)
+            terms = (FA * FB).astype(self.value_dtype, copy=False)
+        del FA, FB
+        self.sum.add(k0, terms)
         clock("accumulate")
 
     def finish(self):
         """The (d, b) sketches c_t of the product, in float64."""
         xp = self.xp
+        acc = self.sum.total()
+        if acc is None:
+            acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
+                           dtype=self.value_dtype)
         if self.method == "fwht":
-            c = fwht_gpu.ifwht(self.acc, algorithm=self.algorithm, stabilizer=self.stabilizer)
+            c = fwht_gpu.ifwht(acc, algorithm=self.algorithm, stabilizer=self.stabilizer)
         else:
-            c = xp.fft.irfft(self.acc, n=self.b, axis=-1)
+            c = xp.fft.irfft(acc, n=self.b, axis=-1)
         if not bool(xp.isfinite(c).all()):
             raise OverflowError("the sketch of the product has non-finite values: it overflowed "
                                 "(scale the inputs down or use a wider dtype), or the inputs hold "
                                 "NaN/Inf and check_finite=False was passed")
         return c.astype(xp.float64)
+
+    def bytes_per_index(self) -> int:
+        """Temporaries one inner index adds to a block (both sides): the float64 sketches,
+        their cast, the transforms and the engine's copies, the products."""
+        item, acc = self.dtype.itemsize, self.value_dtype.itemsize
+        per_side = 8 + (4 if item == 2 else 0) + 4 * item
+        return self.reps * self.b * (2 * per_side + 3 * acc)
 
 
 def combine_index(method: str, h1, h2, log2b: int):

@@ -1,54 +1,99 @@
 """compress(A, B) and approx_matmul(A, B): the public entry points."""
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
+import fwht_gpu
 import fwht_gpu.dtypes as _fdt
+from fwht_gpu import memory
+
 from . import backend as _be
 from . import hashing
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
-from .sketch import scatter_matrix, sketch_block
+from .sketch import Side, canonical
 
-#: Default bytes of inner-dimension temporaries per block (CPU; the GPU default is
-#: min(2 GiB, 1/8 of free device memory)).
+#: Default bytes of inner-dimension temporaries per block on the CPU (the GPU default is
+#: min(2 GiB, 1/8 of free device memory)); raised to what one inner index needs.
 MEMORY_BUDGET = 256 << 20
+#: Largest number of buckets (log2) a sketch may have.
+MAX_LOG2B = 40
+#: Bytes of temporaries per stored value of a sparse block and repetition (hashes, signed
+#: values, bin indices).
+SPARSE_BYTES = 40
 
 
-def _default_budget(be) -> int:
-    if not be.gpu:
-        return MEMORY_BUDGET
-    free = be.xp.cuda.runtime.memGetInfo()[0]
-    return int(max(MEMORY_BUDGET, min(2 << 30, free // 8)))
+# --- validation -----------------------------------------------------------------------------
 
-
-def _as_matrix(M, name, be):
-    if not (be.sp.issparse(M) or isinstance(M, be.xp.ndarray)):
-        M = be.xp.asarray(M)
+def _as_matrix(M, name: str, be):
+    """A 2-d dense array or sparse matrix of real numbers on ``be``'s device."""
+    if isinstance(M, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: the sketch would use its masked values; pass "
+                        f"{name}.filled(0) (masked entries as zeros) or {name}.data to ignore the mask")
+    if be.sp.issparse(M):
+        kind = np.dtype(M.dtype).kind
+    else:
+        if not isinstance(M, be.xp.ndarray) or isinstance(M, np.matrix):
+            try:
+                M = be.xp.asarray(M)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{name} is not a matrix of numbers ({exc})") from None
+        kind = M.dtype.kind
     if M.ndim != 2:
         raise ValueError(f"{name} must be a 2-d matrix, got {M.ndim} dimensions")
-    kind = np.dtype(M.dtype).kind
-    if kind not in "biuf":
+    if kind not in "biuf" and np.dtype(M.dtype) != _fdt.bfloat16:
         raise TypeError(f"{name} has dtype {M.dtype}; pass a real (integer or floating) matrix")
     return M
 
 
+def _all_finite(data, xp) -> bool:
+    """Whether every value is finite, reading ``data`` in blocks in its memory order (a
+    transposed or memory-mapped array is never copied whole)."""
+    if data.dtype.kind != "f" and np.dtype(data.dtype) != _fdt.bfloat16:
+        return True
+    if data.ndim == 2 and data.flags.f_contiguous and not data.flags.c_contiguous:
+        data = data.T
+    if data.ndim == 1:
+        data = data[None]
+    rows = max(1, (4 << 20) // max(1, data.shape[-1]))
+    return all(bool(xp.isfinite(data[r:r + rows]).all()) for r in range(0, data.shape[0], rows))
+
+
 def _check_finite(M, name, be):
-    data = M.data if be.sp.issparse(M) else M
-    if data.dtype.kind != "f":
-        return
-    flat = data.reshape(-1) if data.flags.c_contiguous or data.flags.f_contiguous else None
-    if flat is None or be.gpu:
-        ok = bool(be.xp.isfinite(data).all())
-    else:                        # in chunks: a memory-mapped file is never loaded whole
-        step = 1 << 24
-        ok = all(bool(np.isfinite(flat[k:k + step]).all()) for k in range(0, flat.size, step))
-    if not ok:
+    if not _all_finite(M.data if be.sp.issparse(M) else M, be.xp):
         raise ValueError(f"{name} contains NaN or Inf; remove them, or pass check_finite=False "
                          "to skip this check (the sketch would be poisoned)")
 
 
-def _validate(A, B, buckets, reps, method, dtype, hash, check_finite):
+def _int_arg(value, name: str, lo: int, hint: str = "") -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} must be an integer{hint}")
+    if int(value) < lo:
+        raise ValueError(f"{name}={value!r} must be an integer >= {lo}{hint}")
+    return int(value)
+
+
+def check_buckets(buckets) -> int:
+    """log2 of a valid bucket count (a power of two, 2 .. 2**40)."""
+    if isinstance(buckets, (bool, np.bool_)) or not isinstance(buckets, numbers.Integral):
+        raise TypeError(f"buckets={buckets!r} must be an integer power of two")
+    b = int(buckets)
+    if b < 2 or b & (b - 1) or b > 1 << MAX_LOG2B:
+        nxt = 1 << max(1, b.bit_length()) if 0 < b < 1 << MAX_LOG2B else None
+        hint = f"; e.g. buckets={nxt}" if nxt else ""
+        raise ValueError(f"buckets={buckets!r} must be a power of two from 2 to 2**{MAX_LOG2B}{hint}")
+    return b.bit_length() - 1
+
+
+def _native(dt) -> np.dtype:
+    dt = np.dtype(dt)
+    return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+
+
+def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite,
+              memory_budget):
     if isinstance(A, (list, tuple)):
         A = np.asarray(A)
     if isinstance(B, (list, tuple)):
@@ -60,72 +105,142 @@ def _validate(A, B, buckets, reps, method, dtype, hash, check_finite):
                          f"columns, B has {B.shape[0]} rows")
     if max(A.shape[0], B.shape[1]) >= hashing.MAX_KEY:
         raise ValueError("A.shape[0] and B.shape[1] must be below 2**32")
-    if isinstance(buckets, bool) or not isinstance(buckets, (int, np.integer)) or buckets < 2 \
-            or buckets & (buckets - 1):
-        nxt = 1 << max(1, int(buckets).bit_length()) if isinstance(buckets, (int, np.integer)) else None
-        hint = f"; e.g. buckets={nxt}" if nxt else ""
-        raise ValueError(f"buckets={buckets!r} must be a power of two >= 2{hint}")
-    if isinstance(reps, bool) or not isinstance(reps, (int, np.integer)) or reps < 1:
-        raise ValueError(f"reps={reps!r} must be an integer >= 1 (odd, so the median is an estimate)")
+    log2b = check_buckets(buckets)
+    reps = _int_arg(reps, "reps", 1, " (odd, so that the median is one of the estimates; even: "
+                    "the mean of the two middle ones)")
     if method not in METHODS:
         raise ValueError(f"method={method!r}; choose 'fwht' or 'fft'")
     hashing.check_family(hash)
     if dtype is None:
-        rt = np.result_type(A.dtype, B.dtype)
+        rt = np.result_type(_native(A.dtype) if A.dtype != _fdt.bfloat16 else np.float32,
+                            _native(B.dtype) if B.dtype != _fdt.bfloat16 else np.float32)
         dtype = rt if rt in (np.float32, np.float64) else np.float64
     dtype = _fdt.resolve(dtype, "dtype")
     if method == "fft" and dtype.itemsize == 2:
         raise ValueError("method='fft' supports dtype float64 and float32 only")
+    fwht_gpu.make_plan(1 << log2b, dtype, algorithm, stabilizer)     # validates both
+    if memory_budget is not None:
+        memory_budget = _int_arg(memory_budget, "memory_budget", 1)
+    A, B = canonical(A, 1, be), canonical(B, 2, be)       # sparse: CSC / CSR, once
     if check_finite:
         _check_finite(A, "A", be)
         _check_finite(B, "B", be)
-    return A, B, be, dtype
+    return A, B, be, dtype, log2b, reps, memory_budget
 
+
+# --- memory plan ----------------------------------------------------------------------------
+
+def _block_size(sides, per_index: int, n: int, reps: int, budget: int) -> int:
+    """The largest power of two B such that every aligned block of B inner indices (with its
+    sparse stored values) keeps its temporaries within ``budget``; 0 if not even one fits."""
+    B = 1 << max(0, (max(n, 1) - 1).bit_length())
+    while B >= 1 and _block_cost(sides, B, per_index, reps, n) > budget:
+        B //= 2
+    return B
+
+
+def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget):
+    """(block size, budget): the aligned block size within the memory budget, after checking
+    that the whole compression fits the memory available (InsufficientMemoryError if not)."""
+    d, b = acc.reps, acc.b
+    per_index = acc.bytes_per_index() + sum(8 * s.keys for s in sides if not s.sparse)
+    term = d * b * acc.value_dtype.itemsize
+    hint = (f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})"
+            + ("" if memory_budget is None else " or memory_budget"))
+    device = "gpu" if be.gpu else "cpu"
+    have = memory.available(device)
+    if memory_budget is None:
+        base = MEMORY_BUDGET
+        if be.gpu:
+            base = max(MEMORY_BUDGET, min(2 << 30, (have or 0) // 8))
+        budget = max(base, _block_cost(sides, 1, per_index, d, n))
+        if have is not None:
+            budget = min(budget, max(have // 2, 1))
+    else:
+        budget = memory_budget
+    B = _block_size(sides, per_index, n, d, budget)
+    if B == 0:
+        one = _block_cost(sides, 1, per_index, d, n)
+        if memory_budget is not None:
+            raise memory.InsufficientMemoryError(
+                f"memory_budget={memory.gib(memory_budget)} is below what one inner index needs "
+                f"({memory.gib(one)} for buckets=2**{b.bit_length() - 1}, reps={d}, m={m}, p={p}); "
+                f"raise memory_budget to at least {one} or lower buckets or reps",
+                need=one, available=memory_budget, device=device, hint="raise memory_budget")
+        B, budget = 1, one
+    levels = max(1, (max(n, 1) - 1).bit_length() - (B.bit_length() - 1) + 1)
+    fixed = (levels + 4) * term + sum(s.table_bytes() for s in sides)
+    need = fixed + _block_cost(sides, B, per_index, d, n)
+    memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
+                 hint, device=device)
+    return B, budget
+
+
+def _block_cost(sides, B, per_index, d, n) -> int:
+    """Bytes of temporaries of the largest aligned block of B inner indices."""
+    cost = B * per_index
+    for s in sides:
+        if s.sparse and n:
+            ptr = np.asarray(s.M.indptr if not s.be.gpu else s.M.indptr.get())
+            starts = np.arange(0, n, B)
+            cost += int((ptr[np.minimum(starts + B, n)] - ptr[starts]).max()) * SPARSE_BYTES * d
+    return cost
+
+
+# --- compression ----------------------------------------------------------------------------
 
 def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: str = "fwht",
              dtype=None, algorithm: str = "folklore", stabilizer: str | None = None,
-             hash: str = "multiply-shift", check_finite: bool = True,
+             hash: str = hashing.DEFAULT_FAMILY, check_finite: bool = True,
              memory_budget: int | None = None, progress=None,
              profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
 
-    A (m x n) and B (n x p): NumPy/CuPy arrays or SciPy/cupyx sparse matrices, on one
-    device (the arrays decide where the work runs).  Per repetition t the columns of A
-    and rows of B are Count-Sketched with hash functions drawn from (``seed``, t),
-    transformed by FWHTs of length ``buckets`` in ``dtype`` (float64, float32, float16,
-    bfloat16; default: the inputs' float type, else float64), multiplied and summed
-    over the inner dimension in the Hadamard domain in blocks that keep temporaries
-    within ``memory_budget`` bytes (default 256 MiB on the CPU, min(2 GiB, free / 8)
-    on the GPU), and transformed back once.  ``method="fft"`` uses
-    Pagh's cyclic convolution (h1 + h2 mod b) through numpy/cupy.fft instead.
+    A (m x n) and B (n x p): NumPy/CuPy arrays (or array-likes NumPy accepts) or sparse
+    matrices of any SciPy/cupyx format (converted once to CSC/CSR), on one device (the
+    arrays decide where the work runs); integer, boolean or floating values, in any byte
+    order.  Per repetition t the columns of A and rows of B are Count-Sketched with hash
+    functions drawn from (``seed``, t) (``hash``: "multiply-add-shift" or "tabulation",
+    both strongly universal), transformed by FWHTs of length ``buckets`` in ``dtype``
+    (float64, float32, float16, bfloat16; default: the inputs' float type, else float64),
+    multiplied and summed over the inner dimension in the Hadamard domain, and
+    transformed back once.  ``method="fft"`` uses Pagh's cyclic convolution
+    (h1 + h2 mod b) through numpy/cupy.fft instead.
 
-    Costs O(reps (nnz(A) + nnz(B)) + reps n b log b); memory O(reps b) plus one block.
-    ``progress(stage, done, total)`` is called after each block.  ``profile``, a dict,
-    receives the seconds spent in each stage (synchronizing the GPU between stages).
+    Reproducibility: the inner dimension is summed in one fixed order (a pairwise tree
+    over the inner index, :mod:`pagh_mm.reduction`), so the same inputs, seed and
+    parameters give the same bits whatever ``memory_budget`` and on the CPU or the GPU
+    (``method="fwht"``; the FFT libraries of the two devices round differently).
+
+    Memory: the inner dimension is processed in aligned blocks whose temporaries stay
+    within ``memory_budget`` bytes (default 256 MiB on the CPU, min(2 GiB, free / 8) on
+    the GPU, raised to what one inner index needs); what the whole call needs is checked
+    against the memory available first (``fwht_gpu.memory.InsufficientMemoryError``,
+    a ``MemoryError`` naming need, availability and what to change).  Sparse inputs
+    cost O(reps nnz) time and memory, whatever their number of empty rows or columns.
+
+    Costs O(reps (nnz(A) + nnz(B)) + reps n b log b).  ``seed``: any non-negative
+    integer (None: a random one).  ``progress(stage, done, total)`` is called after
+    each block.  ``profile``, a dict, receives the seconds spent in each stage
+    (synchronizing the GPU between stages).
     """
-    A, B, be, dt = _validate(A, B, buckets, reps, method, dtype, hash, check_finite)
-    if seed is None:
-        seed = int(np.random.default_rng().integers(2**63))
-    log2b = int(buckets).bit_length() - 1
-    params = hashing.HashParams.draw(hash, int(seed), int(reps))
+    A, B, be, dt, log2b, reps, memory_budget = _validate(
+        A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite, memory_budget)
+    seed = hashing.check_seed(seed)
+    params = hashing.HashParams.draw(hash, seed, reps)
     m, n = A.shape
     p = B.shape[1]
-    S1 = scatter_matrix(params, 1, m, log2b, be)
-    S2 = scatter_matrix(params, 2, p, log2b, be)
-    acc = Accumulator(method, int(reps), log2b, dt, algorithm, stabilizer, be.xp)
-    if memory_budget is None:
-        memory_budget = _default_budget(be)
-    per_col = int(reps) * int(buckets) * 8 * 6       # float64 sketches, casts, transforms, product
-    nb = int(max(1, min(n, memory_budget // per_col)))
-    Ac = be.sp.csc_matrix(A) if be.sp.issparse(A) else A
-    Br = be.sp.csr_matrix(B) if be.sp.issparse(B) else B
+    sides = (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
+    acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
+    block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget)
+    acc.begin(block)
     clock = _Clock(be, profile)
-    for k0 in range(0, n, nb):
-        k1 = min(n, k0 + nb)
-        PA = sketch_block(S1, Ac[:, k0:k1], be, transpose_input=False)
-        PB = sketch_block(S2, Br[k0:k1, :], be, transpose_input=True)
+    for k0 in range(0, n, block):
+        k1 = min(n, k0 + block)
+        PA, PB = sides[0].block(k0, k1), sides[1].block(k0, k1)
         clock("scatter")
-        acc.add_block(PA, PB, clock)
+        acc.add_block(k0, PA, PB, clock)
+        del PA, PB
         if progress:
             progress("inner", k1, n)
     sketch = acc.finish()
@@ -162,7 +277,8 @@ def approx_matmul(A, B, *, buckets: int | None = None, reps: int | None = None,
                   seed: int | None = None, **options):
     """Dense estimate of ``A @ B`` in the input's array type (NumPy or CuPy).
 
-    Defaults: ``buckets = default_buckets(m, p)`` (a power of two >= 8 (m + p)), ``reps = 5``.
+    Defaults (only when the argument is None): ``buckets = default_buckets(m, p)`` (a power
+    of two >= 8 (m + p)), ``reps = 5``; given values are validated as by :func:`compress`.
     One repetition's error on an entry has standard deviation at most
     ||A @ B||_F / sqrt(buckets); the median of d repetitions removes it unless more than
     half collide with other large entries.  For a product with N non-zeros, an entry is
@@ -170,6 +286,6 @@ def approx_matmul(A, B, *, buckets: int | None = None, reps: int | None = None,
     d = 5): choose buckets well above N for an exact result.  Other options as :func:`compress`.
     """
     m, p = np.shape(A)[0], np.shape(B)[1]
-    cp_ = compress(A, B, buckets=buckets or default_buckets(m, p), reps=reps or 5, seed=seed,
-                   **options)
+    cp_ = compress(A, B, buckets=default_buckets(m, p) if buckets is None else buckets,
+                   reps=5 if reps is None else reps, seed=seed, **options)
     return cp_.to_dense()

@@ -1,45 +1,127 @@
 """Count-Sketch scattering of the columns of A and the rows of B.
 
 For repetition t the sketch of a vector x of length m is the length-b vector
-P_t x with (P_t)[h(i), i] = s(i).  Stacking the d repetitions gives one sparse
-(d b) x m matrix, so one sparse product scatters a block of columns of A for
-every repetition at once, in O(nnz) work.
+P_t x with (P_t)[h_t(i), i] = s_t(i).  The sketches of a block of nb vectors for all
+d repetitions form an (nb, d, b) float64 array.
+
+Summation order (the same on every path, so dense and sparse inputs, the CPU and the
+GPU give the same bits): each bucket's value is 0.0 plus the signed values s_t(i) x_i of
+its keys i, added one at a time in increasing i.  The products s_t(i) x_i are exact
+(s = +-1) and the inputs are converted to float64 first.
+
+Cost: dense inputs O(d * size of the block); sparse inputs O(d * nnz of the block) time
+and memory: keys without a non-zero are never hashed, so empty rows and columns cost
+nothing.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from . import hashing
 from .backend import Backend
 
 
-def scatter_matrix(params: hashing.HashParams, which: int, n_keys: int, log2b: int, be: Backend,
-                   offset=None):
-    """The stacked (d * b) x n_keys Count-Sketch matrix of h_which, s_which (CSR, float64).
+class Side:
+    """One factor seen as vectors along the inner dimension: the columns of A
+    (``which`` = 1, keys are A's rows) or the rows of B (``which`` = 2, keys are B's
+    columns).  ``M`` is dense, or sparse in the compressed format whose slices along the
+    inner dimension are contiguous (CSC for A, CSR for B, canonical: sorted, no duplicates)."""
 
-    ``offset(t)`` may remap bucket indices (identity by default).
-    """
-    xp = be.xp
-    b = 1 << log2b
-    keys = xp.arange(n_keys, dtype=xp.int64)
-    rows, vals = [], []
-    for t in range(params.reps):
-        rows.append(hashing.buckets(params, t, which, keys, log2b, xp) + t * b)
-        vals.append(hashing.signs(params, t, which, keys, xp))
-    rows = xp.concatenate(rows)
-    cols = xp.tile(keys, params.reps)
-    vals = xp.concatenate(vals)
-    return be.sp.csr_matrix((vals, (rows, cols)), shape=(params.reps * b, n_keys))
+    def __init__(self, M, which: int, params: hashing.HashParams, log2b: int, be: Backend):
+        self.which, self.params, self.log2b, self.be = which, params, log2b, be
+        self.sparse = be.sp.issparse(M)
+        self.keys = M.shape[0] if which == 1 else M.shape[1]
+        self.M = M
+        self._table = None
+
+    def nnz_between(self, k0: int, k1: int) -> int:
+        """Stored values of inner indices k0 .. k1 - 1 (dense: every value)."""
+        if self.sparse:
+            return int(self.M.indptr[k1]) - int(self.M.indptr[k0])
+        return self.keys * (k1 - k0)
+
+    def block(self, k0: int, k1: int):
+        """(k1 - k0, d, b) float64 sketches of the vectors k0 .. k1 - 1."""
+        if self.sparse:
+            return self._sparse_block(k0, k1)
+        X = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
+        return self._dense_block(self.be.xp.asarray(X, dtype=self.be.xp.float64))
+
+    # --- dense: a sparse (d b) x keys scatter matrix, or on the GPU its kernel ---------
+    def _dense_block(self, X):
+        """X: (keys, nb) float64."""
+        be, d, b = self.be, self.params.reps, 1 << self.log2b
+        nb = X.shape[1]
+        if be.gpu:
+            from .cuda import kernels
+            indptr, keys, sgn = self._gpu_table()
+            return kernels.scatter_dense(X, indptr, keys, sgn, d * b).reshape(nb, d, b)
+        out = self._cpu_table() @ X                      # SciPy: per row, keys in increasing order
+        return np.ascontiguousarray(out.T).reshape(nb, d, b)
+
+    def _cpu_table(self):
+        """The stacked (d b) x keys scatter matrix (CSR, float64; keys increasing in each row)."""
+        if self._table is None:
+            d, b = self.params.reps, 1 << self.log2b
+            keys = np.arange(self.keys, dtype=np.int64)
+            h = hashing.bucket_table(self.params, self.which, keys, self.log2b)
+            h += (np.arange(d, dtype=np.int64) * b)[:, None]
+            s = hashing.sign_table(self.params, self.which, keys)
+            self._table = self.be.sp.csr_matrix(
+                (s.ravel(), (h.ravel(), np.tile(keys, d))), shape=(d * b, self.keys))
+            self._table.sort_indices()
+        return self._table
+
+    def _gpu_table(self):
+        """(indptr (d b + 1), keys, signs): the keys of each bucket of each repetition in
+        increasing order, as the CPU's scatter matrix in CSR form."""
+        if self._table is None:
+            xp, d, b = self.be.xp, self.params.reps, 1 << self.log2b
+            keys = xp.arange(self.keys, dtype=xp.int64)
+            row = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
+            row += (xp.arange(d, dtype=xp.int64) * b)[:, None]
+            s = hashing.sign_table(self.params, self.which, keys, xp)
+            order = xp.argsort((row * self.keys + keys[None]).ravel())
+            counts = xp.bincount(row.ravel(), minlength=d * b)
+            indptr = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(counts)])
+            self._table = (indptr, xp.tile(keys, d)[order], s.ravel()[order])
+        return self._table
+
+    # --- sparse: only the stored values are hashed -----------------------------------
+    def _sparse_block(self, k0: int, k1: int):
+        be, xp = self.be, self.be.xp
+        d, b, nb = self.params.reps, 1 << self.log2b, k1 - k0
+        lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
+        keys = self.M.indices[lo:hi].astype(xp.int64)
+        vals = self.M.data[lo:hi].astype(xp.float64)
+        h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
+        w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
+        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        if be.gpu:
+            from .cuda import kernels
+            return kernels.scatter_sparse(ptr, h, w, nb, b)
+        # bincount adds the weights in input order: per bin, keys in increasing order
+        col = np.repeat(np.arange(nb, dtype=np.int64), np.diff(ptr))
+        bins = (col[None] * d + np.arange(d, dtype=np.int64)[:, None]) * b + h
+        out = np.bincount(bins.ravel(), w.ravel(), minlength=nb * d * b)
+        return out.astype(np.float64, copy=False).reshape(nb, d, b)    # (int64 when empty)
+
+    def table_bytes(self) -> int:
+        """Bytes of the hash structures kept for the whole compression (dense inputs)."""
+        return 0 if self.sparse else 24 * self.params.reps * self.keys
 
 
-def sketch_block(S, M_block, be: Backend, transpose_input: bool):
-    """Dense (nb, d * b) float64 sketches of the nb vectors of a block.
-
-    ``M_block``: columns of A (m x nb), or rows of B (nb x p) with ``transpose_input``.
-    """
-    xp = be.xp
-    X = M_block.T if transpose_input else M_block
-    if be.sp.issparse(X):
-        out = S @ X
-        out = out.toarray() if be.sp.issparse(out) else out
-    else:
-        out = S @ xp.asarray(X, dtype=xp.float64)
-    return xp.ascontiguousarray(xp.asarray(out, dtype=xp.float64).T)
+def canonical(M, which: int, be: Backend):
+    """A factor in the layout :class:`Side` reads: dense as it is; sparse as CSC (A) or
+    CSR (B) with sorted indices and no duplicates (every SciPy format is accepted)."""
+    if not be.sp.issparse(M):
+        return M
+    fmt = be.sp.csc_matrix if which == 1 else be.sp.csr_matrix
+    M = fmt(M)
+    if M is not None and not getattr(M, "has_canonical_format", True):
+        M = M.copy()
+        M.sum_duplicates()
+    if not M.has_sorted_indices:
+        M = M.copy()
+        M.sort_indices()
+    return M

@@ -258,14 +258,3 @@ def test_bad_inputs():
         sk.top_k(3, by="size")
     # integer and boolean inputs are fine
     assert pagh_mm.compress(np.ones((4, 5), int), np.ones((5, 6), bool), seed=1, **kw).dtype == "fp64"
-
-
-def test_memory_budget_blocks_give_the_same_sketch():
-    rng = np.random.default_rng(10)
-    A, B = sparse_int_product(rng, density=0.05)
-    one = pagh_mm.compress(A, B, buckets=256, reps=3, seed=1)
-    calls = []
-    many = pagh_mm.compress(A, B, buckets=256, reps=3, seed=1, memory_budget=3 * 256 * 8 * 6 * 7,
-                            progress=lambda *a: calls.append(a))
-    assert len(calls) == -(-A.shape[1] // 7)
-    assert (one.sketch == many.sketch).all()

@@ -1,0 +1,97 @@
+"""The one summation order of pagh_mm: a pairwise tree over the summation index.
+
+A sum x_0 + ... + x_{n-1} is evaluated as a binary tree over the indices: level by
+level, x_{2i} + x_{2i+1}; an element without a partner (the last one of an odd count)
+moves up unchanged.  The result is a function of the summands alone, and any split of
+the index range into aligned blocks of 2**j consecutive indices reproduces it: each
+block's own pairwise sum is a node of the tree, and the nodes are combined as the tree
+combines them.  So the sketch of A @ B has the same bits whatever memory budget,
+device, and (later) number of GPUs or workers compressed it, as long as each of them
+sums an aligned block.  Its rounding error grows with log2(n), not n.
+
+Every operation is an elementwise addition of NumPy or CuPy arrays (correctly rounded
+on both), so the CPU and the GPU give the same bits.
+"""
+from __future__ import annotations
+
+
+def block_sum(values, xp):
+    """Pairwise tree sum over axis 0 of ``values`` (destroyed: the sums are formed in place);
+    returns an array of ``values.shape[1:]``."""
+    v = values
+    while v.shape[0] > 1:
+        half = v.shape[0] // 2
+        xp.add(v[0:2 * half:2], v[1:2 * half:2], out=v[0:2 * half:2])
+        v = v[::2]
+    return v[0].copy()
+
+
+class PairwiseSum:
+    """Streaming pairwise tree sum of arrays given in aligned blocks.
+
+    ``add(first, values)``: ``values`` holds the summands ``first .. first + len(values) - 1``
+    along axis 0; blocks arrive in increasing order, each of ``block`` (a power of two)
+    summands starting at a multiple of ``block`` (only the last one may be shorter).  Keeps
+    at most log2(number of blocks) + 1 partial sums.
+    """
+
+    def __init__(self, xp, block: int):
+        if block < 1 or block & (block - 1):
+            raise ValueError(f"block={block} must be a power of two")
+        self.xp, self.block, self.level = xp, block, block.bit_length() - 1
+        self.stack: list[tuple[int, int, object]] = []   # (level, index at that level, sum)
+
+    def add(self, first: int, values) -> None:
+        if first % self.block or values.shape[0] > self.block or values.shape[0] == 0:
+            raise ValueError(f"a block of {values.shape[0]} summands from {first} is not aligned "
+                             f"to blocks of {self.block}")
+        self.push(self.level, first >> self.level, block_sum(values, self.xp))
+
+    def push(self, level: int, index: int, value) -> None:
+        """Add one node of the tree: the sum of the summands index * 2**level .. + 2**level - 1."""
+        while self.stack and self.stack[-1][0] == level and self.stack[-1][1] == index - 1 \
+                and index % 2 == 1:
+            _, _, left = self.stack.pop()
+            value = left + value
+            level, index = level + 1, index >> 1
+        self.stack.append((level, index, value))
+
+    def total(self):
+        """The sum (None when nothing was added)."""
+        if not self.stack:
+            return None
+        level, index, value = self.stack[-1]
+        for left_level, left_index, left in reversed(self.stack[:-1]):
+            # the right part has no partner up to the left node's level: it moves up unchanged
+            index >>= left_level - level
+            level = left_level
+            assert index == left_index + 1
+            value = left + value
+            level, index = level + 1, index >> 1
+        return value
+
+
+def row_sums(values, xp):
+    """Pairwise tree sums of the rows of a 2-d array over its columns (``values`` is
+    destroyed); the dot products of exact verification."""
+    return block_sum(values.T, xp)
+
+
+def sparse_row_sums(row, pos, val, nrows: int, xp):
+    """The same tree sums for the stored values (row[q], pos[q], val[q]) of a sparse
+    (nrows, n) array, sorted by (row, pos) without repeats: equal to :func:`row_sums` of the
+    dense array (a missing value is a zero, and x + 0 = x), in O(stored values log n)."""
+    out = xp.zeros(nrows, dtype=val.dtype)
+    while row.size > 1:
+        same_row = row[1:] == row[:-1]
+        if not bool(same_row.any()):
+            break
+        pair = same_row & ((pos[1:] >> 1) == (pos[:-1] >> 1))   # siblings: 2i and 2i + 1
+        first = xp.concatenate([pair, xp.zeros(1, dtype=bool)])
+        second = xp.concatenate([xp.zeros(1, dtype=bool), pair])
+        nxt = xp.concatenate([val[1:], xp.zeros(1, dtype=val.dtype)])
+        val = xp.where(first, val + nxt, val)
+        keep = ~second
+        row, pos, val = row[keep], pos[keep] >> 1, val[keep]
+    out[row] = val
+    return out

@@ -1,0 +1,354 @@
+"""Results users can trust (issue 12): exact values, device- and budget-independent bits,
+per-transform overflow, validated parameters, memory checked before use, every input type."""
+import pickle
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import fwht_gpu as F
+import pagh_mm
+from fwht_gpu import memory
+from pagh_mm.compressed import ExactValueWarning
+from tests.conftest import DTYPES
+
+SPARSE = {
+    "csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix, "dok": sps.dok_matrix,
+    "lil": sps.lil_matrix, "bsr": sps.bsr_matrix, "dia": sps.dia_matrix,
+    "csr_array": sps.csr_array, "dok_array": sps.dok_array, "coo_array": sps.coo_array,
+}
+
+
+def float_product(rng, m=70, n=45, p=60, density=0.2, dtype=np.float64):
+    A = rng.standard_normal((m, n)) * (rng.random((m, n)) < density) * 10 ** rng.uniform(-3, 3, (m, n))
+    B = rng.standard_normal((n, p)) * (rng.random((n, p)) < density)
+    return A.astype(dtype), B.astype(dtype)
+
+
+# --- 1. exact values: float64 accumulation, exact integers, every format --------------------
+
+@pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
+@pytest.mark.parametrize("fmt", list(SPARSE))
+def test_exact_values_of_int32_sparse_factors_do_not_overflow(fmt):
+    A = np.zeros((4, 3), np.int32)
+    A[1] = 100_000
+    B = np.zeros((3, 5), np.int32)
+    B[:, 2] = 100_000                      # C[1, 2] = 3e10, beyond int32
+    sk = pagh_mm.compress(SPARSE[fmt](A), SPARSE[fmt](B), buckets=64, reps=3, seed=0)
+    assert sk.exact([1], [2])[0] == 3e10
+    top = sk.top_k(1, verify=True)
+    assert (int(top.rows[0]), int(top.cols[0])) == (1, 2) and top.exact[0] == 3e10
+    ab = sk.above(1e10, verify=True)
+    assert ab.exact.tolist() == [3e10]
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_exact_values_of_huge_integers_warn_and_are_nearest(sparse):
+    A = np.zeros((3, 2), np.int64)
+    A[0] = 1_200_000_000_000
+    B = np.zeros((2, 3), np.int64)
+    B[:, 1] = 1_000_000_000_000              # C[0, 1] = 2.4e24 exactly
+    if sparse:
+        A, B = sps.csr_matrix(A), sps.csr_matrix(B)
+    sk = pagh_mm.compress(A, B, buckets=16, reps=3, seed=0)
+    with pytest.warns(ExactValueWarning, match="2\\*\\*53"):
+        got = sk.exact([0, 0, 2], [1, 0, 1])
+    assert got.tolist() == [float(2 * 1_200_000_000_000 * 1_000_000_000_000), 0.0, 0.0]
+    small = pagh_mm.compress(np.array([[3, 4]]), np.array([[5], [6]]), buckets=16, reps=1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert small.exact([0], [0])[0] == 39.0      # below 2**53: no warning
+
+
+def test_exact_values_beyond_2_53_within_int64_are_exact_integers():
+    A = np.array([[2**40 + 1, 3]], np.int64)
+    B = np.array([[2**20 + 1], [5]], np.int64)     # (2^40+1)(2^20+1) + 15 > 2^53
+    sk = pagh_mm.compress(A, B, buckets=16, reps=1, seed=0)
+    with pytest.warns(ExactValueWarning):
+        v = sk.exact([0], [0])[0]
+    assert v == float((2**40 + 1) * (2**20 + 1) + 15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int16])
+def test_exact_values_accumulate_in_float64_for_dense_and_sparse(dtype):
+    rng = np.random.default_rng(1)
+    A, B = float_product(rng, density=0.5)
+    if dtype == np.int16:
+        A, B = np.round(A * 100).clip(-3e4, 3e4), np.round(B * 100)
+    A, B = A.astype(dtype), B.astype(dtype)
+    r, c = rng.integers(0, A.shape[0], 200), rng.integers(0, B.shape[1], 200)
+    dense = pagh_mm.compress(A, B, buckets=64, reps=1, seed=0).exact(r, c)
+    wide = np.float32 if dtype == np.float16 else dtype      # SciPy has no float16 sparse
+    sparse = pagh_mm.compress(sps.csr_matrix(A.astype(wide)), sps.csc_matrix(B.astype(wide)),
+                              buckets=64, reps=1, seed=0).exact(r, c)
+    assert (dense == sparse).all()                       # one summation order for both
+    from fractions import Fraction
+    for q in range(0, 200, 23):
+        ex = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(A[r[q]], B[:, c[q]]))
+        assert abs(float(ex) - dense[q]) <= 1e-14 * max(1e-300, float(sum(
+            abs(Fraction(float(a)) * Fraction(float(b))) for a, b in zip(A[r[q]], B[:, c[q]]))))
+
+
+# --- 2. the CPU plan rounds where the GPU plan does ------------------------------------------
+
+def test_plans_are_the_same_on_every_device():
+    variants = [("folklore", None, None), ("alman", None, None), ("folklore", "kahan", None),
+                ("folklore", "neumaier", None), ("folklore", "kahan-pass", None),
+                ("folklore", "neumaier-pass", None), ("folklore", None, "wide"), ("alman", None, "wide")]
+    for dtype in DTYPES:
+        for alg, stab, wide in variants:
+            cdt = {2: np.float32, 4: np.float64}.get(np.dtype(dtype).itemsize) if wide else None
+            if wide and cdt is None:
+                continue
+            for L in range(1, 31):
+                cpu = F.make_plan(1 << L, dtype, alg, stab, "cpu", cdt)
+                gpu = F.make_plan(1 << L, dtype, alg, stab, "cuda", cdt)
+                assert cpu.passes == gpu.passes and cpu.rounding == gpu.rounding, (dtype, alg, stab, L)
+
+
+def test_default_cpu_call_rounds_at_the_gpu_pass_boundaries(rng):
+    x = rng.standard_normal((2, 1 << 18)).astype(np.float16)
+    gpu_plan = F.make_plan(1 << 18, np.float16, device="cuda", compute_dtype="float32")
+    assert len(gpu_plan.passes) >= 2
+    assert (F.fwht(x, compute_dtype="float32") == F.run_plan(gpu_plan, x)).all()
+    y = x.astype(np.float32)
+    local = F.make_plan(1 << 18, np.float32, stabilizer="neumaier-pass", device="cuda")
+    assert (F.fwht(y, stabilizer="neumaier-pass") == F.run_plan(local, y)).all()
+
+
+# --- 3./4. overflow per transform; no false overflow when the scaled result fits ------------
+
+def test_nan_in_one_row_does_not_hide_overflow_in_another():
+    x = np.ones((3, 1 << 10), np.float16)
+    x[0, 5] = np.nan                                 # a NaN row: NaN out, not an overflow
+    assert np.isnan(F.fwht(x[:1])).all()
+    x[2] = 30000                                     # overflows: 30000 * 1024
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(x)
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(x.T.copy(), axis=0)
+    with pytest.raises(F.TransformOverflowError):
+        F.run_plan(F.make_plan(1 << 10, np.float16), x)
+
+
+def test_scaled_transforms_that_fit_do_not_overflow():
+    x = np.array([30000, 0, 0, 0], np.float16)
+    assert (F.ifwht(F.fwht(x)) == x).all()
+    assert (F.fwht(x, norm="forward") == np.full(4, 7500, np.float16)).all()
+    assert (F.fwht(np.array([30000, 30000, 30000, 30000], np.float16), norm="ortho")
+            == np.array([60000, 0, 0, 0], np.float16)).all()
+    big = np.array([3e38, 3e38, 0, 0], np.float32)
+    assert (F.ifwht(big, norm="ortho") == F.ifwht(big.astype(np.float64), norm="ortho")
+            .astype(np.float32)).all()
+    with pytest.raises(F.TransformOverflowError):     # a true overflow still raises
+        F.fwht(np.full(8, 30000, np.float16))
+    with pytest.raises(F.TransformOverflowError):     # the scaled result does not fit either
+        F.fwht(np.full(4, 65000, np.float16), norm="ortho")          # 130000
+
+
+def test_recomputed_rows_follow_the_documented_rule(rng):
+    """Only the rows whose unscaled transform overflows are recomputed (float64, scaled,
+    rounded through float32), whatever the batch holds; the other rows keep their bits."""
+    x = (rng.standard_normal((4, 1 << 8)) * 100).astype(np.float16)
+    x[1] = np.float16(60000) * np.sign(rng.standard_normal(1 << 8)).astype(np.float16)
+    got = F.ifwht(x, norm="backward")
+    plain = F.ifwht(x[[0, 2, 3]])
+    assert (got[[0, 2, 3]] == plain).all()
+    want = (F.ifwht(x[1].astype(np.float64))).astype(np.float32).astype(np.float16)
+    assert (got[1] == want).all() and np.isfinite(got).all()
+    for alg, stab in (("alman", None), ("folklore", "kahan"), ("folklore", "neumaier-pass")):
+        z = np.array([[30000] + [0] * 7], np.float16)
+        assert (F.ifwht(F.fwht(z, algorithm=alg, stabilizer=stab), algorithm=alg,
+                        stabilizer=stab) == z).all()
+
+
+def test_non_native_byte_order_and_masked_input():
+    x = np.arange(8, dtype=">f8")
+    assert (F.fwht(x) == F.fwht(x.astype("<f8"))).all()
+    with pytest.raises(TypeError, match="masked"):
+        F.fwht(np.ma.masked_array(np.ones(4), [0, 1, 0, 0]))
+
+
+# --- 5. the same bits whatever the memory budget ------------------------------------------
+
+@pytest.mark.parametrize("method", ["fwht", "fft"])
+def test_sketch_bits_do_not_depend_on_memory_budget_or_sparsity(method):
+    rng = np.random.default_rng(10)
+    A, B = float_product(rng, n=45)
+    kw = dict(buckets=256, reps=3, seed=1, method=method)
+    ref = pagh_mm.compress(A, B, **kw).sketch
+    per_index = pagh_mm.matmul.Accumulator(method, 3, 8, np.float64, "folklore", None,
+                                           np).bytes_per_index() + 8 * (A.shape[0] + B.shape[1])
+    for blocks in (1, 2, 3, 4, 8, 13, 32):
+        calls = []
+        s = pagh_mm.compress(A, B, memory_budget=blocks * per_index, progress=lambda *a: calls.append(a),
+                             **kw).sketch
+        assert (s == ref).all(), blocks
+        assert len(calls) == -(-45 // (1 << (blocks.bit_length() - 1)))
+    for fa, fb in ((sps.csc_matrix, sps.csr_matrix), (sps.coo_matrix, sps.csc_matrix)):
+        assert (pagh_mm.compress(fa(A), fb(B), **kw).sketch == ref).all()
+        assert (pagh_mm.compress(fa(A), fb(B), memory_budget=2 * per_index, **kw).sketch == ref).all()
+
+
+def test_top_k_ties_do_not_depend_on_tiles():
+    A = np.zeros((40, 3))
+    A[[3, 17, 30], [0, 1, 2]] = [5.0, 4.0, 3.0]
+    B = np.ones((3, 50))                     # 150 non-zeros; most estimates exactly 0: ties
+    sk = pagh_mm.compress(A, B, buckets=1 << 14, reps=3, seed=0)
+    ref = sk.top_k(160)
+    assert (np.abs(ref.estimates[:150]) > 0).all() and (ref.estimates[150:] == 0).all()
+    zero_ids = ref.rows[150:] * 50 + ref.cols[150:]
+    assert zero_ids.tolist() == sorted(zero_ids.tolist())     # ties: smaller index first
+    old = pagh_mm.compressed.TILE_BUDGET
+    try:
+        for budget in (3000, 20000, 70000):
+            pagh_mm.compressed.TILE_BUDGET = budget
+            t = sk.top_k(160)
+            assert (t.rows == ref.rows).all() and (t.cols == ref.cols).all()
+    finally:
+        pagh_mm.compressed.TILE_BUDGET = old
+
+
+# --- 6./14. parameters validated everywhere ------------------------------------------------
+
+def test_approx_matmul_validates_like_compress():
+    A, B = np.ones((4, 3)), np.ones((3, 5))
+    with pytest.raises(ValueError, match="reps=0"):
+        pagh_mm.approx_matmul(A, B, reps=0)
+    with pytest.raises(ValueError, match="buckets=0"):
+        pagh_mm.approx_matmul(A, B, buckets=0)
+    with pytest.raises(TypeError, match="reps=2.5"):
+        pagh_mm.compress(A, B, buckets=16, reps=2.5)
+    with pytest.raises(TypeError, match="buckets=16.0"):
+        pagh_mm.compress(A, B, buckets=16.0, reps=3)
+    for seed, err in ((1.5, TypeError), (-3, ValueError), (True, TypeError)):
+        with pytest.raises(err, match="seed"):
+            pagh_mm.compress(A, B, buckets=16, reps=3, seed=seed)
+    with pytest.raises(ValueError, match="algorithm"):
+        pagh_mm.compress(A, B, buckets=16, reps=3, algorithm="fast")
+    with pytest.raises(ValueError, match="stabilizer"):
+        pagh_mm.compress(A, B, buckets=16, reps=3, stabilizer="kahan", algorithm="alman")
+    with pytest.raises(ValueError, match="memory_budget"):
+        pagh_mm.compress(A, B, buckets=16, reps=3, memory_budget=0)
+    # even reps: the median is the mean of the two middle estimates (documented)
+    sk = pagh_mm.compress(np.random.default_rng(0).standard_normal((6, 4)), np.ones((4, 5)),
+                          buckets=4, reps=4, seed=2)
+    per = np.sort(sk.estimate_reps(np.arange(6)[:, None], np.arange(5)[None]), axis=0)
+    assert (sk.estimate(np.arange(6)[:, None], np.arange(5)[None]) == (per[1] + per[2]) / 2).all()
+
+
+def test_any_non_negative_seed_is_kept():
+    A, B = np.ones((4, 3)), np.ones((3, 5))
+    sk = pagh_mm.compress(A, B, buckets=16, reps=3, seed=2**64 + 5)
+    assert sk.params.seed == 2**64 + 5
+    again = pagh_mm.compress(A, B, buckets=16, reps=3, seed=2**64 + 5)
+    assert (again.sketch == sk.sketch).all()
+
+
+# --- 7./8. memory: checked before use, O(nnz) sketches, no whole copies -----------------------
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_sketch_memory_does_not_grow_with_empty_rows():
+    A = sps.csc_matrix((np.array([1.0, 2.0, 3.0]), (np.array([5, 10**8 - 1, 777]), np.array([0, 1, 4]))),
+                       shape=(10**8, 5))
+    B = sps.csr_matrix(np.arange(1.0, 36.0).reshape(5, 7))
+    sk, peak = _peak(lambda: pagh_mm.compress(A, B, buckets=1 << 10, reps=5, seed=0))
+    assert peak < 40 << 20, peak
+    assert sk.exact([10**8 - 1], [3])[0] == 2.0 * B[1, 3]
+    assert sk.estimate([10**8 - 1], [3])[0] == 2.0 * B[1, 3]
+
+
+def test_requests_that_cannot_fit_are_refused_up_front(monkeypatch):
+    A, B = np.ones((4, 3)), np.ones((3, 5))
+    with pytest.raises(memory.InsufficientMemoryError, match="needs .* available; lower buckets"):
+        pagh_mm.compress(A, B, buckets=2**31, reps=5, seed=0)
+    with pytest.raises(ValueError, match="buckets"):
+        pagh_mm.compress(A, B, buckets=2**41, reps=5, seed=0)
+    monkeypatch.setattr(memory, "host_available", lambda: 100 << 20)
+    with pytest.raises(MemoryError, match="100.00 MiB is available"):
+        pagh_mm.compress(A, B, buckets=2**22, reps=5, seed=0)
+    with pytest.raises(MemoryError, match="dense"):
+        pagh_mm.compress(sps.csr_matrix((10**5, 3)), sps.csr_matrix((3, 10**5)), buckets=16, reps=1,
+                         seed=0).to_dense()
+    with pytest.raises(MemoryError, match="transform fewer rows"):
+        F.fwht(np.ones((256, 1 << 16), np.float32))
+
+
+def test_memory_budget_is_honoured_or_refused():
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((20000, 64)), rng.standard_normal((64, 300))
+    budget = 4 << 20
+    _, peak = _peak(lambda: pagh_mm.compress(A, B, buckets=1 << 10, reps=3, seed=0,
+                                             memory_budget=budget))
+    fixed = 24 * 3 * (20000 + 300) * 2 + 16 * 3 * 1024 * 8          # hash tables, partial sums
+    assert peak < budget + fixed + (2 << 20), (peak, budget + fixed)
+    with pytest.raises(MemoryError, match="memory_budget=.*below what one inner index needs"):
+        pagh_mm.compress(A, B, buckets=1 << 10, reps=3, seed=0, memory_budget=100_000)
+
+
+def test_finite_check_reads_transposed_inputs_without_copying_them():
+    X = np.random.default_rng(0).standard_normal((4096, 1024))       # 32 MiB
+    _, peak = _peak(lambda: pagh_mm.matmul._check_finite(X.T, "A", pagh_mm.backend.cpu()))
+    assert peak < 6 << 20                                             # blocks of 4 Mi values
+    Y = X.T.copy()
+    Y[5, 7] = np.inf
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        pagh_mm.matmul._check_finite(Y.T, "A", pagh_mm.backend.cpu())
+
+
+def test_above_a_tiny_threshold_is_refused_not_killed(monkeypatch):
+    sk = pagh_mm.compress(np.ones((300, 2)), np.ones((2, 300)), buckets=64, reps=3, seed=0)
+    monkeypatch.setattr(memory, "host_available", lambda: 1 << 20)
+    with pytest.raises(MemoryError, match="raise the threshold"):
+        sk.above(0.0)
+
+
+# --- 15. every input type NumPy and SciPy accept ------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
+def test_every_sparse_format_and_array_like_gives_the_same_sketch():
+    rng = np.random.default_rng(4)
+    A, B = float_product(rng)
+    kw = dict(buckets=1 << 9, reps=3, seed=9)
+    ref = pagh_mm.compress(A, B, **kw)
+    for name, fmt in SPARSE.items():
+        assert (pagh_mm.compress(fmt(A), fmt(B), **kw).sketch == ref.sketch).all(), name
+    assert (pagh_mm.compress(np.matrix(A), np.matrix(B), **kw).sketch == ref.sketch).all()
+    assert (pagh_mm.compress(A.tolist(), B.tolist(), **kw).sketch == ref.sketch).all()
+    assert (pagh_mm.compress(A.astype(">f8"), B.astype(">f8"), **kw).sketch == ref.sketch).all()
+    bf = pagh_mm.compress(A.astype(F.bfloat16), B.astype(F.bfloat16), **kw)
+    assert bf.dtype == "fp32"
+    with pytest.raises(TypeError, match="masked array.*filled"):
+        pagh_mm.compress(np.ma.masked_array(A, A > 1), B, **kw)
+    with pytest.raises(TypeError, match="not a matrix of numbers|dtype"):
+        pagh_mm.compress(np.array([["a", "b"]]), np.ones((2, 2)), **kw)
+    dk = pagh_mm.compress(sps.dok_matrix(A), sps.dok_array(B), **kw)
+    r, c = np.arange(5), np.arange(5)
+    assert (dk.top_k(5, verify=True).exact == ref.top_k(5, verify=True).exact).all()
+    assert np.allclose(dk.exact(r, c), (A @ B)[r, c], rtol=1e-13, atol=1e-13)
+
+
+# --- 16. pickling ------------------------------------------------------------------------------
+
+def test_compressed_product_pickles_with_its_factors():
+    rng = np.random.default_rng(5)
+    A, B = float_product(rng)
+    for fa in (lambda M: M, sps.csr_matrix):
+        sk = pagh_mm.compress(fa(A), B, buckets=256, reps=3, seed=4)
+        sk.top_k(3, verify=True)                           # fills caches
+        back = pickle.loads(pickle.dumps(sk))
+        assert (back.sketch == sk.sketch).all() and back.params.same_as(sk.params)
+        i, j = rng.integers(0, 70, 20), rng.integers(0, 60, 20)
+        assert (back.estimate(i, j) == sk.estimate(i, j)).all()
+        assert (back.top_k(5, verify=True).exact == sk.top_k(5, verify=True).exact).all()
+        assert back.backend.name == "cpu"
