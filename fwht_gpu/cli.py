@@ -1,4 +1,10 @@
-"""The ``fwht`` command."""
+"""The ``fwht`` command.
+
+Exit codes: 0 success, 1 unusable data (corrupt file, shapes, NaN/Inf, overflow, memory),
+2 usage errors (bad option, missing file, unknown format, existing or unwritable output
+without --force), 143 after SIGTERM (no partial output is left).  Every error is one
+``Error: ...`` line on stderr (``--debug``: the traceback).
+"""
 from __future__ import annotations
 
 import os
@@ -10,7 +16,28 @@ import numpy as np
 
 from . import __version__
 from . import dtypes as _dt
-from .clitools import debug_option, guarded
+from .clitools import check_outputs, debug_option, first_line, force_option, guarded
+
+_SEED = click.IntRange(0)
+
+
+def _write_json(path: str, obj) -> None:
+    from pagh_mm.io import write_json     # the one atomic writer, shared with pagh-mm
+    write_json(path, obj)
+
+
+def _check_range(lo: int, hi: int, what: str) -> None:
+    if lo > hi:
+        raise click.UsageError(f"--min-{what} {lo} is above --max-{what} {hi}; swap them")
+
+
+def _check_variant(algorithm: str, stabilizer: str | None) -> None:
+    """Usage error for an algorithm/stabilizer pair the Plan refuses."""
+    from .plan import make_plan
+    try:
+        make_plan(2, np.float64, algorithm, stabilizer)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _gpu_status() -> str:
@@ -25,7 +52,9 @@ def main() -> None:
 
 
 @main.command()
-def info() -> None:
+@debug_option
+@guarded
+def info(debug) -> None:
     """Versions, CuPy and GPU status."""
     click.echo(f"fwht_gpu {__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
     click.echo(f"GPU: {_gpu_status()}")
@@ -37,8 +66,10 @@ def info() -> None:
 @click.option("--batch", default=4, show_default=True, type=click.IntRange(1, None))
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
               show_default=True)
-@click.option("--seed", default=0, show_default=True, type=int)
-def demo(log2n: int, batch: int, device: str, seed: int) -> None:
+@click.option("--seed", default=0, show_default=True, type=_SEED)
+@debug_option
+@guarded
+def demo(log2n: int, batch: int, device: str, seed: int, debug: bool) -> None:
     """Transform random NORM data with every dtype and variant; print error and time.
 
     The error is measured against the double-double reference (mean relative error,
@@ -92,16 +123,23 @@ def demo(log2n: int, batch: int, device: str, seed: int) -> None:
 @click.option("--no-host", is_flag=True, help="Skip the host-array (device='cuda') timing.")
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
               show_default=True, help="Where to write the results.")
+@force_option
+@debug_option
+@guarded
 def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_variants, no_host,
-          out_json) -> None:
+          out_json, force, debug) -> None:
     """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
     from . import bench as _bench
     from .cuda import launch
+    _check_range(min_log2n, max_log2n, "log2n")
+    check_outputs([out_json], force=force)
     if not launch.available():
-        raise click.ClickException(f"fwht bench needs a GPU: {launch.status()}")
-    _bench.main(out_json, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
-                batched=range(8, 16) if batched else (), fft=not no_fft,
-                variants=() if no_variants else variant_sizes, host=not no_host, echo=click.echo)
+        raise click.UsageError(f"fwht bench needs a GPU: {launch.status()}")
+    res = _bench.main(None, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
+                      batched=range(8, 16) if batched else (), fft=not no_fft,
+                      variants=() if no_variants else variant_sizes, host=not no_host,
+                      echo=click.echo)
+    _write_json(out_json, res)
     click.echo(f"wrote {out_json}")
 
 
@@ -117,13 +155,15 @@ def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_varia
               default=("folklore", "kahan", "neumaier", "alman", "kahan-pass", "neumaier-pass",
                        "compute"), show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=_SEED)
 @click.option("--out-dir", default="fwht-accuracy", show_default=True, type=click.Path(file_okay=False),
-              help="Where accuracy.json, accuracy.md and accuracy-<dtype>.png go.")
+              help="Where accuracy.json, accuracy.md and accuracy-<dtype>.png go (created if missing).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots (no matplotlib needed).")
+@force_option
 @debug_option
 @guarded
-def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_plots, debug) -> None:
+def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_plots, force,
+             debug) -> None:
     """The thesis's numerical-stability study: error of every variant against a double-double
     reference; JSON, a Table 4.1-style markdown table and Figure 4.1-4.4-style plots."""
     from . import accuracy as _acc
@@ -132,6 +172,11 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
         raise click.UsageError(f"--device gpu, but {launch.status()}")
     dev = "gpu" if device == "gpu" or (device == "auto" and launch.available()) else "cpu"
     hi = max_log2n or (25 if dev == "gpu" else 12)
+    _check_range(min_log2n, hi, "log2n")
+    dtypes = tuple(dict.fromkeys(dtypes))
+    outputs = ["accuracy.json", "accuracy.md"] + ([] if no_plots else
+                                                  [f"accuracy-{d}.png" for d in dtypes])
+    check_outputs([os.path.join(out_dir, f) for f in outputs], force=force, make_dirs=True)
     if "folklore" not in variants:
         variants = ("folklore",) + tuple(variants)
     t0 = time.perf_counter()
@@ -159,7 +204,7 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
               default=None, help="Input format (default: from the extension).")
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@force_option
 @debug_option
 @guarded
 def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
@@ -170,8 +215,11 @@ def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer
     from . import fwht, ifwht
     from .cuda import launch
     io.format_of(output)
-    if os.path.exists(output) and not force:
-        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
+    check_outputs([output], force=force)
+    stabilizer = None if stabilizer == "none" else stabilizer
+    _check_variant(algorithm, stabilizer)
+    if device == "gpu" and not launch.available():
+        raise click.UsageError(f"--device gpu, but {launch.status()}")
     x = io.read_matrix(in_path, fmt, ndim=None, mmap=False)
     import scipy.sparse
     if scipy.sparse.issparse(x):
@@ -180,12 +228,13 @@ def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer
         x = x.astype(_dt.resolve(dtype))
     elif x.dtype not in _dt.SUPPORTED:
         x = x.astype(np.float64)
-    if device == "gpu" and not launch.available():
-        raise click.UsageError(f"--device gpu, but {launch.status()}")
     dev = "cuda" if device == "gpu" or (device == "auto" and launch.available()) else None
     fn = ifwht if inverse else fwht
-    y = fn(x, axis, norm=norm, algorithm=algorithm,
-           stabilizer=None if stabilizer == "none" else stabilizer, device=dev)
+    try:
+        y = fn(x, axis, norm=norm, algorithm=algorithm, stabilizer=stabilizer, device=dev)
+    except ValueError as exc:       # length or axis: name the file, not the argument
+        msg = first_line(exc)
+        raise ValueError(f"{in_path}: {msg[3:] if msg.startswith('x: ') else msg}") from exc
     if y.dtype.itemsize == 2 and io.format_of(output) not in ("npy", "npz"):
         y = y.astype(np.float32)          # text formats hold the values exactly in float32
     io.write_matrix(output, y, force=force)

@@ -13,8 +13,10 @@ from .compressed import CompressedProduct, Entries, ExactValueWarning
 from .hashing import DEFAULT_FAMILY as DEFAULT_HASH
 from .hashing import FAMILIES as HASH_FAMILIES
 from .matmul import approx_matmul, compress, default_buckets
+from .sketchfile import LegacyHashWarning, SketchFileError
 
 __version__ = "0.1.0"
 __all__ = ["compress", "approx_matmul", "CompressedProduct", "Entries", "default_buckets",
            "HASH_FAMILIES", "DEFAULT_HASH", "InsufficientMemoryError", "ExactValueWarning",
+           "LegacyHashWarning", "SketchFileError",
            "__version__"]

@@ -1,21 +1,24 @@
 """The ``pagh-mm`` command: compressed matrix multiplication on matrix files.
 
-Exit codes: 0 success, 1 unusable data (corrupt file, shapes, NaN/Inf, overflow),
-2 usage errors (bad option, missing file, unknown format, existing output without --force).
+Exit codes: 0 success, 1 unusable data (corrupt file, shapes, NaN/Inf, overflow, indices
+out of range, memory), 2 usage errors (bad option, missing file, unknown format, existing
+or unwritable output without --force), 143 after SIGTERM (no partial output is left).
+Every error is one ``Error: ...`` line on stderr (``--debug``: the traceback).
 """
 from __future__ import annotations
 
 import json
-import os
+import re
 import sys
 import time
 
 import click
 import numpy as np
 
-from fwht_gpu.clitools import Progress, debug_option, guarded
+from fwht_gpu.clitools import Progress, check_outputs, debug_option, force_option, guarded
 
-from . import __version__
+from . import __version__, hashing
+from .sketchfile import MAX_LOG2B, settings_problem
 
 
 def _gpu_available() -> bool:
@@ -35,7 +38,18 @@ def _device(device: str) -> str:
 def _pow2(ctx, param, value):
     if value is not None and (value < 2 or value & (value - 1)):
         raise click.BadParameter(f"{value} is not a power of two >= 2 (e.g. {1 << max(1, value.bit_length())})")
+    if value is not None and value > 1 << MAX_LOG2B:
+        raise click.BadParameter(f"{value} is above the largest sketch, 2**{MAX_LOG2B} buckets")
     return value
+
+
+_SEED = click.IntRange(0)
+_SEED_HELP = "Seed of the hash functions: any non-negative integer."
+_HASH_HELP = ("Hash family: multiply-add-shift (default) maps index i to ((a i + c) mod 2^64) >> "
+              "(64 - log2 b), one multiply-add per index, and tabulation XORs four random tables "
+              "indexed by the bytes of i, four lookups per index; both are strongly universal, so "
+              "both meet the variance bound ||AB||_F^2 / b per repetition (multiply-shift was "
+              "removed because it is only 2-universal).")
 
 
 _DTYPES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -48,7 +62,7 @@ def sketch_options(fn):
                      help="Buckets per repetition, a power of two (default: 8 (m + p) rounded up)."),
         click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True,
                      help="Independent repetitions (odd: the median is one of them)."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP),
         click.option("--dtype", type=click.Choice(list(_DTYPES)), default="fp64", show_default=True,
                      help="Precision of the transforms."),
         click.option("--method", type=click.Choice(["fwht", "fft"]), default="fwht", show_default=True),
@@ -56,9 +70,8 @@ def sketch_options(fn):
                      show_default=True),
         click.option("--stabilizer", type=click.Choice(["none", "kahan", "neumaier"]), default="none",
                      show_default=True),
-        click.option("--hash", "hash_", type=click.Choice(["multiply-shift", "multiply-add-shift",
-                                                           "tabulation"]),
-                     default="multiply-shift", show_default=True),
+        click.option("--hash", "hash_", type=click.Choice(list(hashing.FAMILIES)),
+                     default=hashing.DEFAULT_FAMILY, show_default=True, help=_HASH_HELP),
         click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
                      show_default=True),
         click.option("--transpose-a", is_flag=True,
@@ -92,8 +105,17 @@ def _load_pair(a_path, b_path, fmt, transpose_a, device):
     return A, B
 
 
+def _check_settings(o) -> None:
+    """Usage error for a combination of sketch options that cannot work together."""
+    bad = settings_problem(o["method"], o["dtype"], o["algorithm"],
+                           None if o["stabilizer"] == "none" else o["stabilizer"])
+    if bad:
+        raise click.UsageError(bad)
+
+
 def _compress_from_files(a_path, b_path, o):
     from . import compress, default_buckets
+    _check_settings(o)
     dev = _device(o["device"])
     A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
     b = o["buckets"] or default_buckets(A.shape[0], B.shape[1])
@@ -101,11 +123,6 @@ def _compress_from_files(a_path, b_path, o):
                     dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
                     stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"], hash=o["hash_"],
                     progress=Progress(o["quiet"]))
-
-
-def _refuse_existing(path, force):
-    if os.path.exists(path) and not force:
-        raise click.UsageError(f"{path} exists; pass --force to overwrite it")
 
 
 _existing = click.Path(exists=True, dir_okay=False)
@@ -118,7 +135,9 @@ def main() -> None:
 
 
 @main.command()
-def info() -> None:
+@debug_option
+@guarded
+def info(debug) -> None:
     """Versions, CuPy and GPU status."""
     import scipy
 
@@ -134,9 +153,11 @@ def info() -> None:
 @click.option("--planted", type=click.IntRange(1, None), default=None,
               help="Number of planted large entries (default n / 16, at most 300).")
 @click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
-def demo(size, planted, reps, seed, device) -> None:
+@debug_option
+@guarded
+def demo(size, planted, reps, seed, device, debug) -> None:
     """Synthetic end-to-end run: find planted large entries of A @ B without computing it.
 
     Prints the recall of the planted entries, the time of compress + top-k (verified),
@@ -148,6 +169,9 @@ def demo(size, planted, reps, seed, device) -> None:
     be = gpu() if dev == "gpu" else cpu()
     n = size or (8192 if dev == "gpu" else 1024)
     k = planted or min(300, max(1, n // 16))
+    if k > n:
+        raise click.UsageError(f"--planted {k} is more than n = {n}: at most one planted entry per "
+                               "row; lower --planted or raise -n")
     data = synthetic.planted_product(n, k, seed=seed, xp=be.xp)
     b = synthetic.choose_buckets(n, k, data.magnitude, reps)
     click.echo(f"A, B: {n} x {n} float64 on the {dev.upper()}; A @ B = N(0, 1) background + {k} "
@@ -180,7 +204,7 @@ def demo(size, planted, reps, seed, device) -> None:
 
 
 @main.command()
-@click.option("--size", "sizes", multiple=True, type=int, default=None,
+@click.option("--size", "sizes", multiple=True, type=click.IntRange(64, None), default=None,
               help="Square sizes n (repeatable; default 4096 .. 32768 on the GPU, 512, 1024 on the CPU).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp64", "fp32"]),
               default=("fp64", "fp32"), show_default=True)
@@ -188,15 +212,21 @@ def demo(size, planted, reps, seed, device) -> None:
 @click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
-              show_default=True)
-def bench(sizes, dtypes, planted, reps, device, out_json) -> None:
+              show_default=True, help="Where to write the results.")
+@force_option
+@debug_option
+@guarded
+def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
     """Compress + top-k on planted heavy hitters versus cuBLAS GEMM + top-k (table + JSON)."""
     from . import bench as _bench
+    from . import io
+    check_outputs([out_json], force=force)
     dev = _device(device)
     if not sizes:
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
-    _bench.main(out_json, sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,
-                device=dev, echo=click.echo)
+    res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,
+                     device=dev, echo=click.echo)
+    io.write_json(out_json, res)
     click.echo(f"wrote {out_json}")
 
 
@@ -207,7 +237,7 @@ def files_to_output(what: str):
                            click.argument("b_path", metavar="B", type=_existing),
                            click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
                                         help=what),
-                           click.option("--force", is_flag=True, help="Overwrite an existing output.")]):
+                           force_option]):
             fn = o(fn)
         return fn
     return deco
@@ -221,7 +251,8 @@ def multiply(a_path, b_path, output, force, **o) -> None:
     """Dense estimate of A @ B (files A and B), written to -o."""
     from . import io
     io.format_of(output)
-    _refuse_existing(output, force)
+    check_outputs([output], force=force)
+    _check_settings(o)
     sk = _compress_from_files(a_path, b_path, o)
     D = sk.to_dense(progress=Progress(o["quiet"]))
     io.write_matrix(output, D, force=force)
@@ -238,7 +269,8 @@ def compress_cmd(a_path, b_path, output, force, **o) -> None:
     """Compress A @ B into a sketch file (query it with `top --sketch` and `query`)."""
     if not output.endswith(".npz"):
         raise click.UsageError(f"{output}: a sketch is written as .npz; name the output *.npz")
-    _refuse_existing(output, force)
+    check_outputs([output], force=force)
+    _check_settings(o)
     sk = _compress_from_files(a_path, b_path, o)
     sk.save(output)
     if not o["quiet"]:
@@ -290,18 +322,29 @@ def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
         raise click.UsageError("give two matrix files A B, or --sketch FILE (plus A B for --verify)")
     if sketch_path is None and not files:
         raise click.UsageError("give two matrix files A B, or --sketch FILE")
+    if sketch_path is not None and verify and not files:
+        raise click.UsageError("--verify with --sketch needs the matrix files A B as well")
+    if sketch_path is None:
+        _check_settings(o)
     if sketch_path is not None:
         sk = CompressedProduct.load(sketch_path, device=_device(o["device"]))
         if files:
             A, B = _load_pair(files[0], files[1], o["fmt"], o["transpose_a"],
                               "gpu" if sk.backend.gpu else "cpu")
             sk.attach(A, B)
-        elif verify:
-            raise click.UsageError("--verify with --sketch needs the matrix files A B as well")
     else:
         sk = _compress_from_files(files[0], files[1], o)
     entries = sk.top_k(k, verify=verify, by=by, progress=Progress(o["quiet"]))
     _print_entries(entries, verify, out_fmt, sk.backend)
+
+
+def _indices(text: str, name: str) -> np.ndarray:
+    """A comma-separated list of non-negative integers (object array: any size)."""
+    parts = text.split(",")
+    if not all(re.fullmatch(r"\s*[0-9]+\s*", p) for p in parts):
+        raise click.BadParameter(f"{name}={text!r}: give a non-negative integer or a comma-separated "
+                                 "list of them (e.g. 0,5,17)")
+    return np.array([int(p) for p in parts], dtype=object)
 
 
 @main.command()
@@ -312,16 +355,19 @@ def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
 @debug_option
 @guarded
 def query(sketch_path, i, j, show_reps, debug) -> None:
-    """Estimate C[I, J] from a sketch file; I and J may be comma-separated lists."""
+    """Estimate C[I, J] from a sketch file; I and J may be comma-separated lists of
+    non-negative indices (one of them may be a single index, used with every other)."""
     from .compressed import CompressedProduct
-    try:
-        ii = np.array([int(v) for v in i.split(",")])
-        jj = np.array([int(v) for v in j.split(",")])
-    except ValueError:
-        raise click.BadParameter(f"I={i!r}, J={j!r}: integers or comma-separated integers") from None
+    ii, jj = _indices(i, "I"), _indices(j, "J")
     if ii.size != jj.size and ii.size != 1 and jj.size != 1:
-        raise click.BadParameter("I and J lists must have the same length")
+        raise click.BadParameter(f"I has {ii.size} indices and J has {jj.size}: give lists of the "
+                                 "same length, or a single index on one side")
     sk = CompressedProduct.load(sketch_path)
+    for v, n, what in ((ii, sk.shape[0], "row"), (jj, sk.shape[1], "column")):
+        if v.max() >= n:
+            raise IndexError(f"{sketch_path}: {what} index {int(v.max())} is out of range: the "
+                             f"product has {n} {what}s (indices 0 .. {n - 1})")
+    ii, jj = ii.astype(np.int64), jj.astype(np.int64)
     est = sk.estimate(ii, jj)
     per = sk.estimate_reps(ii, jj) if show_reps else None
     ii, jj = np.broadcast_arrays(ii, jj)

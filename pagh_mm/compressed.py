@@ -1,8 +1,6 @@
 """CompressedProduct: the d sketches c_t of A @ B and everything read off them."""
 from __future__ import annotations
 
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -11,13 +9,11 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import hashing
+from . import hashing, sketchfile
 from .backend import Backend, cpu, gpu, is_sparse
 from .convolution import combine_index
 from .reduction import row_sums, sparse_row_sums
 
-FORMAT = "pagh_mm.CompressedProduct"
-FORMAT_VERSION = 1
 #: Bytes of temporaries one query tile may use (CPU; 4x on the GPU).
 TILE_BUDGET = 256 << 20
 #: Integer dot products whose magnitude bound stays below this are exact in float64.
@@ -397,42 +393,20 @@ class CompressedProduct:
                                  self.algorithm, self.stabilizer, be, list(self.factors))
 
     def save(self, path) -> None:
-        """Write a versioned .npz with the sketch and every hash parameter (atomically)."""
-        path = os.fspath(path)
-        arrays = {
-            "format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
-            "sketch": self.backend.asnumpy(self.sketch), "shape": np.array(self.shape, np.int64),
-            "log2b": np.array(self.log2b), "method": np.array(self.method),
-            "dtype": np.array(self.dtype), "algorithm": np.array(self.algorithm),
-            "stabilizer": np.array(self.stabilizer or ""), **self.params.to_arrays(),
-        }
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 2: every hash
+        parameter, a checksum), atomically."""
+        sketchfile.write(path, {"sketch": self.backend.asnumpy(self.sketch), "shape": self.shape,
+                                "log2b": self.log2b, "method": self.method, "dtype": self.dtype,
+                                "algorithm": self.algorithm, "stabilizer": self.stabilizer,
+                                "hash": self.params})
 
     @staticmethod
     def load(path, device: str = "cpu") -> "CompressedProduct":
-        """Read a sketch written by :meth:`save` onto 'cpu' or 'gpu'."""
-        try:
-            with np.load(os.fspath(path), allow_pickle=False) as z:
-                d = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{path}: not a readable .npz sketch ({exc})") from exc
-        if str(d.get("format", "")) != FORMAT:
-            raise ValueError(f"{path}: not a pagh_mm sketch file")
-        if int(d["format_version"]) > FORMAT_VERSION:
-            raise ValueError(f"{path}: sketch format {int(d['format_version'])} is newer than this "
-                             f"pagh_mm reads ({FORMAT_VERSION}); upgrade pagh_mm")
+        """Read and check a sketch file onto 'cpu' or 'gpu' (a one-line ValueError naming the
+        file and the problem otherwise; a LegacyHashWarning for multiply-shift sketches)."""
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device={device!r}; choose 'cpu' or 'gpu'")
+        f = sketchfile.read(path)
         be = {"cpu": cpu, "gpu": gpu}[device]()
-        params = hashing.HashParams.from_arrays(d)
-        st = str(d["stabilizer"]) or None
-        return CompressedProduct(be.xp.asarray(d["sketch"]), params, tuple(int(v) for v in d["shape"]),
-                                 int(d["log2b"]), str(d["method"]), str(d["dtype"]), str(d["algorithm"]),
-                                 st, be)
+        return CompressedProduct(be.xp.asarray(f["sketch"]), f["hash"], tuple(f["shape"]), f["log2b"],
+                                 f["method"], f["dtype"], f["algorithm"], f["stabilizer"], be)

@@ -1,17 +1,32 @@
 """Matrix files: .npy (memory-mapped), .npz (a dense array or a SciPy sparse matrix),
 Matrix Market .mtx, and .csv / .tsv / .txt.  The format comes from the extension;
-``fmt`` overrides it.  Writes go to a temporary file in the destination directory
-that is renamed into place, so a failed write never leaves a partial file."""
+``fmt`` overrides it.
+
+Every file is written by :func:`atomic_write`: into a hidden temporary file in the
+destination directory, flushed to disk and renamed into place, so a failed or
+interrupted write (an exception, Ctrl-C, SIGTERM) never leaves a partial file.
+Reading an .npz checks each array's header against the bytes stored for it before
+anything is allocated (:func:`read_npz_arrays`), and never unpickles."""
 from __future__ import annotations
 
 import io as _io
+import json
+import math
 import os
-import tempfile
+import secrets
+import stat
+import struct
+import tokenize
 import zipfile
+import zlib
+from typing import BinaryIO, Callable
 
 import numpy as np
+import numpy.lib.format as _npformat
 import scipy.io
 import scipy.sparse
+
+from fwht_gpu.clitools import first_line, sigterm_exits
 
 FORMATS = ("npy", "npz", "mtx", "csv", "tsv", "txt")
 _EXT = {".npy": "npy", ".npz": "npz", ".mtx": "mtx", ".csv": "csv", ".tsv": "tsv", ".txt": "txt"}
@@ -47,8 +62,12 @@ def read_matrix(path, fmt: str | None = None, *, ndim: int | None = 2, mmap: boo
     kind = format_of(path, fmt)
     if not os.path.exists(path):
         raise MatrixFileError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise MatrixFileError(f"{path}: is a directory, not a matrix file")
     try:
         if kind == "npy":
+            with open(path, "rb") as f:
+                _array_header(f, os.path.getsize(path))     # a size the file really holds
             M = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         elif kind == "npz":
             M = _read_npz(path)
@@ -60,9 +79,8 @@ def read_matrix(path, fmt: str | None = None, *, ndim: int | None = 2, mmap: boo
             M = _read_text(path, _DELIM[kind])
     except MatrixFileError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise MatrixFileError(f"{path}: cannot read it as {kind} ({first})") from exc
+    except _READ_ERRORS as exc:
+        raise MatrixFileError(f"{path}: cannot read it as {kind} ({first_line(exc)})") from exc
     if ndim is not None and M.ndim != ndim:
         raise MatrixFileError(f"{path}: holds a {M.ndim}-d array, a {ndim}-d matrix is needed")
     if np.dtype(M.dtype).kind not in "biuf":
@@ -71,15 +89,75 @@ def read_matrix(path, fmt: str | None = None, *, ndim: int | None = 2, mmap: boo
 
 
 def _read_npz(path):
-    with np.load(path, allow_pickle=False) as z:
-        files = set(z.files)
-        if {"format", "shape", "data"} <= files:          # scipy.sparse.save_npz
-            return scipy.sparse.load_npz(path).tocsr()
-        arrays = [k for k in z.files]
-        if len(arrays) != 1:
-            raise MatrixFileError(f"{path}: an .npz matrix file holds one array or one SciPy "
-                                  f"sparse matrix; found {len(arrays)} arrays {sorted(arrays)[:5]}")
-        return z[arrays[0]]
+    headers = read_npz_arrays(path, load=False)
+    if {"format", "shape", "data"} <= set(headers):       # scipy.sparse.save_npz
+        return scipy.sparse.load_npz(path).tocsr()
+    if len(headers) != 1:
+        raise MatrixFileError(f"{path}: an .npz matrix file holds one array or one SciPy "
+                              f"sparse matrix; found {len(headers)} arrays {sorted(headers)[:5]}")
+    return next(iter(read_npz_arrays(path).values()))
+
+
+#: What reading a damaged file can raise (besides the OSErrors of a missing file).
+_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error,
+                struct.error, NotImplementedError, RuntimeError, UnicodeError, SyntaxError,
+                tokenize.TokenError)
+
+
+def _array_header(fp, size: int) -> tuple[tuple, np.dtype]:
+    """Read an .npy header from ``fp`` (``size`` bytes in all); ValueError when it is not
+    one, holds Python objects, or claims more bytes than the file holds."""
+    start = fp.tell()
+    version = _npformat.read_magic(fp)
+    read = _npformat.read_array_header_1_0 if version == (1, 0) else _npformat.read_array_header_2_0
+    shape, _, dtype = read(fp)
+    if dtype.hasobject:
+        raise ValueError("it holds Python objects (pickled data), which are never loaded")
+    need = math.prod(shape) * dtype.itemsize
+    have = size - (fp.tell() - start)
+    if need > have:
+        raise ValueError(f"its header claims shape {shape} of {dtype} ({need} bytes) but only "
+                         f"{have} bytes follow: the file is truncated or corrupted")
+    return shape, dtype
+
+
+def read_npz_arrays(path, *, load: bool = True) -> dict:
+    """Every array of an .npz file, by name (``load=False``: (shape, dtype) of each).
+
+    Each array's header is checked against the bytes stored for it before anything is
+    allocated; pickled objects are refused.  A missing file raises FileNotFoundError
+    (or another OSError); anything else wrong raises ValueError with one line naming the
+    problem (not a zip archive, truncated, bad CRC, a member that is not an array...).
+    """
+    path = os.fspath(path)
+    try:
+        headers = {}
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    raise ValueError(f"member {info.filename!r} is not an array (.npy)")
+                name = info.filename[:-4]
+                if name in headers:
+                    raise ValueError(f"array {name!r} is stored twice")
+                with zf.open(info) as fp:
+                    try:
+                        headers[name] = _array_header(fp, info.file_size)
+                    except ValueError as exc:
+                        raise ValueError(f"array {name!r}: {first_line(exc)}") from exc
+            if not load:
+                return headers
+            out = {}
+            for name in headers:
+                with zf.open(name + ".npy") as fp:
+                    out[name] = _npformat.read_array(fp, allow_pickle=False)
+            return out
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except zipfile.BadZipFile as exc:
+        msg = first_line(exc)
+        raise ValueError("not a zip archive" if "not a zip file" in msg else msg) from exc
+    except _READ_ERRORS as exc:
+        raise ValueError(first_line(exc)) from exc
 
 
 def _read_text(path, delimiter):
@@ -95,19 +173,93 @@ def _read_text(path, delimiter):
     return M
 
 
-def _atomic(path, write) -> None:
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path)) or "."
-    suffix = os.path.splitext(path)[1]
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=suffix)
+def _named(exc: OSError, what: str) -> OSError:
+    """``exc`` (same type and errno) with the message ``what (reason)``: it names the
+    destination, not the temporary file."""
+    err = type(exc)(f"{what} ({exc.strerror or first_line(exc)})")
+    err.errno = exc.errno
+    return err
+
+
+def _open_temp(path: str, created: list) -> int:
+    """Create a new hidden temporary file beside ``path`` and return its descriptor; its
+    name is in ``created`` from just before it exists (so a signal cannot orphan it).  Its
+    mode is the umask's (as for any new file), or the mode of the file it will replace."""
+    directory, base = os.path.split(os.path.abspath(path))
     try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = None
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tmp-{secrets.token_hex(4)}-{base[-100:]}")
+        created[:] = [tmp]
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_BINARY", 0),
+                         0o666)
+        except FileExistsError:
+            created.clear()                      # somebody else's file: never remove it
+            continue
+        except OSError as exc:
+            created.clear()
+            raise _named(exc, f"{path}: cannot write it") from None
+        if mode is not None:
+            try:
+                os.fchmod(fd, mode)
+            except BaseException:
+                os.close(fd)
+                raise
+        return fd
+    raise OSError(f"{path}: cannot find a free temporary file name in {directory}")
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename in ``directory`` durable, where the OS allows opening a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, write: Callable[[BinaryIO], None]) -> None:
+    """Write the file ``path`` all or nothing: ``write(f)`` fills a hidden temporary file
+    (``.tmp-*``) in the same directory, which is fsync'ed and renamed over ``path``; the
+    directory is fsync'ed after.  A new file gets the umask's mode, a replaced file keeps
+    its mode.  On any exception, Ctrl-C or SIGTERM (which raises ``SystemExit(143)``
+    meanwhile, when it has its default handler) the temporary file is removed and
+    ``path`` is left as it was.  Existing files are replaced: callers check ``--force``."""
+    path = os.fspath(path)
+    with sigterm_exits():
+        created: list = []
+        try:
+            fd = _open_temp(path, created)
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.replace(created[0], path)
+            except OSError as exc:
+                raise _named(exc, f"{path}: cannot replace it") from None
+        except BaseException:
+            for tmp in created:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+            raise
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_json(path, obj) -> None:
+    """Write ``obj`` as indented JSON, atomically (:func:`atomic_write`)."""
+    text = json.dumps(obj, indent=1)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def write_matrix(path, M, fmt: str | None = None, *, force: bool = False) -> None:
@@ -119,18 +271,18 @@ def write_matrix(path, M, fmt: str | None = None, *, force: bool = False) -> Non
     if hasattr(M, "get") and not scipy.sparse.issparse(M):
         M = M.get()                                       # CuPy -> host
     if kind == "npy":
-        _atomic(path, lambda f: np.save(f, np.asarray(M.toarray() if scipy.sparse.issparse(M) else M)))
+        atomic_write(path, lambda f: np.save(f, np.asarray(M.toarray() if scipy.sparse.issparse(M) else M)))
     elif kind == "npz":
         if scipy.sparse.issparse(M):
-            _atomic(path, lambda f: scipy.sparse.save_npz(f, M.tocsr()))
+            atomic_write(path, lambda f: scipy.sparse.save_npz(f, M.tocsr()))
         else:
-            _atomic(path, lambda f: np.savez(f, matrix=np.asarray(M)))
+            atomic_write(path, lambda f: np.savez(f, matrix=np.asarray(M)))
     elif kind == "mtx":
-        _atomic(path, lambda f: scipy.io.mmwrite(f, M))
+        atomic_write(path, lambda f: scipy.io.mmwrite(f, M))
     else:
         dense = np.asarray(M.toarray() if scipy.sparse.issparse(M) else M)
         if dense.ndim == 1:
             dense = dense[None, :]
         delim = _DELIM[kind] or " "
-        _atomic(path, lambda f: np.savetxt(f, np.asarray(dense, dtype=np.float64), delimiter=delim,
+        atomic_write(path, lambda f: np.savetxt(f, np.asarray(dense, dtype=np.float64), delimiter=delim,
                                            fmt="%.17g"))

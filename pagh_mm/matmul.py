@@ -10,7 +10,7 @@ import fwht_gpu.dtypes as _fdt
 from fwht_gpu import memory
 
 from . import backend as _be
-from . import hashing
+from . import hashing, sketchfile
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
 from .sketch import Side, canonical
@@ -116,9 +116,10 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
                             _native(B.dtype) if B.dtype != _fdt.bfloat16 else np.float32)
         dtype = rt if rt in (np.float32, np.float64) else np.float64
     dtype = _fdt.resolve(dtype, "dtype")
-    if method == "fft" and dtype.itemsize == 2:
-        raise ValueError("method='fft' supports dtype float64 and float32 only")
     fwht_gpu.make_plan(1 << log2b, dtype, algorithm, stabilizer)     # validates both
+    problem = sketchfile.settings_problem(method, _fdt.short_name(dtype), algorithm, stabilizer)
+    if problem:
+        raise ValueError(problem)
     if memory_budget is not None:
         memory_budget = _int_arg(memory_budget, "memory_budget", 1)
     A, B = canonical(A, 1, be), canonical(B, 2, be)       # sparse: CSC / CSR, once

@@ -1,8 +1,10 @@
 """Both command lines end to end on real files in a temporary directory."""
 import json
 import os
+import stat
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -181,3 +183,335 @@ def test_examples_small(name, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / f"{name}.png").stat().st_size > 5000
     assert "wrote" in r.stdout
+
+
+# --- issue 12: sketch files, output checks, SIGTERM, the error audit ----------------------
+
+
+def run_split(main, args):
+    """(exit code, stdout, stderr) of a command run in-process."""
+    import inspect
+    # click < 8.2 mixes stderr into stdout unless told not to
+    split = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner).parameters else {}
+    r = CliRunner(**split).invoke(main, [str(a) for a in args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def one_error_line(stderr):
+    """The single line of a data error: 'Error: ...', no traceback."""
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.fixture
+def sketch(files):
+    A, B, p, tmp = files
+    path = tmp / "s.npz"
+    code, text = run(pagh_main, ["compress", p["A.npy"], p["B.csv"], "-o", path, "-b", 1 << 12, "-q"])
+    assert code == 0, text
+    return path
+
+
+def test_query_bad_indices(sketch):
+    code, out, err = run_split(pagh_main, ["query", sketch, 1000, 1])
+    assert code == 1 and "row index 1000 is out of range" in one_error_line(err) and "60 rows" in err
+    code, out, err = run_split(pagh_main, ["query", sketch, "0,1", "99999999999999999999999"])
+    assert code == 1 and "column index 99999999999999999999999 is out of range" in one_error_line(err)
+    for i, j in [("--", "-1"), ("a", "0"), ("", "0"), ("1,,2", "0"), ("1.5", "0"), ("²", "0")]:
+        args = ["query", sketch, i, j] if i != "--" else ["query", sketch, "--", "-1", "0"]
+        code, out, err = run_split(pagh_main, args)
+        assert code == 2 and "non-negative integer" in err and "Traceback" not in err, (i, err)
+    code, out, err = run_split(pagh_main, ["query", sketch, "0,1", "0,1,2"])
+    assert code == 2 and "same length" in err
+    code, out, err = run_split(pagh_main, ["query", sketch, "0,1,2", "3"])
+    assert code == 0 and len(out.splitlines()) == 3
+
+
+def test_seed_any_non_negative_integer(files):
+    A, B, p, tmp = files
+    code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy", "--seed", -1])
+    assert code == 2 and "--seed" in text
+    for seed in (2**63, 2**64 + 1, 10**30):
+        out = tmp / f"C{seed}.npy"
+        code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", out, "-b", 1 << 15,
+                                     "--seed", seed, "-q"])
+        assert code == 0, text
+        assert (np.load(out) == A @ B).all()
+    assert run(pagh_main, ["demo", "-n", 64, "--planted", 2, "--seed", -3])[0] == 2
+    assert run(fwht_main, ["demo", "-n", 3, "--seed", -3])[0] == 2
+
+
+def test_hash_option(files):
+    A, B, p, tmp = files
+    code, text = run(pagh_main, ["multiply", "--help"])
+    text = " ".join(text.split())                         # undo the help's line wrapping
+    assert "multiply-add-shift" in text and "tabulation" in text and "variance bound" in text
+    assert "only 2-universal" in text and "[default: multiply-add-shift]" in text
+    code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy",
+                                 "--hash", "multiply-shift"])
+    assert code == 2 and "--hash" in text
+    code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy",
+                                 "--hash", "tabulation", "-b", 1 << 15, "-q"])
+    assert code == 0 and (np.load(tmp / "C.npy") == A @ B).all()
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    """Fail the test if a command starts computing."""
+    import pagh_mm
+
+    def forbidden(*a, **k):
+        raise AssertionError("the computation started before the output was checked")
+
+    monkeypatch.setattr(pagh_mm, "compress", forbidden)
+    monkeypatch.setattr("pagh_mm.bench.run", forbidden)
+    monkeypatch.setattr("fwht_gpu.accuracy.study", forbidden)
+    monkeypatch.setattr("fwht_gpu.fwht", forbidden)
+    monkeypatch.setattr("fwht_gpu.ifwht", forbidden)
+
+
+def _cannot_create_in(directory):
+    try:
+        with open(os.path.join(directory, ".probe-test"), "w"):
+            pass
+    except OSError:
+        return True
+    os.unlink(os.path.join(directory, ".probe-test"))
+    return False
+
+
+def test_outputs_are_checked_before_computing(files, no_compute):
+    A, B, p, tmp = files
+    (tmp / "exists.json").write_text("{}")
+    (tmp / "exists.npy").write_bytes(b"")
+    bad_dirs = [tmp / "nodir" / "out", p["A.npy"] / "out"]
+    if os.path.isdir("/proc") and _cannot_create_in("/proc"):
+        bad_dirs.append("/proc/out")
+    for base in bad_dirs:
+        for main, args in [
+            (pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", f"{base}.npy"]),
+            (pagh_main, ["compress", p["A.npy"], p["B.csv"], "-o", f"{base}.npz"]),
+            (pagh_main, ["bench", "--json", f"{base}.json", "--device", "cpu"]),
+            (fwht_main, ["transform", p["A.npy"], "-o", f"{base}.npy"]),
+            (fwht_main, ["bench", "--json", f"{base}.json"]),
+        ]:
+            code, text = run(main, args)
+            assert code == 2 and str(base) in text and "Traceback" not in text, (args, text)
+    for main, args in [(pagh_main, ["bench", "--json", tmp / "exists.json", "--device", "cpu"]),
+                       (fwht_main, ["bench", "--json", tmp / "exists.json"]),
+                       (pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "exists.npy"]),
+                       (fwht_main, ["transform", p["A.npy"], "-o", tmp / "exists.npy"])]:
+        code, text = run(main, args)
+        assert code == 2 and "exists; pass --force" in text, (args, text)
+    code, text = run(fwht_main, ["accuracy", "--out-dir", p["A.npy"] / "acc", "--device", "cpu"])
+    assert code == 2 and "not a directory" in text
+    assert not list(tmp.glob(".tmp-*"))
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_directory_is_a_usage_error(files, no_compute):
+    A, B, p, tmp = files
+    ro = tmp / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", ro / "C.npy"])
+        assert code == 2 and "cannot write in" in text
+    finally:
+        ro.chmod(0o755)
+
+
+def test_bench_json_force_and_atomic(files, monkeypatch):
+    A, B, p, tmp = files
+    monkeypatch.setattr("pagh_mm.bench.run", lambda **kw: {"rows": [], "sizes": list(kw["sizes"])})
+    out = tmp / "b.json"
+    code, text = run(pagh_main, ["bench", "--json", out, "--device", "cpu", "--size", 64])
+    assert code == 0 and json.loads(out.read_text()) == {"rows": [], "sizes": [64]}
+    assert run(pagh_main, ["bench", "--json", out, "--device", "cpu"])[0] == 2
+    code, text = run(pagh_main, ["bench", "--json", out, "--device", "cpu", "--size", 128, "--force"])
+    assert code == 0 and json.loads(out.read_text())["sizes"] == [128]
+    assert run(fwht_main, ["bench", "--min-log2n", 20, "--max-log2n", 10])[0] == 2
+
+
+def test_accuracy_out_dir_force(tmp_path):
+    out = tmp_path / "new" / "acc"
+    args = ["accuracy", "--min-log2n", 3, "--max-log2n", 3, "--dtype", "fp32", "--variant", "kahan",
+            "--device", "cpu", "--no-plots", "--out-dir", out]
+    code, text = run(fwht_main, args)
+    assert code == 0 and (out / "accuracy.json").exists()
+    code, text = run(fwht_main, args)
+    assert code == 2 and "accuracy.json exists; pass --force" in text
+    assert run(fwht_main, args + ["--force"])[0] == 0
+    code, text = run(fwht_main, ["accuracy", "--min-log2n", 5, "--max-log2n", 4, "--device", "cpu"])
+    assert code == 2 and "--min-log2n" in text
+
+
+def test_new_outputs_get_the_umask_mode_and_force_keeps_it(files):
+    A, B, p, tmp = files
+    old = os.umask(0o002)
+    try:
+        for name in ("C.npy", "s.npz"):
+            cmd = "multiply" if name.endswith(".npy") else "compress"
+            code, text = run(pagh_main, [cmd, p["A.npy"], p["B.csv"], "-o", tmp / name, "-b", 1024, "-q"])
+            assert code == 0, text
+            assert stat.S_IMODE(os.stat(tmp / name).st_mode) == 0o664, name
+            os.chmod(tmp / name, 0o640)
+            code, text = run(pagh_main, [cmd, p["A.npy"], p["B.csv"], "-o", tmp / name, "-b", 1024, "-q",
+                                         "--force"])
+            assert code == 0 and stat.S_IMODE(os.stat(tmp / name).st_mode) == 0o640, name
+    finally:
+        os.umask(old)
+
+
+def test_incompatible_options_are_usage_errors(files, no_compute):
+    A, B, p, tmp = files
+    for args in (["--method", "fft", "--dtype", "fp16"], ["--algorithm", "alman", "--stabilizer", "kahan"]):
+        for cmd in (["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy"],
+                    ["compress", p["A.npy"], p["B.csv"], "-o", tmp / "s.npz"],
+                    ["top", p["A.npy"], p["B.csv"]]):
+            code, text = run(pagh_main, cmd + args)
+            assert code == 2 and ("fft" in text or "stabilizer" in text), (cmd, args, text)
+    code, text = run(fwht_main, ["transform", p["A.npy"], "-o", tmp / "y.npy", "--algorithm", "alman",
+                                 "--stabilizer", "kahan"])
+    assert code == 2 and "folklore" in text
+    code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy", "-b", 2**41])
+    assert code == 2 and "2**40" in text
+
+
+def test_demo_planted_more_than_n():
+    code, text = run(pagh_main, ["demo", "-n", 64, "--planted", 100, "--device", "cpu"])
+    assert code == 2 and "--planted 100" in text and "Traceback" not in text
+
+
+class _ShortOfMemory(MemoryError):
+    pass
+
+
+@pytest.mark.parametrize("exc,code_,text", [
+    (_ShortOfMemory("The sketch needs 80.00 GiB of host memory. 3.10 GiB is available. Lower "
+                    "--buckets or --reps."), 1, "Lower --buckets or --reps."),
+    (IndexError("index 7 is out of bounds"), 1, "index 7"),
+    (KeyError("hash_a"), 1, "'hash_a'"),
+    (ValueError(""), 1, "Error: ValueError"),
+    (EOFError("No data left in file"), 1, "No data left"),
+    (zipfile.BadZipFile("Bad CRC-32 for file 'sketch.npy'"), 1, "Bad CRC-32"),
+    (FileExistsError("C.npy exists; pass --force to overwrite it"), 2, "--force"),
+])
+def test_errors_are_one_line_with_the_documented_code(files, monkeypatch, exc, code_, text):
+    A, B, p, tmp = files
+    import pagh_mm
+
+    def boom(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(pagh_mm, "compress", boom)
+    code, out, err = run_split(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy"])
+    assert code == code_ and text in err and "Traceback" not in err, err
+    if code_ == 1:
+        assert one_error_line(err) == f"Error: {exc}" if str(exc) else "Error: ValueError"
+    args = ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy", "--debug"]
+    if isinstance(exc, EOFError):        # click would print "Aborted!"; --debug shows the traceback
+        code, out, err = run_split(pagh_main, args)
+        assert code == 1 and "Traceback" in err and "EOFError" in err
+    else:                                # the exception propagates
+        assert CliRunner().invoke(pagh_main, [str(a) for a in args]).exception is exc
+
+
+def test_every_command_takes_debug():
+    for main, cmds in ((pagh_main, ["info", "demo", "bench", "multiply", "compress", "top", "query"]),
+                       (fwht_main, ["info", "demo", "bench", "accuracy", "transform"])):
+        for cmd in cmds:
+            code, text = run(main, [cmd, "--help"])
+            assert code == 0 and "--debug" in text, cmd
+
+
+def _bad_sketches(sketch):
+    """(name, path) of sketch files that fail validation."""
+    from pagh_mm import sketchfile
+    tmp = sketch.parent
+    out = []
+    data = sketch.read_bytes()
+    (tmp / "trunc.npz").write_bytes(data[: len(data) // 2])
+    out.append(("truncated", tmp / "trunc.npz", "not a readable .npz sketch"))
+    (tmp / "zero.npz").write_bytes(b"")
+    out.append(("empty", tmp / "zero.npz", "not a readable .npz sketch"))
+    with np.load(sketch) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["method"] = np.array("dft")
+    with open(tmp / "edited.npz", "wb") as f:
+        np.savez(f, **arrays)
+    out.append(("edited", tmp / "edited.npz", "checksum mismatch"))
+    arrays["checksum"] = np.array(sketchfile.checksum(arrays))
+    with open(tmp / "method.npz", "wb") as f:
+        np.savez(f, **arrays)
+    out.append(("method", tmp / "method.npz", "'method' is 'dft'"))
+    np.savez(tmp / "matrix.npz", np.ones((3, 3)))
+    out.append(("matrix", tmp / "matrix.npz", "not a pagh_mm sketch file"))
+    return out
+
+
+def test_sketch_files_that_fail_validation(sketch):
+    """Needs CompressedProduct.save/load wired to pagh_mm.sketchfile."""
+    for name, path, msg in _bad_sketches(sketch):
+        for args in (["query", path, 0, 0], ["top", "--sketch", path, "-k", 2]):
+            code, out, err = run_split(pagh_main, args)
+            line = one_error_line(err)
+            assert code == 1 and line.startswith(f"Error: {path}: ") and msg in line, (name, args, err)
+
+
+def test_legacy_sketch_prints_one_warning_line(tmp_path):
+    """Needs CompressedProduct.load wired to pagh_mm.sketchfile."""
+    from pagh_mm import hashing, sketchfile
+    path = tmp_path / "old.npz"
+    sketchfile.write(path, {"sketch": np.random.default_rng(0).standard_normal((3, 64)),
+                            "shape": (8, 9), "log2b": 6, "method": "fwht", "dtype": "fp64",
+                            "algorithm": "folklore", "stabilizer": None,
+                            "hash": hashing.HashParams.draw("multiply-shift", 5, 3)})
+    for args in (["query", path, 1, 2], ["top", "--sketch", path, "-k", 2]):
+        code, out, err = run_split(pagh_main, args)
+        assert code == 0, err
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"Warning: {path}: ") and "2-universal" in lines[0]
+        assert "UserWarning" not in err and "LegacyHashWarning" not in err
+
+
+def test_compress_writes_a_version2_sketch(sketch):
+    """Needs CompressedProduct.save wired to pagh_mm.sketchfile."""
+    from pagh_mm import sketchfile
+    f = sketchfile.read(sketch)
+    assert f["format_version"] == 2 and f["hash"].family == "multiply-add-shift"
+
+
+SIGTERM_CLI = """
+import sys, time
+import numpy as np
+import pagh_mm
+marker = sys.argv[1]
+if sys.argv[2] == "compute":
+    def slow(*a, **k):
+        open(marker, "w").close()
+        time.sleep(60)
+    pagh_mm.compress = slow
+else:
+    real_save = np.save
+    def slow_save(f, a, *args, **kw):
+        f.write(b"x" * (4 << 20))
+        f.flush()
+        open(marker, "w").close()
+        time.sleep(60)
+    np.save = slow_save
+from pagh_mm.cli import main
+main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("stage", ["compute", "write"])
+def test_sigterm_exits_143_without_temporary_files(files, stage):
+    from test_files import run_until_marker
+    A, B, p, tmp = files
+    (tmp / "cli.py").write_text(SIGTERM_CLI)
+    code, err = run_until_marker([sys.executable, "cli.py", "marker", stage, "multiply", "A.npy",
+                                  "B.csv", "-o", "C.npy", "-b", "1024", "-q"], tmp / "marker", tmp)
+    assert code == 143, err
+    assert "Traceback" not in err and not list(tmp.glob(".tmp-*")) and not (tmp / "C.npy").exists()

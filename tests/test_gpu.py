@@ -246,3 +246,65 @@ def test_extended_variants_batched_strided_norms(alg, stab, wide, rng):
         got = F.ifwht(cp.asarray(x), 1, norm="ortho", algorithm=alg, stabilizer=stab,
                       compute_dtype=cdt).get()
         assert (got == F.run_plan(plan, x, 1, norm_factor(1 << 16, "ortho", True))).all()
+
+
+# --- issue 12: the same bits on every device, overflow per transform --------------------------
+
+@pytest.mark.parametrize("dtype,cdt,stab", [
+    (np.float16, np.float32, None), (F.bfloat16, np.float32, None), (np.float32, np.float64, None),
+    (np.float32, None, "neumaier-pass"), (np.float16, None, "kahan-pass"), (np.float16, None, None)],
+    ids=["fp16-compute", "bf16-compute", "fp32-compute", "fp32-neumaier-pass", "fp16-kahan-pass",
+         "fp16-plain"])
+def test_numpy_and_cupy_calls_give_the_same_bits(dtype, cdt, stab, rng):
+    """The default call on a NumPy array and on the same data as a CuPy array: identical bits
+    for every size (the CPU plan rounds where the GPU plan does)."""
+    cp = _cp()
+    sizes = list(range(1, 23)) + [24, 26]
+    for L in sizes:
+        x = (_rand(rng, (2, 1 << L) if L < 20 else (1 << L,), np.float32) / 8).astype(dtype)
+        want = F.fwht(x, compute_dtype=cdt, stabilizer=stab)
+        got = F.fwht(cp.asarray(x), compute_dtype=cdt, stabilizer=stab).get()
+        assert (got == want).all(), f"n=2**{L}: {np.count_nonzero(got != want)} differ"
+
+
+def test_nan_in_one_transform_does_not_hide_overflow_on_gpu():
+    cp = _cp()
+    for shape, axis in (((3, 1 << 16), -1), ((3, 1 << 10), -1), ((1 << 10, 3), 0), ((4, 1 << 10, 8), 1)):
+        x = cp.ones(shape, dtype=cp.float16)
+        xm = cp.moveaxis(x, axis, -1)
+        xm[0, ..., 5] = cp.nan                        # NaN in the first transform(s)
+        F.fwht(x[:1] if axis != 0 else x[:, :1], axis)  # NaN alone: no error
+        xm[-1, ...] = 30000                              # overflow in the last one(s)
+        with pytest.raises(F.TransformOverflowError):
+            F.fwht(x, axis)
+        with pytest.raises(F.TransformOverflowError):
+            F.fwht(x.copy(), axis, out=None)
+        y = x.copy()
+        with pytest.raises(F.TransformOverflowError):
+            F.fwht(y, axis, out=y)                       # in place
+    for stab in ("kahan", "neumaier-pass"):
+        x = cp.ones((2, 1 << 12), dtype=cp.float16)
+        x[0, 3] = cp.inf
+        x[1] = 30000
+        with pytest.raises(F.TransformOverflowError):
+            F.fwht(x, stabilizer=stab)
+
+
+def test_scaled_transforms_that_fit_on_gpu(rng):
+    cp = _cp()
+    x = (rng.standard_normal((4, 1 << 12)) * 100).astype(np.float16)
+    x[1] = np.float16(60000) * np.sign(rng.standard_normal(1 << 12)).astype(np.float16)
+    want = F.ifwht(x)
+    assert np.isfinite(want).all()
+    assert (F.ifwht(cp.asarray(x)).get() == want).all()
+    assert (F.ifwht(x, device="cuda") == want).all()
+    g = cp.asarray(x)
+    assert (F.ifwht(g, out=g).get() == want).all()                     # in place: input kept
+    xt = np.ascontiguousarray(x.T)
+    assert (F.ifwht(cp.asarray(xt), axis=0).get() == F.ifwht(xt, axis=0)).all()   # strided axis
+    assert (F.fwht(cp.asarray(x), norm="forward").get() == F.fwht(x, norm="forward")).all()
+    z = x.copy()
+    z[1] = np.float16(1000) * np.sign(rng.standard_normal(1 << 12)).astype(np.float16)
+    assert (F.fwht(cp.asarray(z), norm="ortho").get() == F.fwht(z, norm="ortho")).all()
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(cp.full(4, 65000, dtype=cp.float16), norm="ortho")

@@ -1,0 +1,326 @@
+"""Sketch files: the ``.npz`` layout of a :class:`~pagh_mm.CompressedProduct`, checked on
+every read.
+
+A sketch file is an ``.npz`` archive (uncompressed, no pickles) holding exactly the arrays
+of :data:`SCHEMA`.  Version 2 (written now) adds ``checksum``: the SHA-256 hex digest of
+every other array in a canonical serialization (:func:`checksum`), and stores the hash
+seed as decimal text (seeds may be any non-negative integer).  Version 1 files (no
+checksum, the seed as int64) still load.
+
+:func:`read` checks everything it can before anything is used: that the file is a
+readable archive whose array headers match their bytes, the format name and version,
+that no array is missing or unknown, the checksum, each array's dtype, shape and values,
+the rules that tie them together (one repetition count d throughout, b = 2**log2b, the
+FFT only in fp64/fp32, stabilizers only with Folklore, tables iff tabulation) and that
+the hash parameters are the ones the seed gives.  Any problem is one ``ValueError``
+(:class:`SketchFileError`) whose one-line message starts with the file's path.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import warnings
+from typing import Mapping, NamedTuple
+
+import numpy as np
+
+from fwht_gpu.plan import ALGORITHMS, STABILIZERS
+
+from . import hashing
+from .convolution import METHODS
+from .io import atomic_write, read_npz_arrays
+
+FORMAT = "pagh_mm.CompressedProduct"
+FORMAT_VERSION = 2
+#: The transform dtypes a sketch records, by their short names.
+DTYPES = ("fp64", "fp32", "fp16", "bf16")
+#: Largest log2(buckets) a file may hold (2**40 buckets: 8 TiB per repetition).
+MAX_LOG2B = 40
+#: Dtypes the FFT method supports.
+FFT_DTYPES = ("fp64", "fp32")
+
+
+class SketchFileError(ValueError):
+    """A sketch file that cannot be used: unreadable, not a sketch, edited or corrupted."""
+
+
+class LegacyHashWarning(UserWarning):
+    """A sketch file made with a hash family that is no longer offered (multiply-shift)."""
+
+
+# Shown at every load (not once per call site), unless the user filters it.
+warnings.filterwarnings("always", category=LegacyHashWarning, append=True)
+
+
+class Field(NamedTuple):
+    """One array of the format: its dtype ("text", "int", "float64", "uint64", or "seed":
+    decimal text in version 2, an integer in version 1), its shape (integers, or "d" for
+    the number of repetitions and "b" for 2**log2b), its allowed values (a tuple of texts,
+    a (lo, hi) integer range, or None) and when it is present."""
+
+    dtype: str
+    shape: tuple
+    values: tuple | None
+    present: str            # "always", "v2" (version >= 2), "tabulation" (iff hash_family is)
+    doc: str
+
+
+#: The format, one array per entry, in the order they are checked.
+SCHEMA: dict[str, Field] = {
+    "format": Field("text", (), (FORMAT,), "always", "the format's name"),
+    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1 or 2"),
+    "checksum": Field("text", (), None, "v2", "SHA-256 hex digest of the other arrays"),
+    "log2b": Field("int", (), (1, MAX_LOG2B), "always", "log2 of the buckets b"),
+    "sketch": Field("float64", ("d", "b"), None, "always", "the d sketches c_t, all finite"),
+    "shape": Field("int", (2,), (0, hashing.MAX_KEY - 1), "always", "(m, p) of the product"),
+    "method": Field("text", (), METHODS, "always", "fwht (XOR) or fft (cyclic convolution)"),
+    "dtype": Field("text", (), DTYPES, "always", "precision of the transforms (fft: fp64, fp32)"),
+    "algorithm": Field("text", (), ALGORITHMS, "always", "FWHT algorithm"),
+    "stabilizer": Field("text", (), ("",) + tuple(s for s in STABILIZERS if s), "always",
+                        "'' or a stabilizer (only with algorithm folklore)"),
+    "hash_family": Field("text", (), hashing.ALL_FAMILIES, "always", "hash family"),
+    "hash_seed": Field("seed", (), None, "always", "the seed, a non-negative integer"),
+    "hash_a": Field("uint64", ("d", 4), None, "always", "multipliers of h1, h2, s1, s2 (odd)"),
+    "hash_c": Field("uint64", ("d", 4), None, "always", "increments of h1, h2, s1, s2"),
+    "hash_tables": Field("uint64", ("d", 4, 4, 256), None, "tabulation",
+                         "tabulation tables (role, byte, value)"),
+}
+
+_SEED = re.compile(r"[0-9]{1,4300}")        # 4300: Python's limit for int(str)
+
+
+def checksum(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 hex digest of every array but ``checksum``: for each name in sorted order,
+    the bytes of ``name``, NUL, ``dtype.str``, NUL, the shape as comma-separated decimal
+    integers, NUL, then the array's raw bytes in C order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        if name == "checksum":
+            continue
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}\0{a.dtype.str}\0{','.join(map(str, a.shape))}\0".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def settings_problem(method: str, dtype: str, algorithm: str, stabilizer: str | None) -> str | None:
+    """What is wrong with this combination of settings (one sentence), or None."""
+    if method == "fft" and dtype not in FFT_DTYPES:
+        return (f"method 'fft' with dtype '{dtype}': the FFT method supports "
+                f"{' and '.join(FFT_DTYPES)} only")
+    if stabilizer and algorithm != "folklore":
+        return (f"stabilizer '{stabilizer}' with algorithm '{algorithm}': stabilizers apply to "
+                "algorithm 'folklore' only")
+    return None
+
+
+def _text(a) -> str:
+    return str(a[()])
+
+
+def _describe_dtype(a) -> str:
+    return "text" if a.dtype.kind == "U" else str(a.dtype) if a.dtype.isnative else a.dtype.str
+
+
+def _check_dtype(name: str, field: Field, a: np.ndarray, version: int) -> str | None:
+    kind = field.dtype
+    if kind == "seed":
+        kind = "text" if version >= 2 else "int"
+    ok = {"text": a.dtype.kind == "U", "int": a.dtype.kind in "iu",
+          "float64": a.dtype == np.float64, "uint64": a.dtype == np.uint64}[kind]
+    if not ok:
+        want = {"text": "a text string", "int": "an integer"}.get(kind, kind)
+        return f"array '{name}' has dtype {_describe_dtype(a)}, expected {want}"
+    return None
+
+
+def _check_values(name: str, field: Field, a: np.ndarray, version: int) -> str | None:
+    if field.dtype == "seed":
+        seed = _text(a) if version >= 2 else int(a[()])
+        if isinstance(seed, int) and seed < 0 or isinstance(seed, str) and not _SEED.fullmatch(seed):
+            return f"array 'hash_seed' is {seed!r}; expected a non-negative integer in decimal digits"
+        return None
+    if field.values is None:
+        return None
+    if field.dtype == "text":
+        v = _text(a)
+        if v not in field.values:
+            return (f"array '{name}' is {v!r}; expected "
+                    f"{'one of ' if len(field.values) > 1 else ''}{', '.join(map(repr, field.values))}")
+        return None
+    lo, hi = field.values
+    vals = [int(v) for v in np.ravel(a)]
+    if any(v < lo or v > hi for v in vals):
+        shown = vals[0] if a.ndim == 0 else tuple(vals)
+        return f"array '{name}' is {shown}; expected {'integers' if a.ndim else 'an integer'} in {lo} .. {hi}"
+    return None
+
+
+def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
+    """The first thing wrong with a sketch file's arrays (one line), or None."""
+    if "format" not in arrays:
+        return "not a pagh_mm sketch file (it has no 'format' array)"
+    fmt = arrays["format"]
+    if fmt.dtype.kind != "U" or fmt.shape != () or _text(fmt) != FORMAT:
+        return f"not a pagh_mm sketch file (its 'format' is not {FORMAT!r})"
+    if "format_version" not in arrays:
+        return "array 'format_version' is missing"
+    fv = arrays["format_version"]
+    if fv.dtype.kind not in "iu" or fv.shape != ():
+        return (f"array 'format_version' has dtype {_describe_dtype(fv)} and shape {fv.shape}, "
+                "expected an integer ()")
+    version = int(fv[()])
+    if version > FORMAT_VERSION:
+        return (f"sketch format version {version} is newer than this pagh_mm reads "
+                f"({FORMAT_VERSION}); upgrade pagh_mm")
+    if version < 1:
+        return f"array 'format_version' is {version}; expected 1 .. {FORMAT_VERSION}"
+
+    family = arrays.get("hash_family")
+    family = _text(family) if family is not None and family.dtype.kind == "U" else None
+    tabulation = family == "tabulation"
+    for name, field in SCHEMA.items():
+        needed = {"always": True, "v2": version >= 2, "tabulation": tabulation}[field.present]
+        if needed and name not in arrays:
+            why = " (hash_family 'tabulation' needs it)" if field.present == "tabulation" else ""
+            return f"array '{name}' is missing{why}"
+        if not needed and name in arrays:
+            if field.present == "tabulation":
+                return (f"array 'hash_tables' is present but hash_family is {family!r}; only "
+                        "'tabulation' has tables")
+            return f"array '{name}' does not belong in format version {version}"
+    for name in sorted(arrays):
+        if name not in SCHEMA:
+            return f"unknown array {name!r} (not part of sketch format version {version})"
+
+    if version >= 2:
+        c = arrays["checksum"]
+        if c.dtype.kind != "U" or c.shape != () or _text(c) != checksum(arrays):
+            return "checksum mismatch: the file is corrupted or was edited"
+
+    d = None
+    for name, field in SCHEMA.items():
+        if name not in arrays:
+            continue
+        a = arrays[name]
+        bad = _check_dtype(name, field, a, version)
+        if bad:
+            return bad
+        want, notes = [], []
+        for s in field.shape:
+            if s == "b":
+                want.append(1 << int(arrays["log2b"][()]))
+                notes.append("2**log2b")
+            elif s == "d":
+                if d is None:
+                    if a.ndim != len(field.shape) or a.shape[0] < 1:
+                        return (f"array '{name}' has shape {a.shape}, expected "
+                                f"{len(field.shape)} dimensions with d >= 1 repetitions first")
+                    d = a.shape[0]
+                else:
+                    notes.append(f"d = {d} repetitions, as in 'sketch'")
+                want.append(d)
+            else:
+                want.append(s)
+        if a.shape != tuple(want):
+            note = f" ({'; '.join(notes)})" if notes else ""
+            return f"array '{name}' has shape {a.shape}, expected {tuple(want)}{note}"
+        bad = _check_values(name, field, a, version)
+        if bad:
+            return bad
+
+    sketch = arrays["sketch"]
+    bad_values = int(sketch.size - np.count_nonzero(np.isfinite(sketch)))
+    if bad_values:
+        return f"array 'sketch' holds {bad_values} NaN or Inf values"
+    even = int(np.count_nonzero((arrays["hash_a"] & np.uint64(1)) == 0))
+    if even:
+        return f"array 'hash_a' holds {even} even multipliers; they must all be odd"
+    bad = settings_problem(_text(arrays["method"]), _text(arrays["dtype"]),
+                           _text(arrays["algorithm"]), _text(arrays["stabilizer"]) or None)
+    if bad:
+        return bad
+    params = hashing.HashParams.from_arrays(arrays)
+    if not params.same_as(hashing.HashParams.draw(params.family, params.seed, params.reps)):
+        return (f"hash_a, hash_c{', hash_tables' if tabulation else ''} are not the parameters "
+                f"hash_seed {params.seed} gives for {params.family!r}: the file was edited")
+    return None
+
+
+def _arrays(fields: Mapping) -> dict:
+    """The arrays of a version-2 file holding ``fields`` (see :func:`write`)."""
+    keys = ("sketch", "shape", "log2b", "method", "dtype", "algorithm", "stabilizer", "hash")
+    missing = [k for k in keys if k not in fields]
+    extra = [k for k in fields if k not in keys and k != "format_version"]
+    if missing or extra:
+        raise TypeError(f"sketch fields: missing {missing}, unknown {extra}; expected {list(keys)}")
+    params = fields["hash"]
+    if not isinstance(params, hashing.HashParams):
+        raise TypeError(f"fields['hash'] must be a pagh_mm.hashing.HashParams, got {type(params).__name__}")
+    sketch = fields["sketch"]
+    if hasattr(sketch, "get") and not isinstance(sketch, np.ndarray):
+        sketch = sketch.get()                                     # CuPy -> host
+    try:
+        shape = np.array([int(v) for v in fields["shape"]], np.int64)
+        log2b = np.array(int(fields["log2b"]), np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"sketch fields: shape {fields['shape']!r} and log2b {fields['log2b']!r} "
+                         f"must be integers ({exc})") from None
+    arrays = {
+        "format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION, np.int64),
+        "sketch": np.ascontiguousarray(sketch), "shape": shape, "log2b": log2b,
+        "method": np.array(str(fields["method"])), "dtype": np.array(str(fields["dtype"])),
+        "algorithm": np.array(str(fields["algorithm"])),
+        "stabilizer": np.array(str(fields["stabilizer"] or "")), **params.to_arrays(),
+    }
+    arrays["checksum"] = np.array(checksum(arrays))
+    return arrays
+
+
+def write(path, fields: Mapping) -> None:
+    """Write a sketch file (format version 2) atomically, replacing ``path`` if it exists.
+
+    ``fields``: ``sketch`` (d, b) float64 array, ``shape`` (m, p), ``log2b``, ``method``,
+    ``dtype`` ('fp64', 'fp32', 'fp16' or 'bf16'), ``algorithm``, ``stabilizer`` (str or
+    None) and ``hash`` (:class:`pagh_mm.hashing.HashParams`).  The arrays are checked
+    exactly as :func:`read` checks them, so a file that would not load is never written:
+    ``ValueError`` (``path: problem``) instead."""
+    path = os.fspath(path)
+    arrays = _arrays(fields)
+    bad = _problem(arrays)
+    if bad:
+        raise SketchFileError(f"{path}: cannot write this sketch: {bad}")
+    atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def read(path) -> dict:
+    """Read and check a sketch file (format version 1 or 2).
+
+    Returns the fields :func:`write` takes (``sketch`` as a float64 NumPy array, ``shape``
+    a tuple of ints, ``stabilizer`` None or a name, ``hash`` a HashParams) plus
+    ``format_version``.  Raises ``ValueError`` (:class:`SketchFileError`) with one line
+    ``path: problem`` for anything wrong with the file, OSError when it cannot be opened,
+    and warns :class:`LegacyHashWarning` when it uses the multiply-shift family."""
+    path = os.fspath(path)
+    try:
+        arrays = read_npz_arrays(path)
+    except ValueError as exc:
+        raise SketchFileError(f"{path}: not a readable .npz sketch ({exc})") from None
+    bad = _problem(arrays)
+    if bad:
+        raise SketchFileError(f"{path}: {bad}")
+    params = hashing.HashParams.from_arrays(arrays)
+    if params.family in hashing.LEGACY_FAMILIES:
+        warnings.warn(LegacyHashWarning(
+            f"{path}: this sketch uses the hash family {params.family!r}, which is only "
+            "2-universal, so for structured indices its error can exceed the stated bound "
+            "(variance ||AB||_F^2 / buckets per repetition); re-compress with the default hash "
+            f"({hashing.DEFAULT_FAMILY!r})"), stacklevel=2)
+    return {
+        "sketch": arrays["sketch"], "shape": tuple(int(v) for v in arrays["shape"]),
+        "log2b": int(arrays["log2b"][()]), "method": _text(arrays["method"]),
+        "dtype": _text(arrays["dtype"]), "algorithm": _text(arrays["algorithm"]),
+        "stabilizer": _text(arrays["stabilizer"]) or None, "hash": params,
+        "format_version": int(arrays["format_version"][()]),
+    }
