@@ -22,6 +22,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import reference as R
+from .files import atomic_write
 from .plan import make_plan
 from .transform import TransformOverflowError, norm_factor, run_plan
 
@@ -255,7 +256,7 @@ def plot(records, out_dir: str, prefix: str = "accuracy") -> list[str]:
         fig.suptitle(f"Mean relative error, {d} (dashed: unit roundoff; missing points: exact "
                      "or out of range)", y=1.0)
         path = os.path.join(out_dir, f"{prefix}-{d}.png")
-        fig.savefig(path, dpi=90, bbox_inches="tight")
+        atomic_write(path, lambda f, fig=fig: fig.savefig(f, format="png", dpi=90, bbox_inches="tight"))
         plt.close(fig)
         paths.append(path)
     return paths
@@ -265,12 +266,12 @@ def write(records, out_dir: str, prefix: str = "accuracy", plots: bool = True) -
     """JSON records, the markdown table, and (with matplotlib) the plots."""
     os.makedirs(out_dir, exist_ok=True)
     out = {"json": os.path.join(out_dir, f"{prefix}.json"), "markdown": os.path.join(out_dir, f"{prefix}.md")}
-    with open(out["json"], "w") as f:
-        json.dump({"records": records, "reduction": reduction_table(records)}, f, indent=0)
-    with open(out["markdown"], "w") as f:
-        f.write("Median reduction of the mean relative error versus Folklore over all experiments "
-                "and distributions (thesis Table 4.1; positive = more accurate).\n\n")
-        f.write(markdown_table(records))
+    text = json.dumps({"records": records, "reduction": reduction_table(records)}, indent=0)
+    atomic_write(out["json"], lambda f: f.write(text.encode("utf-8")))
+    table = ("Median reduction of the mean relative error versus Folklore over all experiments "
+             "and distributions (thesis Table 4.1; positive = more accurate).\n\n"
+             + markdown_table(records))
+    atomic_write(out["markdown"], lambda f: f.write(table.encode("utf-8")))
     if plots:
         out["plots"] = plot(records, out_dir, prefix)
     return out

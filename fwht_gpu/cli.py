@@ -22,7 +22,7 @@ _SEED = click.IntRange(0)
 
 
 def _write_json(path: str, obj) -> None:
-    from pagh_mm.io import write_json     # the one atomic writer, shared with pagh-mm
+    from .files import write_json         # the one atomic writer, shared with pagh-mm
     write_json(path, obj)
 
 

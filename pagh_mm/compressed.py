@@ -307,8 +307,9 @@ class CompressedProduct:
         if not (is_sparse(A) or is_sparse(B)):
             prod = f(xp.asarray(A[r], dtype=xp.float64)) * f(xp.asarray(B[:, c], dtype=xp.float64)).T
             return row_sums(prod, xp)
-        Ar = self._cached(pair, "A_csr", lambda: sp.csr_matrix(A))[r]
-        Bc = self._cached(pair, "B_csc", lambda: sp.csc_matrix(B))[:, c].T.tocsr()
+        Ar = self._cached(pair, "A_csr", lambda: self._converted(A, sp.csr_matrix, A.shape[0]))[r]
+        Bc = self._cached(pair, "B_csc", lambda: self._converted(B, sp.csc_matrix, B.shape[1]))[:, c]
+        Bc = Bc.T.tocsr()
         Ar, Bc = sp.csr_matrix(Ar, dtype=np.float64), sp.csr_matrix(Bc, dtype=np.float64)
         if absolute:
             Ar, Bc = abs(Ar), abs(Bc)
@@ -318,6 +319,13 @@ class CompressedProduct:
         row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
         return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
                                P.shape[0], xp)
+
+    def _converted(self, M, fmt, major: int):
+        """``M`` in the format that reads rows (CSR) or columns (CSC) of it, memory checked."""
+        if is_sparse(M):
+            memory.check(8 * (major + 1) + 24 * int(M.nnz), "the row/column index of a sparse factor",
+                         "verify fewer candidates", device=self.backend.name)
+        return fmt(M)
 
     def _cached(self, pair, name, make):
         key = (pair, name)

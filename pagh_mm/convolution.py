@@ -55,9 +55,10 @@ class Accumulator:
                 "down or use dtype=float32")
         return out
 
-    def add_block(self, k0: int, PA, PB, clock=lambda stage: None) -> None:
+    def add_block(self, k0: int, PA, PB, clock=lambda stage: None, pos=None) -> None:
         """PA, PB: (nb, d, b) float64 sketches of inner indices k0 .. k0 + nb - 1 (an aligned
-        block, see :class:`pagh_mm.reduction.PairwiseSum`)."""
+        block, see :class:`pagh_mm.reduction.PairwiseSum`), or of the inner indices k0 + pos
+        when the others of the block are empty."""
         xp = self.xp
         if self.method == "fwht":
             FA = fwht_gpu.fwht(self._to_dtype(PA, "A"), algorithm=self.algorithm,
@@ -72,7 +73,7 @@ class Accumulator:
             clock("transform")
             terms = (FA * FB).astype(self.value_dtype, copy=False)
         del FA, FB
-        self.sum.add(k0, terms)
+        self.sum.add(k0, terms, pos)
         clock("accumulate")
 
     def finish(self):

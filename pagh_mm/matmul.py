@@ -228,6 +228,10 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     A, B, be, dt, log2b, reps, memory_budget = _validate(
         A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite, memory_budget)
     seed = hashing.check_seed(seed)
+    b = 1 << log2b     # before drawing d sets of hash parameters: d x b must fit at all
+    memory.check(reps * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
+                 f"{reps} repetitions of {b} buckets", "lower reps or buckets",
+                 device="gpu" if be.gpu else "cpu")
     params = hashing.HashParams.draw(hash, seed, reps)
     m, n = A.shape
     p = B.shape[1]
@@ -236,18 +240,49 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget)
     acc.begin(block)
     clock = _Clock(be, profile)
-    for k0 in range(0, n, block):
+    live = _live(sides, n, be)
+    k1 = 0
+    for k0 in _blocks_to_visit(live, n, block, be):
         k1 = min(n, k0 + block)
-        PA, PB = sides[0].block(k0, k1), sides[1].block(k0, k1)
+        pos = None
+        if live is not None:      # sparse: only the inner indices with values on both sides
+            pos = be.xp.nonzero(live[k0:k1])[0]
+            if int(pos.size) == k1 - k0:
+                pos = None
+        ks = None if pos is None else k0 + pos
+        PA, PB = sides[0].block(k0, k1, ks), sides[1].block(k0, k1, ks)
         clock("scatter")
-        acc.add_block(k0, PA, PB, clock)
+        acc.add_block(k0, PA, PB, clock, pos)
         del PA, PB
         if progress:
             progress("inner", k1, n)
+    if progress and (n == 0 or k1 != n):
+        progress("inner", n, n)             # the empty inner indices at the end
     sketch = acc.finish()
     clock("inverse")
     return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)])
+
+
+def _live(sides, n: int, be):
+    """Per inner index: whether both A's column and B's row hold a value (None: all do, as
+    for dense factors).  Inner indices without are exact zeros of the sum: never computed."""
+    masks = [m for m in (s.nonempty() for s in sides) if m is not None]
+    if not masks:
+        return None
+    live = masks[0] if len(masks) == 1 else masks[0] & masks[1]
+    return None if bool(live.all()) else live
+
+
+def _blocks_to_visit(live, n: int, block: int, be):
+    """First inner index of every block with at least one live inner index."""
+    if live is None or n == 0:
+        return range(0, n, block)
+    counts = be.xp.add.reduceat(live.astype(be.xp.int32), be.xp.arange(0, n, block)) \
+        if not be.gpu else live.astype(be.xp.int32)[: n // block * block].reshape(-1, block).sum(1)
+    if be.gpu and n % block:
+        counts = be.xp.concatenate([counts, live[n // block * block:].sum(keepdims=True)])
+    return (be.asnumpy(be.xp.nonzero(counts)[0]) * block).tolist()
 
 
 class _Clock:

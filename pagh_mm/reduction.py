@@ -26,13 +26,39 @@ def block_sum(values, xp):
     return v[0].copy()
 
 
+def tree_sum(pos, values, xp):
+    """Pairwise tree sum over axis 0 of ``values`` whose rows sit at the sorted, distinct
+    positions ``pos`` of a longer sequence whose other terms are zero: the same value as
+    :func:`block_sum` of that sequence (a missing term is absent, and x + 0 = x)."""
+    while values.shape[0] > 1:
+        parent = pos >> 1
+        pair = parent[1:] == parent[:-1]                   # siblings 2i and 2i + 1
+        if bool(pair.any()):
+            first = xp.nonzero(pair)[0]
+            values[first] = values[first] + values[first + 1]
+            keep = xp.ones(pos.shape[0], dtype=bool)
+            keep[first + 1] = False
+            values, parent = values[keep], parent[keep]
+        pos = parent
+    return values[0].copy()
+
+
+def _plus(left, right):
+    """Tree addition where a subtree without terms is absent (None)."""
+    if left is None:
+        return right
+    return left if right is None else left + right
+
+
 class PairwiseSum:
     """Streaming pairwise tree sum of arrays given in aligned blocks.
 
-    ``add(first, values)``: ``values`` holds the summands ``first .. first + len(values) - 1``
-    along axis 0; blocks arrive in increasing order, each of ``block`` (a power of two)
-    summands starting at a multiple of ``block`` (only the last one may be shorter).  Keeps
-    at most log2(number of blocks) + 1 partial sums.
+    ``add(first, values, pos)``: the summands of the block ``first .. first + block - 1``
+    (``first`` a multiple of ``block``, a power of two; blocks in increasing order): ``values``
+    holds those at the local positions ``pos`` (default: all, from 0), the others are zero.
+    Blocks whose terms are all zero may be left out: they are absent nodes of the tree
+    (pushed as aligned runs, so a long gap costs O(log) steps).  Keeps at most
+    log2(number of blocks) + 1 partial sums.
     """
 
     def __init__(self, xp, block: int):
@@ -40,24 +66,35 @@ class PairwiseSum:
             raise ValueError(f"block={block} must be a power of two")
         self.xp, self.block, self.level = xp, block, block.bit_length() - 1
         self.stack: list[tuple[int, int, object]] = []   # (level, index at that level, sum)
+        self.next = 0                                      # first summand not yet covered
 
-    def add(self, first: int, values) -> None:
-        if first % self.block or values.shape[0] > self.block or values.shape[0] == 0:
+    def add(self, first: int, values, pos=None) -> None:
+        if first % self.block or first < self.next or not 0 < values.shape[0] <= self.block:
             raise ValueError(f"a block of {values.shape[0]} summands from {first} is not aligned "
-                             f"to blocks of {self.block}")
-        self.push(self.level, first >> self.level, block_sum(values, self.xp))
+                             f"to blocks of {self.block} in increasing order")
+        self._absent(first)
+        node = block_sum(values, self.xp) if pos is None else tree_sum(pos, values, self.xp)
+        self._push(self.level, first >> self.level, node)
+        self.next = first + self.block
 
-    def push(self, level: int, index: int, value) -> None:
-        """Add one node of the tree: the sum of the summands index * 2**level .. + 2**level - 1."""
-        while self.stack and self.stack[-1][0] == level and self.stack[-1][1] == index - 1 \
-                and index % 2 == 1:
-            _, _, left = self.stack.pop()
-            value = left + value
+    def _absent(self, upto: int) -> None:
+        """Absent nodes for the summands next .. upto - 1 (all zero), in aligned runs."""
+        while self.next < upto:
+            level = self.level
+            while self.next % (2 << level) == 0 and self.next + (2 << level) <= upto:
+                level += 1
+            self._push(level, self.next >> level, None)
+            self.next += 1 << level
+
+    def _push(self, level: int, index: int, value) -> None:
+        """Add the node of summands index * 2**level .. + 2**level - 1, merging finished pairs."""
+        while self.stack and self.stack[-1][:2] == (level, index - 1) and index % 2:
+            value = _plus(self.stack.pop()[2], value)
             level, index = level + 1, index >> 1
         self.stack.append((level, index, value))
 
     def total(self):
-        """The sum (None when nothing was added)."""
+        """The sum (None when every term was zero or nothing was added)."""
         if not self.stack:
             return None
         level, index, value = self.stack[-1]
@@ -66,7 +103,7 @@ class PairwiseSum:
             index >>= left_level - level
             level = left_level
             assert index == left_index + 1
-            value = left + value
+            value = _plus(left, value)
             level, index = level + 1, index >> 1
         return value
 

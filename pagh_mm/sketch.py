@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fwht_gpu import memory
+
 from . import hashing
 from .backend import Backend
 
@@ -40,12 +42,23 @@ class Side:
             return int(self.M.indptr[k1]) - int(self.M.indptr[k0])
         return self.keys * (k1 - k0)
 
-    def block(self, k0: int, k1: int):
-        """(k1 - k0, d, b) float64 sketches of the vectors k0 .. k1 - 1."""
+    def nonempty(self):
+        """Per inner index: whether its vector has a stored value (None: dense, all)."""
+        if not self.sparse:
+            return None
+        return self.M.indptr[1:] != self.M.indptr[:-1]
+
+    def block(self, k0: int, k1: int, ks=None):
+        """(k1 - k0, d, b) float64 sketches of the vectors k0 .. k1 - 1 (or of the vectors
+        ``ks``, increasing indices within that range)."""
         if self.sparse:
-            return self._sparse_block(k0, k1)
-        X = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
-        return self._dense_block(self.be.xp.asarray(X, dtype=self.be.xp.float64))
+            return self._sparse_block(k0, k1, ks)
+        cols = slice(k0, k1) if ks is None else ks
+        X = self.M[:, cols] if self.which == 1 else self.M[cols].T
+        X = self.be.xp.asarray(X, dtype=self.be.xp.float64)
+        if self.be.gpu:         # vectors along the fast axis: a warp reads row segments
+            X = self.be.xp.ascontiguousarray(X)
+        return self._dense_block(X)
 
     # --- dense: a sparse (d b) x keys scatter matrix, or on the GPU its kernel ---------
     def _dense_block(self, X):
@@ -88,15 +101,27 @@ class Side:
         return self._table
 
     # --- sparse: only the stored values are hashed -----------------------------------
-    def _sparse_block(self, k0: int, k1: int):
+    def _sparse_block(self, k0: int, k1: int, ks=None):
         be, xp = self.be, self.be.xp
-        d, b, nb = self.params.reps, 1 << self.log2b, k1 - k0
-        lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
-        keys = self.M.indices[lo:hi].astype(xp.int64)
-        vals = self.M.data[lo:hi].astype(xp.float64)
+        d, b = self.params.reps, 1 << self.log2b
+        if ks is None:
+            nb = k1 - k0
+            lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
+            keys = self.M.indices[lo:hi].astype(xp.int64)
+            vals = self.M.data[lo:hi].astype(xp.float64)
+            ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        else:                   # the stored values of the vectors ks, in order
+            nb = int(ks.size)
+            starts = self.M.indptr[ks].astype(xp.int64)
+            counts = self.M.indptr[ks + 1].astype(xp.int64) - starts
+            ptr = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(counts)])
+            at = xp.arange(int(ptr[-1]), dtype=xp.int64)
+            owner = xp.searchsorted(ptr[1:], at, side="right")
+            take = starts[owner] + at - ptr[owner]
+            keys = self.M.indices[take].astype(xp.int64)
+            vals = self.M.data[take].astype(xp.float64)
         h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
         w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
-        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
         if be.gpu:
             from .cuda import kernels
             return kernels.scatter_sparse(ptr, h, w, nb, b)
@@ -116,6 +141,10 @@ def canonical(M, which: int, be: Backend):
     CSR (B) with sorted indices and no duplicates (every SciPy format is accepted)."""
     if not be.sp.issparse(M):
         return M
+    inner = M.shape[1] if which == 1 else M.shape[0]
+    memory.check(8 * (inner + 1) + 24 * int(M.nnz),
+                 f"the {'CSC' if which == 1 else 'CSR'} copy of a sparse {'A' if which == 1 else 'B'}",
+                 "pass it in that format already", device=be.name)
     fmt = be.sp.csc_matrix if which == 1 else be.sp.csr_matrix
     M = fmt(M)
     if M is not None and not getattr(M, "has_canonical_format", True):

@@ -136,6 +136,12 @@ def test_gpu_sketch_bits_equal_cpu_for_every_budget_and_format(dtype):
         assert (gs.sketch.get() == ref).all(), budget
     At = cp.asfortranarray(cp.asarray(A))                      # other strides, same bits
     assert (pagh_mm.compress(At, cp.asarray(B), **kw).sketch.get() == ref).all()
+    # a mostly empty inner dimension: only inner indices with values on both sides are computed
+    As = sps.random(300, 3000, density=0.002, random_state=1, format="csc")
+    Bs = sps.random(3000, 250, density=0.002, random_state=2, format="csr")
+    want = pagh_mm.compress(As, Bs, memory_budget=3 << 20, **kw).sketch
+    got = pagh_mm.compress(csp.csc_matrix(As), csp.csr_matrix(Bs), memory_budget=3 << 20, **kw)
+    assert (got.sketch.get() == want).all()
 
 
 def test_gpu_exact_values_equal_cpu_and_are_exact_for_integers():

@@ -258,6 +258,23 @@ def _peak(fn):
         tracemalloc.stop()
 
 
+def test_empty_inner_indices_cost_nothing_and_change_no_bits():
+    """A sparse product whose inner dimension is mostly empty: only the inner indices with
+    values on both sides are computed, and the sketch equals the dense computation's."""
+    A = sps.random(30, 2000, density=0.002, random_state=1, format="csc")
+    B = sps.random(2000, 40, density=0.002, random_state=2, format="csr")
+    kw = dict(buckets=128, reps=3, seed=5)
+    ref = pagh_mm.compress(A.toarray(), B.toarray(), **kw).sketch
+    calls = []
+    got = pagh_mm.compress(A, B, memory_budget=200_000, progress=lambda *a: calls.append(a), **kw)
+    assert (got.sketch == ref).all()
+    assert calls[-1] == ("inner", 2000, 2000) and len(calls) < 2000 // 4
+    A10 = sps.csc_matrix((np.array([2.0]), (np.array([3]), np.array([9_999_999]))), shape=(5, 10**7))
+    B10 = sps.csr_matrix((np.array([7.0]), (np.array([9_999_999]), np.array([4]))), shape=(10**7, 6))
+    sk = pagh_mm.compress(A10, B10, buckets=64, reps=3, seed=0)
+    assert sk.estimate([3], [4])[0] == 14.0 and sk.exact([3], [4])[0] == 14.0
+
+
 def test_sketch_memory_does_not_grow_with_empty_rows():
     A = sps.csc_matrix((np.array([1.0, 2.0, 3.0]), (np.array([5, 10**8 - 1, 777]), np.array([0, 1, 4]))),
                        shape=(10**8, 5))
@@ -270,7 +287,7 @@ def test_sketch_memory_does_not_grow_with_empty_rows():
 
 def test_requests_that_cannot_fit_are_refused_up_front(monkeypatch):
     A, B = np.ones((4, 3)), np.ones((3, 5))
-    with pytest.raises(memory.InsufficientMemoryError, match="needs .* available; lower buckets"):
+    with pytest.raises(memory.InsufficientMemoryError, match="needs .* available; lower reps or buckets"):
         pagh_mm.compress(A, B, buckets=2**31, reps=5, seed=0)
     with pytest.raises(ValueError, match="buckets"):
         pagh_mm.compress(A, B, buckets=2**41, reps=5, seed=0)
