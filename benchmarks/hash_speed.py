@@ -43,12 +43,12 @@ def tab16(tables, keys, xp):
     return tables[:, 0][:, lo] ^ tables[:, 1][:, hi]
 
 
-def run(log2keys: int, reps: int = 5, log2b: int = 16):
+def run(log2keys: int, reps: int = 5, log2b: int = 16, which=("cpu", "gpu")):
     rows = []
-    devices = [("cpu", np)]
+    devices = [("cpu", np)] if "cpu" in which else []
     try:
         import cupy as cp
-        if cp.cuda.runtime.getDeviceCount() > 0:
+        if "gpu" in which and cp.cuda.runtime.getDeviceCount() > 0:
             devices.append(("gpu", cp))
     except Exception:
         pass
@@ -74,9 +74,10 @@ def run(log2keys: int, reps: int = 5, log2b: int = 16):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=24, help="log2 of the number of keys")
+    ap.add_argument("--devices", default="cpu,gpu", help="comma-separated: cpu, gpu")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    rows = run(a.keys)
+    rows = run(a.keys, which=tuple(a.devices.split(",")))
     print(f"{'device':6} {'family':42} {'seconds':>9} {'Gkeys/s':>8} {'x MAS':>6}")
     for r in rows:
         print(f"{r['device']:6} {r['family']:42} {r['seconds']:9.4f} {r['keys_per_s'] / 1e9:8.3f} "
