@@ -259,7 +259,7 @@ def test_numpy_and_cupy_calls_give_the_same_bits(dtype, cdt, stab, rng):
     """The default call on a NumPy array and on the same data as a CuPy array: identical bits
     for every size (the CPU plan rounds where the GPU plan does)."""
     cp = _cp()
-    sizes = list(range(1, 23)) + [24, 26]
+    sizes = list(range(1, 23)) + [24] + ([26] if cdt is not None and np.dtype(dtype) == np.float16 else [])
     for L in sizes:
         x = (_rand(rng, (2, 1 << L) if L < 20 else (1 << L,), np.float32) / 8).astype(dtype)
         want = F.fwht(x, compute_dtype=cdt, stabilizer=stab)
