@@ -239,12 +239,15 @@ def test_approx_matmul_validates_like_compress():
     assert (sk.estimate(np.arange(6)[:, None], np.arange(5)[None]) == (per[1] + per[2]) / 2).all()
 
 
-def test_any_non_negative_seed_is_kept():
+def test_any_non_negative_seed_is_kept(tmp_path):
     A, B = np.ones((4, 3)), np.ones((3, 5))
     sk = pagh_mm.compress(A, B, buckets=16, reps=3, seed=2**64 + 5)
     assert sk.params.seed == 2**64 + 5
     again = pagh_mm.compress(A, B, buckets=16, reps=3, seed=2**64 + 5)
     assert (again.sketch == sk.sketch).all()
+    sk.save(tmp_path / "s.npz")                          # a seed beyond int64 is saved too
+    back = pagh_mm.CompressedProduct.load(tmp_path / "s.npz")
+    assert back.params.same_as(sk.params) and (back.sketch == sk.sketch).all()
 
 
 # --- 7./8. memory: checked before use, O(nnz) sketches, no whole copies -----------------------
