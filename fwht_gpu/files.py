@@ -13,7 +13,7 @@ import secrets
 import stat
 from typing import BinaryIO, Callable
 
-from .clitools import sigterm_exits
+from .clitools import first_line, sigterm_exits
 
 
 def _named(exc: OSError, what: str) -> OSError:

@@ -51,7 +51,10 @@ def _check_args(x, axis, out, xp):
     if out is not None:
         if not isinstance(out, xp.ndarray):
             raise TypeError(f"out must be a {xp.__name__}.ndarray like x, got {type(out).__name__}")
-        if out.shape != x.shape or out.dtype != x.dtype:
+        odt = out.dtype
+        if xp is np and odt.byteorder not in ("=", "|") and odt.byteorder != _NATIVE:
+            odt = odt.newbyteorder("=")                  # written through a conversion
+        if out.shape != x.shape or odt != x.dtype:
             raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; it must match x "
                              f"({x.shape}, {x.dtype})")
         if xp is np and not out.flags.writeable:
@@ -114,8 +117,8 @@ def _run(plan, x, axis, factor, out, counter, recompute: bool):
     if x2.shape[0] == 0:
         y2 = x2.copy()
     else:
-        # reshape copy, engine output, result; row blocks of the engine's work arrays
-        memory.check(3 * x2.nbytes + 4 * cpu.CHUNK_BYTES,
+        # reshape copy, engine output, result, and the engine's work arrays on row blocks
+        memory.check(3 * x2.nbytes + cpu.work_bytes(plan, x2.shape[0]),
                      f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {plan.n} values",
                      "transform fewer rows at a time")
         y2 = cpu.scale(cpu.execute(plan, x2, counter), factor)

@@ -33,6 +33,58 @@ class Entries(NamedTuple):
     exact: object = None
 
 
+def _dense(M, xp):
+    """A slice of a factor as a dense float64 array (a few rows or columns)."""
+    M = M.toarray() if hasattr(M, "toarray") else M
+    return xp.asarray(M, dtype=xp.float64)
+
+
+def select(M, idx, be, dtype=None):
+    """Rows ``idx`` of A (CSC) or columns ``idx`` of B (CSR) as a CSR (len(idx), n) matrix, in
+    O(stored values + len(idx) log len(idx)): never an index over the other dimension (SciPy's
+    own row indexing of a CSC matrix allocates one over all m rows)."""
+    xp, sp = be.xp, be.sp
+    want, inv = xp.unique(idx, return_inverse=True)
+    keys = M.indices.astype(xp.int64)
+    at = xp.minimum(xp.searchsorted(want, keys), want.size - 1)
+    hit = xp.nonzero(want[at] == keys)[0]
+    inner = xp.searchsorted(M.indptr[1:], hit, side="right").astype(xp.int64)
+    data = M.data[hit] if dtype is None else M.data[hit].astype(dtype)
+    n = M.shape[1] if M.format == "csc" else M.shape[0]
+    part = sp.csr_matrix((data, (at[hit], inner)), shape=(int(want.size), n))
+    part.sum_duplicates()
+    return part[inv.ravel()]
+
+
+def _entries_of(M, idx: int, axis: int, be):
+    """(indices, values) of the stored or non-zero values of row ``idx`` (axis 0) or column
+    ``idx`` (axis 1) of a factor, on the host, as integers."""
+    if is_sparse(M):
+        part = select(M, be.xp.asarray([idx], dtype=be.xp.int64), be)
+        return be.asnumpy(part.indices).astype(np.int64), be.asnumpy(part.data)
+    v = be.asnumpy(M[idx] if axis == 0 else M[:, idx]).ravel()
+    nz = np.flatnonzero(v)
+    return nz, v[nz]
+
+
+def _exact_integers(be, A, B, r, c):
+    """Exact integer dot products of the candidates (r, c), as float64: Python integers over
+    the positions where both the row of A and the column of B hold a value (on the host,
+    O(values of that row and column) each); an ExactValueWarning for values beyond 2**53."""
+    exact = []
+    for ri, ci in zip(be.asnumpy(r).tolist(), be.asnumpy(c).tolist()):
+        ia, va = _entries_of(A, ri, 0, be)
+        ib, vb = _entries_of(B, ci, 1, be)
+        _, pa, pb = np.intersect1d(ia, ib, assume_unique=True, return_indices=True)
+        exact.append(sum(int(x) * int(y) for x, y in zip(va[pa].tolist(), vb[pb].tolist())))
+    over = [v for v in exact if abs(v) > 2**53]
+    if over:
+        warnings.warn(f"{len(over)} exact value(s) of this integer product exceed 2**53 in magnitude "
+                      f"(largest |C| = {max(abs(float(v)) for v in over):.6g}); they are returned as "
+                      "the nearest float64 (relative error <= 2**-53)", ExactValueWarning, stacklevel=5)
+    return np.array([float(v) for v in exact], dtype=np.float64)
+
+
 def best(key, ids, k: int, xp):
     """Positions of the ``k`` largest ``key`` values, largest first, ties broken by the
     smaller ``ids`` (so the answer never depends on tiling or device)."""
@@ -66,7 +118,6 @@ class CompressedProduct:
     stabilizer: str | None
     backend: Backend
     factors: list = field(default_factory=list)
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     # --- sizes and hashes --------------------------------------------------------
     @property
@@ -76,11 +127,6 @@ class CompressedProduct:
     @property
     def reps(self) -> int:
         return self.params.reps
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_cache"] = {}
-        return state
 
     def _hashes(self, which: int, keys):
         """(buckets (d, ...), signs (d, ...)) of row (which=1) or column (which=2) indices."""
@@ -200,6 +246,10 @@ class CompressedProduct:
         self._key(xp.zeros(1), by)
         size = self.shape[0] * self.shape[1]
         k = int(min(k, size))
+        if verify and candidates is not None and (
+                isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer))
+                or candidates < k):
+            raise ValueError(f"candidates={candidates!r} must be an integer >= k ({k})")
         if k == 0:
             empty = xp.empty(0, xp.int64)
             return Entries(empty, empty, xp.empty(0), xp.empty(0) if verify else None)
@@ -270,19 +320,22 @@ class CompressedProduct:
         inner index: the same bits on the CPU and the GPU, for dense and sparse factors);
         integer and boolean factors give exact integers as long as they stay below 2**53
         in magnitude, and beyond that the nearest float64 of the exact integer (computed
-        with Python integers on the host) with an :class:`ExactValueWarning`."""
+        with Python integers on the host) with an :class:`ExactValueWarning`.  The factors
+        are the arrays given to :func:`compress` (kept by reference, not copied: modify them
+        and the exact values change; ``attach`` replaces them)."""
         xp = self.backend.xp
         if not self.factors:
             raise ValueError("exact values need A and B: this sketch has none (it was loaded "
-                             "from a file); pass them with CompressedProduct.attach(A, B)")
-        rows, cols = xp.broadcast_arrays(xp.asarray(rows), xp.asarray(cols))
-        r, c = rows.ravel().astype(xp.int64), cols.ravel().astype(xp.int64)
+                             "from a file, or is a sum with such a sketch); pass them with "
+                             "CompressedProduct.attach(A, B)")
+        rows, cols = self._entries(rows, cols)
+        r, c = rows.ravel(), cols.ravel()
         total = xp.zeros(r.shape, dtype=xp.float64)
-        for pair, (A, B) in enumerate(self.factors):
-            total += self._exact_pair(pair, A, B, r, c)
+        for A, B in self.factors:
+            total += self._exact_pair(A, B, r, c)
         return total.reshape(rows.shape)
 
-    def _exact_pair(self, pair, A, B, r, c):
+    def _exact_pair(self, A, B, r, c):
         xp = self.backend.xp
         integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
         n = A.shape[1]
@@ -290,69 +343,37 @@ class CompressedProduct:
         vals, bounds = [], []
         for q0 in range(0, r.size, step):
             rq, cq = r[q0:q0 + step], c[q0:q0 + step]
-            vals.append(self._dots(pair, A, B, rq, cq, absolute=False))
+            vals.append(self._dots(A, B, rq, cq, absolute=False))
             if integer:
-                bounds.append(self._dots(pair, A, B, rq, cq, absolute=True))
+                bounds.append(self._dots(A, B, rq, cq, absolute=True))
         val = xp.concatenate(vals) if vals else xp.zeros(0)
         if integer and bounds:
             big = xp.nonzero(xp.concatenate(bounds) > _EXACT_FLOAT)[0]
             if big.size:
-                val[big] = xp.asarray(self._exact_integers(A, B, r[big], c[big]))
+                val[big] = xp.asarray(_exact_integers(self.backend, A, B, r[big], c[big]))
         return val
 
-    def _dots(self, pair, A, B, r, c, absolute: bool):
-        """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``)."""
+    def _dots(self, A, B, r, c, absolute: bool):
+        """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``): the
+        pairwise tree over the inner index, dense or over the stored values of sparse rows
+        (the same bits).  Only the rows and columns asked for are read."""
         xp, sp = self.backend.xp, self.backend.sp
+        if is_sparse(A) and is_sparse(B):
+            Ar = select(A, r, self.backend, np.float64)           # q x n, from A's CSC
+            Bc = select(B, c, self.backend, np.float64)           # q x n, from B's CSR
+            if absolute:
+                Ar, Bc = abs(Ar), abs(Bc)
+            P = Ar.multiply(Bc).tocsr()
+            P.sum_duplicates()
+            P.sort_indices()
+            row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
+            return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
+                                   P.shape[0], xp)
         f = xp.abs if absolute else (lambda a: a)
-        if not (is_sparse(A) or is_sparse(B)):
-            prod = f(xp.asarray(A[r], dtype=xp.float64)) * f(xp.asarray(B[:, c], dtype=xp.float64)).T
-            return row_sums(prod, xp)
-        Ar = self._cached(pair, "A_csr", lambda: self._converted(A, sp.csr_matrix, A.shape[0]))[r]
-        Bc = self._cached(pair, "B_csc", lambda: self._converted(B, sp.csc_matrix, B.shape[1]))[:, c]
-        Bc = Bc.T.tocsr()
-        Ar, Bc = sp.csr_matrix(Ar, dtype=np.float64), sp.csr_matrix(Bc, dtype=np.float64)
-        if absolute:
-            Ar, Bc = abs(Ar), abs(Bc)
-        P = Ar.multiply(Bc).tocsr()
-        P.sum_duplicates()
-        P.sort_indices()
-        row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
-        return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
-                               P.shape[0], xp)
-
-    def _converted(self, M, fmt, major: int):
-        """``M`` in the format that reads rows (CSR) or columns (CSC) of it, memory checked."""
-        if is_sparse(M):
-            memory.check(8 * (major + 1) + 24 * int(M.nnz), "the row/column index of a sparse factor",
-                         "verify fewer candidates", device=self.backend.name)
-        return fmt(M)
-
-    def _cached(self, pair, name, make):
-        key = (pair, name)
-        if key not in self._cache:
-            self._cache[key] = make()
-        return self._cache[key]
-
-    def _exact_integers(self, A, B, r, c):
-        """Exact integer dot products (Python integers on the host), as float64."""
-        be = self.backend
-        r, c = be.asnumpy(r), be.asnumpy(c)
-
-        def rows_of(M, idx, axis):
-            part = M[idx] if axis == 0 else M[:, idx]
-            part = part.toarray() if hasattr(part, "toarray") else part
-            part = part.get() if hasattr(part, "get") else np.asarray(part)
-            return part if axis == 0 else part.T
-        a, b = rows_of(A, r, 0).astype(object), rows_of(B, c, 1).astype(object)
-        exact = [sum(x * y for x, y in zip(u, v)) for u, v in zip(a.tolist(), b.tolist())]
-        out = np.array([float(v) for v in exact], dtype=np.float64)
-        over = sum(abs(v) > 2**53 for v in exact)
-        if over:
-            warnings.warn(f"{over} exact value(s) of this integer product exceed 2**53 in magnitude "
-                          "(largest |C| = {:.6g}); they are returned as the nearest float64 "
-                          "(relative error <= 2**-53)".format(max(abs(float(v)) for v in exact)),
-                          ExactValueWarning, stacklevel=4)
-        return out
+        Ar = select(A, r, self.backend, np.float64) if is_sparse(A) else A[r]
+        Bc = select(B, c, self.backend, np.float64) if is_sparse(B) else B[:, c].T
+        prod = f(_dense(Ar, xp)) * f(_dense(Bc, xp))
+        return row_sums(prod, xp)
 
     def attach(self, A, B) -> "CompressedProduct":
         """Attach the factors (after ``load``) so that ``verify=True`` works."""
@@ -363,7 +384,6 @@ class CompressedProduct:
             raise ValueError(f"A @ B has shape {(A.shape[0], B.shape[1])} (inner {A.shape[1]} and "
                              f"{B.shape[0]}); the sketch is of a {self.shape} product")
         self.factors = [(canonical(A, 1, self.backend), canonical(B, 2, self.backend))]
-        self._cache.clear()
         return self
 
     def noise(self) -> float:
@@ -389,16 +409,23 @@ class CompressedProduct:
                              "method, dtype, algorithm and stabilizer can be added")
         if self.backend.gpu != other.backend.gpu:
             raise ValueError("one sketch is on the GPU and the other on the CPU; use .to('cpu')")
+        # exact values need the factors of every part: a part without them (loaded from a
+        # file) leaves the sum without any, rather than with some
+        factors = self.factors + other.factors if self.factors and other.factors else []
         return CompressedProduct(self.sketch + other.sketch, self.params, self.shape, self.log2b,
                                  self.method, self.dtype, self.algorithm, self.stabilizer,
-                                 self.backend, self.factors + other.factors)
+                                 self.backend, factors)
 
     def to(self, device: str) -> "CompressedProduct":
-        """A copy of the sketch on 'cpu' or 'gpu' (factors are kept as they are)."""
+        """A copy of the sketch on 'cpu' or 'gpu'.  The factors stay where they are: they come
+        along only when the device does not change (attach them on the new device)."""
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device={device!r}; choose 'cpu' or 'gpu'")
         be = {"cpu": cpu, "gpu": gpu}[device]()
         sk = be.xp.asarray(self.backend.asnumpy(self.sketch))
+        factors = list(self.factors) if be.gpu == self.backend.gpu else []
         return CompressedProduct(sk, self.params, self.shape, self.log2b, self.method, self.dtype,
-                                 self.algorithm, self.stabilizer, be, list(self.factors))
+                                 self.algorithm, self.stabilizer, be, factors)
 
     def save(self, path) -> None:
         """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 2: every hash

@@ -48,6 +48,8 @@ _FAMILY_ID = {"multiply-shift": 0, "multiply-add-shift": 1, "tabulation": 2}
 #: The four functions of a repetition, in the order their parameters are drawn.
 ROLES = ("h1", "h2", "s1", "s2")
 MAX_KEY = 1 << 32
+#: Seeds are kept as decimal text in sketch files: at most this many bits (1233 digits).
+MAX_SEED_BITS = 4096
 
 
 def check_family(hash: str, *, legacy: bool = False) -> str:
@@ -73,6 +75,9 @@ def check_seed(seed, name: str = "seed") -> int:
                         "one)")
     if int(seed) < 0:
         raise ValueError(f"{name}={seed} must be a non-negative integer")
+    if int(seed).bit_length() > MAX_SEED_BITS:
+        raise ValueError(f"{name} has {int(seed).bit_length()} bits; sketch files hold seeds of up "
+                         f"to {MAX_SEED_BITS} bits")
     return int(seed)
 
 

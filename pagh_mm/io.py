@@ -96,7 +96,7 @@ def read_matrix(path, fmt: str | None = None, *, ndim: int | None = 2, mmap: boo
 def _read_npz(path):
     headers = read_npz_arrays(path, load=False)
     if {"format", "shape", "data"} <= set(headers):       # scipy.sparse.save_npz
-        return scipy.sparse.load_npz(path).tocsr()
+        return scipy.sparse.load_npz(path)          # its stored format: no O(rows) index
     if len(headers) != 1:
         raise MatrixFileError(f"{path}: an .npz matrix file holds one array or one SciPy "
                               f"sparse matrix; found {len(headers)} arrays {sorted(headers)[:5]}")

@@ -18,8 +18,11 @@ from .sketch import Side, canonical
 #: Default bytes of inner-dimension temporaries per block on the CPU (the GPU default is
 #: min(2 GiB, 1/8 of free device memory)); raised to what one inner index needs.
 MEMORY_BUDGET = 256 << 20
-#: Largest number of buckets (log2) a sketch may have.
-MAX_LOG2B = 40
+#: Largest number of buckets (log2) of a new sketch: multiply-add-shift of 32-bit keys in 64-bit
+#: words is strongly universal for at most 32 output bits.
+MAX_LOG2B = 32
+#: Most repetitions the GPU query kernel handles.
+GPU_MAX_REPS = 127
 #: Bytes of temporaries per stored value of a sparse block and repetition (hashes, signed
 #: values, bin indices).
 SPARSE_BYTES = 40
@@ -114,12 +117,17 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
     if dtype is None:
         rt = np.result_type(_native(A.dtype) if A.dtype != _fdt.bfloat16 else np.float32,
                             _native(B.dtype) if B.dtype != _fdt.bfloat16 else np.float32)
-        dtype = rt if rt in (np.float32, np.float64) else np.float64
+        dtype = np.float32 if rt.kind == "f" and rt.itemsize <= 4 else np.float64
     dtype = _fdt.resolve(dtype, "dtype")
     fwht_gpu.make_plan(1 << log2b, dtype, algorithm, stabilizer)     # validates both
     problem = sketchfile.settings_problem(method, _fdt.short_name(dtype), algorithm, stabilizer)
     if problem:
         raise ValueError(problem)
+    if method == "fft" and (algorithm != "folklore" or stabilizer is not None):
+        raise ValueError("algorithm and stabilizer choose how the FWHT is computed; method='fft' "
+                         "uses numpy/cupy.fft instead: leave them at their defaults")
+    if be.gpu and reps > GPU_MAX_REPS:
+        raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
     if memory_budget is not None:
         memory_budget = _int_arg(memory_budget, "memory_budget", 1)
     A, B = canonical(A, 1, be), canonical(B, 2, be)       # sparse: CSC / CSR, once
@@ -203,7 +211,8 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     order.  Per repetition t the columns of A and rows of B are Count-Sketched with hash
     functions drawn from (``seed``, t) (``hash``: "multiply-add-shift" or "tabulation",
     both strongly universal), transformed by FWHTs of length ``buckets`` in ``dtype``
-    (float64, float32, float16, bfloat16; default: the inputs' float type, else float64),
+    (float64, float32, float16, bfloat16; default: float32 when both inputs are float32 (or
+    narrower floats), else float64),
     multiplied and summed over the inner dimension in the Hadamard domain, and
     transformed back once.  ``method="fft"`` uses Pagh's cyclic convolution
     (h1 + h2 mod b) through numpy/cupy.fft instead.
@@ -321,7 +330,11 @@ def approx_matmul(A, B, *, buckets: int | None = None, reps: int | None = None,
     wrong with probability about C(d, (d+1)/2) (N / buckets)^((d+1)/2) (10 (N/b)^3 for
     d = 5): choose buckets well above N for an exact result.  Other options as :func:`compress`.
     """
-    m, p = np.shape(A)[0], np.shape(B)[1]
+    if buckets is None:
+        if np.ndim(A) != 2 or np.ndim(B) != 2:
+            raise ValueError(f"A and B must be 2-d matrices, got {np.ndim(A)} and {np.ndim(B)} "
+                             "dimensions")
+        m, p = np.shape(A)[0], np.shape(B)[1]
     cp_ = compress(A, B, buckets=default_buckets(m, p) if buckets is None else buckets,
                    reps=5 if reps is None else reps, seed=seed, **options)
     return cp_.to_dense()

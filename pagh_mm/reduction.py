@@ -18,6 +18,8 @@ from __future__ import annotations
 def block_sum(values, xp):
     """Pairwise tree sum over axis 0 of ``values`` (destroyed: the sums are formed in place);
     returns an array of ``values.shape[1:]``."""
+    if values.shape[0] == 0:
+        return xp.zeros(values.shape[1:], dtype=values.dtype)
     v = values
     while v.shape[0] > 1:
         half = v.shape[0] // 2

@@ -132,25 +132,51 @@ class Side:
         return out.astype(np.float64, copy=False).reshape(nb, d, b)    # (int64 when empty)
 
     def table_bytes(self) -> int:
-        """Bytes of the hash structures kept for the whole compression (dense inputs)."""
-        return 0 if self.sparse else 24 * self.params.reps * self.keys
+        """Bytes of the hash structures kept for the whole compression (dense inputs), with
+        the temporaries of their construction (measured peak about 40 d keys)."""
+        return 0 if self.sparse else 48 * self.params.reps * self.keys
 
 
 def canonical(M, which: int, be: Backend):
     """A factor in the layout :class:`Side` reads: dense as it is; sparse as CSC (A) or
-    CSR (B) with sorted indices and no duplicates (every SciPy format is accepted)."""
+    CSR (B) with sorted indices and no duplicates (every SciPy format is accepted).
+    Duplicate entries are added in their stored order, as ``toarray()`` adds them, the same
+    way on the CPU and the GPU (SciPy's and cupyx's own conversions add them in other,
+    on the GPU even run-dependent, orders)."""
     if not be.sp.issparse(M):
         return M
     inner = M.shape[1] if which == 1 else M.shape[0]
-    memory.check(8 * (inner + 1) + 24 * int(M.nnz),
+    memory.check(8 * (inner + 1) + 48 * int(M.nnz),
                  f"the {'CSC' if which == 1 else 'CSR'} copy of a sparse {'A' if which == 1 else 'B'}",
                  "pass it in that format already", device=be.name)
     fmt = be.sp.csc_matrix if which == 1 else be.sp.csr_matrix
+    if not (M.format in ("csr", "csc") and M.has_canonical_format) and M.format in ("coo", "csr", "csc"):
+        M = _without_duplicates(M, be)
     M = fmt(M)
-    if M is not None and not getattr(M, "has_canonical_format", True):
-        M = M.copy()
-        M.sum_duplicates()
     if not M.has_sorted_indices:
         M = M.copy()
         M.sort_indices()
     return M
+
+
+def _without_duplicates(M, be: Backend):
+    """COO copy of ``M`` whose repeated (row, col) entries are summed in stored order and in
+    the data's dtype, each sum starting from zero: what ``toarray()`` computes."""
+    xp = be.xp
+    C = M.tocoo()
+    row, col, data = C.row.astype(xp.int64), C.col.astype(xp.int64), C.data
+    if row.size == 0:
+        return C
+    order = xp.lexsort(xp.stack([xp.arange(row.size, dtype=xp.int64), col, row]))   # stable
+    row, col, data = row[order], col[order], data[order]
+    first = xp.concatenate([xp.ones(1, dtype=bool), (row[1:] != row[:-1]) | (col[1:] != col[:-1])])
+    if bool(first.all()):
+        return C
+    group = xp.cumsum(first) - 1
+    start = xp.nonzero(first)[0]
+    rank = xp.arange(row.size) - start[group]
+    total = xp.zeros(int(start.size), dtype=data.dtype)
+    for k in range(int(rank.max()) + 1):                    # the k-th occurrence of every entry
+        at = rank == k
+        total[group[at]] = total[group[at]] + data[at]
+    return be.sp.coo_matrix((total, (row[start], col[start])), shape=M.shape)

@@ -180,3 +180,30 @@ def test_gpu_memory_refused_up_front_and_pickle():
     assert isinstance(back.sketch, cp.ndarray) and back.backend.gpu
     assert (back.sketch == sk.sketch).all()
     assert (back.top_k(5, verify=True).exact == sk.top_k(5, verify=True).exact).all()
+
+
+def test_gpu_duplicates_exact_rows_and_devices():
+    """Duplicate sparse entries summed in one order (the same bits as the CPU, run after run);
+    exact values from the stored values only; factors stay on their device."""
+    cp = _cp()
+    import cupyx.scipy.sparse as csp
+    rng = np.random.default_rng(14)
+    r, c = rng.integers(0, 40, 400), rng.integers(0, 30, 400)
+    v = rng.standard_normal(400) * 10 ** rng.uniform(-8, 8, 400)
+    A = sps.coo_matrix((v, (r, c)), shape=(40, 30))
+    B = rng.standard_normal((30, 20))
+    kw = dict(buckets=64, reps=3, seed=1)
+    want = pagh_mm.compress(A, B, **kw)
+    Ag = csp.coo_matrix((cp.asarray(v), (cp.asarray(r), cp.asarray(c))), shape=(40, 30))
+    for _ in range(3):
+        g = pagh_mm.compress(Ag, cp.asarray(B), **kw)
+        assert (g.sketch.get() == want.sketch).all()
+    i, j = rng.integers(0, 40, 50), rng.integers(0, 20, 50)
+    assert (g.exact(cp.asarray(i), cp.asarray(j)).get() == want.exact(i, j)).all()
+    Bs = sps.random(30, 20, density=0.3, format="csr", random_state=4)
+    g2 = pagh_mm.compress(Ag, csp.csr_matrix(Bs), **kw)
+    assert (g2.exact(cp.asarray(i), cp.asarray(j)).get()
+            == pagh_mm.compress(A, Bs, **kw).exact(i, j)).all()
+    assert g.to("cpu").factors == [] and len(g.to("gpu").factors) == 1
+    with pytest.raises(ValueError, match="at most 127"):
+        pagh_mm.compress(cp.asarray(B[:4]).T, cp.asarray(B[:4]), buckets=16, reps=128)

@@ -10,6 +10,7 @@ import scipy.sparse as sps
 
 import fwht_gpu as F
 import pagh_mm
+from fwht_gpu import cpu as fwht_cpu
 from fwht_gpu import memory
 from pagh_mm.compressed import ExactValueWarning
 from tests.conftest import DTYPES
@@ -372,3 +373,121 @@ def test_compressed_product_pickles_with_its_factors():
         assert (back.estimate(i, j) == sk.estimate(i, j)).all()
         assert (back.top_k(5, verify=True).exact == sk.top_k(5, verify=True).exact).all()
         assert back.backend.name == "cpu"
+
+
+# --- second reading (review of this change): siblings found and fixed ------------------------
+
+def test_a_sum_with_a_loaded_sketch_has_no_partial_factors(tmp_path):
+    rng = np.random.default_rng(21)
+    A1, B1, A2, B2 = (rng.standard_normal(s) for s in ((5, 4), (4, 6), (5, 3), (3, 6)))
+    kw = dict(buckets=64, reps=3, seed=0)
+    pagh_mm.compress(A1, B1, **kw).save(tmp_path / "c1.npz")
+    S = pagh_mm.CompressedProduct.load(tmp_path / "c1.npz") + pagh_mm.compress(A2, B2, **kw)
+    with pytest.raises(ValueError, match="attach"):
+        S.exact([0], [0])
+    S.attach(np.hstack([A1, A2]), np.vstack([B1, B2]))
+    assert np.isclose(S.exact([0], [0])[0], (A1 @ B1 + A2 @ B2)[0, 0], rtol=1e-14)
+
+
+def test_exact_validates_indices_and_top_k_its_candidates():
+    sk = pagh_mm.compress(np.ones((5, 4)), np.ones((4, 6)), buckets=64, reps=3, seed=0)
+    with pytest.raises(TypeError, match="integer"):
+        sk.exact([1.7], [0])
+    with pytest.raises(TypeError, match="integer"):
+        sk.exact(np.array([True]), [0])
+    with pytest.raises(IndexError, match="out of range"):
+        sk.exact([5], [0])
+    with pytest.raises(IndexError, match="out of range"):
+        sk.exact(np.array([2**64 - 1], np.uint64), [0])
+    assert sk.exact([-1], [-1])[0] == 4.0
+    for bad in (-5, 2, 4.5, True):
+        with pytest.raises(ValueError, match="candidates"):
+            sk.top_k(5, verify=True, candidates=bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.bool_])
+def test_duplicate_sparse_entries_are_added_as_toarray_adds_them(dtype):
+    rng = np.random.default_rng(22)
+    kw = dict(buckets=16, reps=2, seed=0)
+    for _ in range(30):
+        r, c = rng.integers(0, 3, 30), rng.integers(0, 3, 30)
+        v = (rng.standard_normal(30) * 10 ** rng.uniform(-10, 10, 30)).astype(dtype) \
+            if dtype != np.int32 else rng.integers(-5, 5, 30).astype(dtype)
+        A = sps.coo_matrix((v, (r, c)), shape=(3, 3))
+        raw = sps.csr_matrix((v[np.argsort(r, kind="stable")], c[np.argsort(r, kind="stable")],
+                              np.searchsorted(np.sort(r), np.arange(4))), shape=(3, 3))  # duplicates kept
+        for M in (A, raw, sps.csc_matrix(A)):
+            dense = pagh_mm.compress(M.toarray(), np.eye(3), **kw)      # its own dense form
+            sk = pagh_mm.compress(M, np.eye(3), **kw)
+            assert (sk.sketch == dense.sketch).all()
+            assert (sk.exact([0, 1, 2], [0, 1, 2]) == dense.exact([0, 1, 2], [0, 1, 2])).all()
+
+
+def test_exact_with_mixed_dense_and_sparse_factors_of_every_dtype():
+    rng = np.random.default_rng(23)
+    Bs = sps.random(6, 5, density=0.5, format="csr", random_state=3)
+    for dt in (np.float16, F.bfloat16, np.int8, np.float32):
+        A = (rng.standard_normal((4, 6)) * 4).astype(dt)
+        ref = pagh_mm.compress(A, Bs.toarray(), buckets=8, reps=1, seed=0).top_k(3, verify=True)
+        got = pagh_mm.compress(A, Bs, buckets=8, reps=1, seed=0).top_k(3, verify=True)
+        assert (got.exact == ref.exact).all()
+    assert pagh_mm.compress(np.zeros((5, 0)), np.zeros((0, 6)), buckets=8, reps=1,
+                            seed=0).exact([0], [0]).tolist() == [0.0]
+    with pytest.raises(ValueError, match="2-d"):
+        pagh_mm.approx_matmul(np.ones((3, 3)), np.ones(3))
+
+
+def test_exact_reads_only_the_rows_and_columns_it_needs():
+    rng = np.random.default_rng(24)
+    A = sps.csc_matrix((np.ones(100), (rng.integers(0, 2**31, 100), rng.integers(0, 10, 100))),
+                       shape=(2**31, 10))
+    B = sps.csr_matrix((np.arange(1.0, 101.0), (rng.integers(0, 10, 100), rng.integers(0, 2**31, 100))),
+                       shape=(10, 2**31))
+    sk = pagh_mm.compress(A, B, buckets=64, reps=3, seed=0)
+    r, c = A.tocoo().row[:3], B.tocoo().col[:3]
+    got, peak = _peak(lambda: sk.exact(r, c))
+    assert peak < 1 << 20
+    a, b = A.tocoo(), B.tocoo()
+    want = [sum(av * bv for ar, ak, av in zip(a.row, a.col, a.data) if ar == i
+                for bk, bc, bv in zip(b.row, b.col, b.data) if bc == j and bk == ak) for i, j in zip(r, c)]
+    assert got.tolist() == want
+    Ad = rng.standard_normal((200, 2000))
+    skd = pagh_mm.compress(Ad, sps.random(2000, 30, density=0.01, format="csr", random_state=1),
+                           buckets=64, reps=1, seed=0)
+    _, peak = _peak(lambda: skd.exact([3], [4]))
+    assert peak < 1 << 20                                   # never the whole dense factor as CSR
+
+
+def test_huge_integer_exact_values_read_only_the_stored_values():
+    n = 3_000_000
+    A = sps.csr_matrix((np.array([3 * 10**12, 7], np.int64), ([0, 0], [5, n - 1])), shape=(2, n))
+    B = sps.csc_matrix((np.array([10**12, 2], np.int64), ([5, n - 1], [1, 1])), shape=(n, 2))
+    sk = pagh_mm.compress(A, B, buckets=16, reps=1, seed=0)
+    with pytest.warns(ExactValueWarning):
+        got, peak = _peak(lambda: sk.exact([0], [1]))
+    assert got[0] == float(3 * 10**24 + 14) and peak < 64 << 20
+
+
+def test_cpu_transform_memory_check_covers_the_measured_peak():
+    x = np.random.default_rng(25).standard_normal((1, 1 << 20)).astype(np.float32)
+    for alg, stab in (("folklore", None), ("alman", None), ("folklore", "kahan"),
+                      ("folklore", "neumaier")):
+        plan = F.make_plan(1 << 20, np.float32, alg, stab)
+        need = 3 * x.nbytes + fwht_cpu.work_bytes(plan, 1)
+        _, peak = _peak(lambda: F.ifwht(x, algorithm=alg, stabilizer=stab))
+        assert peak <= need, (alg, stab, peak, need)
+
+
+def test_smaller_validation_gaps():
+    A, B = np.ones((4, 3)), np.ones((3, 5))
+    with pytest.raises(ValueError, match="method='fft'"):
+        pagh_mm.compress(A, B, buckets=16, reps=1, method="fft", stabilizer="kahan")
+    with pytest.raises(ValueError, match="2 to 2\\*\\*32"):
+        pagh_mm.compress(A, B, buckets=2**33, reps=1)
+    with pytest.raises(ValueError, match="bits"):
+        pagh_mm.compress(A, B, buckets=16, reps=1, seed=1 << 5000)
+    assert pagh_mm.compress(A.astype(np.float16), B.astype(np.float16), buckets=16, reps=1,
+                            seed=0).dtype == "fp32"
+    x = np.arange(8, dtype=">f8")
+    o = np.empty(8, ">f8")
+    assert F.fwht(x, out=o) is o and (o == F.fwht(x.astype("<f8"))).all()
