@@ -36,12 +36,6 @@ class Side:
         self.M = M
         self._table = None
 
-    def nnz_between(self, k0: int, k1: int) -> int:
-        """Stored values of inner indices k0 .. k1 - 1 (dense: every value)."""
-        if self.sparse:
-            return int(self.M.indptr[k1]) - int(self.M.indptr[k0])
-        return self.keys * (k1 - k0)
-
     def nonempty(self):
         """Per inner index: whether its vector has a stored value (None: dense, all)."""
         if not self.sparse:

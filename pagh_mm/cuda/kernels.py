@@ -9,7 +9,6 @@ import numpy as np
 
 HERE = os.path.dirname(__file__)
 SOURCES = {"estimate": os.path.join(HERE, "estimate.cu"), "scatter": os.path.join(HERE, "scatter.cu")}
-SOURCE = SOURCES["estimate"]
 MAXDS = (7, 15, 31, 63, 127)
 OPTIONS = ("-std=c++17", "--fmad=false")
 
