@@ -14,7 +14,6 @@ XOR Conv (H (H a * H b) / n).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 

@@ -210,7 +210,7 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
 def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
               force, debug) -> None:
     """Walsh-Hadamard transform of the array in file IN along --axis, written to -o."""
-    from pagh_mm import io
+    from . import matrixio as io
 
     from . import fwht, ifwht
     from .cuda import launch

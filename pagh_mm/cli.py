@@ -87,7 +87,7 @@ def sketch_options(fn):
 
 
 def _load_pair(a_path, b_path, fmt, transpose_a, device):
-    from . import io
+    from fwht_gpu import matrixio as io
     A = io.read_matrix(a_path, fmt)
     B = io.read_matrix(b_path, fmt)
     if transpose_a:
@@ -219,7 +219,7 @@ def demo(size, planted, reps, seed, device, debug) -> None:
 def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
     """Compress + top-k on planted heavy hitters versus cuBLAS GEMM + top-k (table + JSON)."""
     from . import bench as _bench
-    from . import io
+    from fwht_gpu import matrixio as io
     check_outputs([out_json], force=force)
     dev = _device(device)
     if not sizes:
@@ -249,7 +249,7 @@ def files_to_output(what: str):
 @guarded
 def multiply(a_path, b_path, output, force, **o) -> None:
     """Dense estimate of A @ B (files A and B), written to -o."""
-    from . import io
+    from fwht_gpu import matrixio as io
     io.format_of(output)
     check_outputs([output], force=force)
     _check_settings(o)

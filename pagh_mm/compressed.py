@@ -357,7 +357,7 @@ class CompressedProduct:
         """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``): the
         pairwise tree over the inner index, dense or over the stored values of sparse rows
         (the same bits).  Only the rows and columns asked for are read."""
-        xp, sp = self.backend.xp, self.backend.sp
+        xp = self.backend.xp
         if is_sparse(A) and is_sparse(B):
             Ar = select(A, r, self.backend, np.float64)           # q x n, from A's CSC
             Bc = select(B, c, self.backend, np.float64)           # q x n, from B's CSR

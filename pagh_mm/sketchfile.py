@@ -29,7 +29,7 @@ from fwht_gpu.plan import ALGORITHMS, STABILIZERS
 
 from . import hashing
 from .convolution import METHODS
-from .io import atomic_write, read_npz_arrays
+from fwht_gpu.matrixio import atomic_write, read_npz_arrays
 
 FORMAT = "pagh_mm.CompressedProduct"
 FORMAT_VERSION = 2

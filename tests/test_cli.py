@@ -13,7 +13,7 @@ import scipy.sparse as sps
 from click.testing import CliRunner
 
 from fwht_gpu.cli import main as fwht_main
-from pagh_mm import io
+from fwht_gpu import matrixio as io
 from pagh_mm.cli import main as pagh_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,5 +1,5 @@
 """Sketch files (pagh_mm.sketchfile) against an adversarial corpus, and atomic writes
-(pagh_mm.io.atomic_write): modes, fsync, cleanup on errors and on SIGTERM."""
+(fwht_gpu.files.atomic_write): modes, fsync, cleanup on errors and on SIGTERM."""
 import os
 import signal
 import stat
@@ -397,7 +397,7 @@ def test_sigterm_handler_is_restored(tmp_path):
 
 SLOW_WRITE = """
 import sys, time
-from pagh_mm import io
+from fwht_gpu import matrixio as io
 def slow(f):
     f.write(b"x" * (4 << 20))
     f.flush()

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import fwht_gpu as F
-from fwht_gpu import dtypes as _dt
 from fwht_gpu.cuda import launch
 from tests.conftest import DTYPE_IDS, DTYPES
 

@@ -10,25 +10,21 @@ anything is allocated (:func:`read_npz_arrays`), and never unpickles."""
 from __future__ import annotations
 
 import io as _io
-import json
 import math
 import os
-import secrets
-import stat
 import struct
 import tokenize
 import zipfile
 import zlib
-from typing import BinaryIO, Callable
 
 import numpy as np
 import numpy.lib.format as _npformat
 import scipy.io
 import scipy.sparse
 
-from fwht_gpu import memory
-from fwht_gpu.clitools import first_line
-from fwht_gpu.files import atomic_write, write_json  # noqa: F401 (the shared writer)
+from . import memory
+from .clitools import first_line
+from .files import atomic_write, write_json  # noqa: F401 (the shared writer)
 
 FORMATS = ("npy", "npz", "mtx", "csv", "tsv", "txt")
 _EXT = {".npy": "npy", ".npz": "npz", ".mtx": "mtx", ".csv": "csv", ".tsv": "tsv", ".txt": "txt"}
