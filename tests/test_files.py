@@ -12,7 +12,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from pagh_mm import hashing, io, sketchfile
+from fwht_gpu import matrixio as io
+from pagh_mm import hashing, sketchfile
 from pagh_mm.sketchfile import LegacyHashWarning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -397,7 +398,6 @@ def test_sigterm_handler_is_restored(tmp_path):
 
 SLOW_WRITE = """
 import sys, time
-from fwht_gpu import matrixio as io
 def slow(f):
     f.write(b"x" * (4 << 20))
     f.flush()
