@@ -397,6 +397,7 @@ def test_sigterm_handler_is_restored(tmp_path):
 
 
 SLOW_WRITE = """
+from fwht_gpu import matrixio as io
 import sys, time
 def slow(f):
     f.write(b"x" * (4 << 20))
