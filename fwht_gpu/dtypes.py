@@ -54,6 +54,11 @@ def resolve(dtype, argname: str = "dtype") -> np.dtype:
     return dt
 
 
+def native(dtype) -> np.dtype:
+    """The same dtype in the machine's byte order (a big-endian float64 becomes float64)."""
+    return np.dtype(dtype).newbyteorder("=")
+
+
 def work_dtype(dtype) -> np.dtype:
     """The dtype the NumPy engine computes in: FP32 for FP16/BF16, the dtype itself otherwise."""
     dt = np.dtype(dtype)

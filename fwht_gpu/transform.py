@@ -51,25 +51,13 @@ def _check_args(x, axis, out, xp):
     if out is not None:
         if not isinstance(out, xp.ndarray):
             raise TypeError(f"out must be a {xp.__name__}.ndarray like x, got {type(out).__name__}")
-        odt = out.dtype
-        if xp is np and odt.byteorder not in ("=", "|") and odt.byteorder != _NATIVE:
-            odt = odt.newbyteorder("=")                  # written through a conversion
+        odt = _dt.native(out.dtype) if xp is np else out.dtype   # written through a conversion
         if out.shape != x.shape or odt != x.dtype:
             raise ValueError(f"out has shape {out.shape} and dtype {out.dtype}; it must match x "
                              f"({x.shape}, {x.dtype})")
         if xp is np and not out.flags.writeable:
             raise ValueError("out is read-only; pass a writeable array")
     return axis
-
-
-def _native(x):
-    """``x`` in native byte order (a big-endian array is converted once)."""
-    if x.dtype.byteorder not in ("=", "|") and x.dtype.byteorder != _NATIVE:
-        return x.astype(x.dtype.newbyteorder("="))
-    return x
-
-
-_NATIVE = "<" if np.little_endian else ">"
 
 
 def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compute_dtype=None):
@@ -87,7 +75,8 @@ def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compu
             raise TypeError("x is a masked array: the transform would use its masked values; "
                             "pass x.filled(0) (or another fill value) or x.data")
         x = np.asarray(x)
-    x = _native(x)
+    if x.dtype != _dt.native(x.dtype):
+        x = x.astype(_dt.native(x.dtype))             # non-native byte order: converted once
     axis = _check_args(x, axis, out, np)
     n = x.shape[axis]
     check_length(n, "x")

@@ -90,11 +90,6 @@ def check_buckets(buckets) -> int:
     return b.bit_length() - 1
 
 
-def _native(dt) -> np.dtype:
-    dt = np.dtype(dt)
-    return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
-
-
 def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite,
               memory_budget):
     if isinstance(A, (list, tuple)):
@@ -115,8 +110,8 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
         raise ValueError(f"method={method!r}; choose 'fwht' or 'fft'")
     hashing.check_family(hash)
     if dtype is None:
-        rt = np.result_type(_native(A.dtype) if A.dtype != _fdt.bfloat16 else np.float32,
-                            _native(B.dtype) if B.dtype != _fdt.bfloat16 else np.float32)
+        rt = np.result_type(*(np.float32 if M.dtype == _fdt.bfloat16 else _fdt.native(M.dtype)
+                              for M in (A, B)))
         dtype = np.float32 if rt.kind == "f" and rt.itemsize <= 4 else np.float64
     dtype = _fdt.resolve(dtype, "dtype")
     fwht_gpu.make_plan(1 << log2b, dtype, algorithm, stabilizer)     # validates both
@@ -143,7 +138,7 @@ def _block_size(sides, per_index: int, n: int, reps: int, budget: int) -> int:
     """The largest power of two B such that every aligned block of B inner indices (with its
     sparse stored values) keeps its temporaries within ``budget``; 0 if not even one fits."""
     B = 1 << max(0, (max(n, 1) - 1).bit_length())
-    while B >= 1 and _block_cost(sides, B, per_index, reps, n) > budget:
+    while B >= 1 and _block_cost(sides, B, per_index, reps) > budget:
         B //= 2
     return B
 
@@ -162,14 +157,14 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
         base = MEMORY_BUDGET
         if be.gpu:
             base = max(MEMORY_BUDGET, min(2 << 30, (have or 0) // 8))
-        budget = max(base, _block_cost(sides, 1, per_index, d, n))
+        budget = max(base, _block_cost(sides, 1, per_index, d))
         if have is not None:
             budget = min(budget, max(have // 2, 1))
     else:
         budget = memory_budget
     B = _block_size(sides, per_index, n, d, budget)
     if B == 0:
-        one = _block_cost(sides, 1, per_index, d, n)
+        one = _block_cost(sides, 1, per_index, d)
         if memory_budget is not None:
             raise memory.InsufficientMemoryError(
                 f"memory_budget={memory.gib(memory_budget)} is below what one inner index needs "
@@ -179,21 +174,15 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
         B, budget = 1, one
     levels = max(1, (max(n, 1) - 1).bit_length() - (B.bit_length() - 1) + 1)
     fixed = (levels + 4) * term + sum(s.table_bytes() for s in sides)
-    need = fixed + _block_cost(sides, B, per_index, d, n)
+    need = fixed + _block_cost(sides, B, per_index, d)
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  hint, device=device)
     return B, budget
 
 
-def _block_cost(sides, B, per_index, d, n) -> int:
+def _block_cost(sides, B, per_index, d) -> int:
     """Bytes of temporaries of the largest aligned block of B inner indices."""
-    cost = B * per_index
-    for s in sides:
-        if s.sparse and n:
-            ptr = np.asarray(s.M.indptr if not s.be.gpu else s.M.indptr.get())
-            starts = np.arange(0, n, B)
-            cost += int((ptr[np.minimum(starts + B, n)] - ptr[starts]).max()) * SPARSE_BYTES * d
-    return cost
+    return B * per_index + sum(s.most_values(B) for s in sides) * SPARSE_BYTES * d
 
 
 # --- compression ----------------------------------------------------------------------------

@@ -35,6 +35,19 @@ class Side:
         self.keys = M.shape[0] if which == 1 else M.shape[1]
         self.M = M
         self._table = None
+        self._ptr = None
+
+    def most_values(self, block: int) -> int:
+        """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
+        if not self.sparse:
+            return 0
+        if self._ptr is None:                 # one host copy of the index, for every block size
+            self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
+        n = self._ptr.size - 1
+        if n == 0:
+            return 0
+        starts = np.arange(0, n, block)
+        return int((self._ptr[np.minimum(starts + block, n)] - self._ptr[starts]).max())
 
     def nonempty(self):
         """Per inner index: whether its vector has a stored value (None: dense, all)."""

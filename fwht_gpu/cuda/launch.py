@@ -446,22 +446,29 @@ def execute(plan: Plan, src, dst, factor: float = 1.0, check: bool = True, row_s
     return bad if bool(bad.any()) else None
 
 
-#: Exponent bits of each storage dtype (all set: inf or NaN), as unsigned integers.
-_EXPONENT = {8: (np.uint64, 0x7FF0000000000000), 4: (np.uint32, 0x7F800000),
-             2: (np.uint16, 0x7C00)}
+def _bits(a):
+    """``a`` viewed as unsigned integers of its width, and its dtype's exponent mask (all
+    exponent bits set: inf or NaN)."""
+    udt, mask = {8: (np.uint64, 0x7FF0000000000000), 4: (np.uint32, 0x7F800000),
+                 2: (np.uint16, 0x7F80 if a.dtype == _dt.bfloat16 else 0x7C00)}[a.dtype.itemsize]
+    return a.view(udt), udt(mask)
+
+
+@functools.lru_cache(maxsize=None)
+def _reductions():
+    """(any non-finite, max |finite value|) over bit patterns: no temporary of the input's size."""
+    cp = cupy()
+    nonfinite = cp.ReductionKernel("T x, T m", "bool y", "(x & m) == m", "a || b", "y = a", "false",
+                                   "fwht_nonfinite_any")
+    max_abs = cp.ReductionKernel("T x, T e, T m", "T y", "((x & e) == e) ? (T)0 : (x & m)",
+                                 "max(a, b)", "y = a", "0", "fwht_max_abs_bits")
+    return nonfinite, max_abs
 
 
 def _nonfinite_transforms(a, n: int, row_shift: int):
-    """Per transform of the (batch, n * 2**row_shift) array ``a``: holds a non-finite value
-    (a reduction over the bit patterns, no temporary of a's size)."""
-    cp = cupy()
-    udt, mask = _EXPONENT[a.dtype.itemsize]
-    if a.dtype == _dt.bfloat16:
-        mask = 0x7F80
-    kern = cp.ReductionKernel("T x, T m", "bool y", "(x & m) == m", "a || b", "y = a", "false",
-                              "fwht_nonfinite_any")
-    u = a.view(udt).reshape(-1, n, 1 << row_shift)
-    return kern(u, udt(mask), axis=1).reshape(-1)
+    """Per transform of the (batch, n * 2**row_shift) array ``a``: holds a non-finite value."""
+    u, mask = _bits(a)
+    return _reductions()[0](u.reshape(-1, n, 1 << row_shift), mask, axis=1).reshape(-1)
 
 
 def split_in_two(plan: Plan) -> Plan:
@@ -594,14 +601,9 @@ def _input_kept(x, axis, out, plan, factor):
 def _could_overflow(x, plan) -> bool:
     """Whether some unscaled intermediate value could leave the dtype's range: n max|x| times
     the growth of rounding (Folklore, stabilizers) or of Alman-Rao's pre-scaling."""
-    cp = cupy()
-    udt, exp = _EXPONENT[x.dtype.itemsize]
-    if x.dtype == _dt.bfloat16:
-        exp = 0x7F80
-    mag = udt((1 << (8 * x.dtype.itemsize - 1)) - 1)
-    kern = cp.ReductionKernel("T x, T e, T m", "T y", "((x & e) == e) ? (T)0 : (x & m)",
-                              "max(a, b)", "y = a", "0", "fwht_max_abs_bits")
-    top = kern(x.view(udt), udt(exp), mag).reshape(1).view(x.dtype).astype(np.float64)
+    u, exp = _bits(x)
+    mag = u.dtype.type((1 << (8 * x.dtype.itemsize - 1)) - 1)
+    top = _reductions()[1](u, exp, mag).reshape(1).view(x.dtype).astype(np.float64)
     growth = 1.05 if plan.algorithm == "folklore" else 2.0 ** (plan.log2n // 3 + 5)
     return float(top[0]) * plan.n * growth >= _dt.max_finite(plan.dtype)
 
