@@ -22,9 +22,9 @@ def args(description: str):
 def backend(force_cpu: bool):
     """(xp, on_gpu): CuPy when a GPU is usable, else NumPy."""
     if not force_cpu:
-        from fwht_gpu.cuda import launch
-        if launch.available():
-            return launch.cupy(), True
+        from fwht_gpu import gpu
+        if gpu.available():
+            return gpu.cupy(), True
     return np, False
 
 

@@ -3,34 +3,26 @@
 FP64, FP32, FP16 and bfloat16; the Folklore and Alman-Rao algorithms; Kahan and
 Neumaier stabilized butterflies.  The NumPy engine is the specification: the
 GPU engine executes the same :class:`Plan` and returns the same bits.
+
+The research instruments are submodules: :mod:`fwht_gpu.reference` (exact and
+double-double references, error metrics), :mod:`fwht_gpu.accuracy` (the thesis's
+stability study), :mod:`fwht_gpu.bench` (the performance study); :mod:`fwht_gpu.gpu` is
+the GPU face (availability, device limits, kernel modules) for packages built on this one.
 """
 from .dtypes import bfloat16
 from .memory import InsufficientMemoryError
+from .overflow import TransformOverflowError
 from .plan import Pass, Plan, Stage, make_plan
-from .reference import (
-    DD,
-    dd_fwht,
-    max_relative_error,
-    mean_absolute_error,
-    mean_relative_error,
-    mp_fwht,
-    reference_fwht,
-)
-from .transform import TransformOverflowError, fwht, ifwht, operation_count, run_plan
+from .transform import FWHT, fwht, ifwht, operation_count, run_plan
+from .tuning import Tuning
+from .variants import ALGORITHMS, STABILIZERS, VARIANTS
+from .cuda.device import pinned_empty
 
 __version__ = "0.1.0"
 
 
-def pinned_empty(shape, dtype):
-    """Page-locked NumPy array (needs CuPy): the fast input/output for ``device="cuda"``."""
-    from .cuda.launch import pinned_empty as _pe
-    return _pe(shape, dtype)
-
-
-
 __all__ = [
-    "fwht", "ifwht", "make_plan", "Plan", "Pass", "Stage", "run_plan", "operation_count",
-    "TransformOverflowError", "bfloat16", "reference_fwht", "dd_fwht", "mp_fwht", "DD",
-    "mean_relative_error", "max_relative_error", "mean_absolute_error", "pinned_empty",
-    "InsufficientMemoryError", "__version__",
+    "fwht", "ifwht", "FWHT", "make_plan", "Plan", "Pass", "Stage", "Tuning", "run_plan",
+    "operation_count", "TransformOverflowError", "InsufficientMemoryError", "bfloat16",
+    "pinned_empty", "ALGORITHMS", "STABILIZERS", "VARIANTS", "__version__",
 ]

@@ -20,20 +20,18 @@ import statistics
 import numpy as np
 
 from . import dtypes as _dt
+from . import gpu
 from . import reference as R
+from . import variants as _variants
+from .cuda import engine
 from .files import atomic_write
 from .plan import make_plan
-from .transform import TransformOverflowError, norm_factor, run_plan
+from .transform import TransformOverflowError, fwht, ifwht, norm_factor, run_plan
 
 DISTRIBUTIONS = ("PMONE", "NORM", "RELU_NORM", "PAGH_NORM", "PAGH_PMONE")
 EXPERIMENTS = ("One-Way", "Two-Way", "Smoothed", "XOR Conv")
-#: name -> (algorithm, stabilizer, compute dtype?)
-VARIANTS = {
-    "folklore": ("folklore", None, False), "kahan": ("folklore", "kahan", False),
-    "neumaier": ("folklore", "neumaier", False), "alman": ("alman", None, False),
-    "kahan-pass": ("folklore", "kahan-pass", False), "neumaier-pass": ("folklore", "neumaier-pass", False),
-    "compute": ("folklore", None, True),
-}
+#: The variants of the study (names of :data:`fwht_gpu.variants.VARIANTS`), in table order.
+VARIANTS = ("folklore", "kahan", "neumaier", "alman", "kahan-pass", "neumaier-pass", "compute")
 THESIS_VARIANTS = ("kahan", "neumaier", "alman")
 T_SMOOTH = 1.0
 
@@ -54,24 +52,20 @@ def draw(dist: str, n: int, rng) -> np.ndarray:
     return x
 
 
-def _wide(dtype):
-    return {2: np.float32, 4: np.float64}.get(np.dtype(dtype).itemsize)
-
-
 class _Runner:
     """Transforms of one variant and dtype, on the CPU (GPU plans through the NumPy engine)
     or on the GPU."""
 
     def __init__(self, variant, dtype, n, xp):
-        alg, stab, wide = VARIANTS[variant]
-        self.kw = dict(algorithm=alg, stabilizer=stab, compute_dtype=_wide(dtype) if wide else None)
+        v = _variants.variant(variant)
+        alg, stab = v.algorithm, v.stabilizer
+        self.kw = v.kwargs(dtype)
         self.xp, self.n, self.dtype = xp, n, np.dtype(dtype)
         self.plan = make_plan(n, dtype, alg, stab, "cuda", self.kw["compute_dtype"])
 
     def __call__(self, x, inverse=False):
         if self.xp is np:
             return run_plan(self.plan, x, -1, norm_factor(self.n, "backward", inverse))
-        from .transform import fwht, ifwht
         return (ifwht if inverse else fwht)(x, **self.kw)
 
     def elementwise(self, fn, *arrays):
@@ -123,8 +117,7 @@ def study(log2ns=range(3, 13), dtypes=("fp64", "fp32", "fp16", "bf16"), variants
     mean_rel, max_rel, mean_abs} (None metrics where the dtype's range was exceeded)."""
     xp = np
     if device == "gpu":
-        from .cuda import launch
-        xp = launch.cupy()
+        xp = gpu.cupy()
         _precompile(log2ns, dtypes, variants)
     records = []
     for L in log2ns:
@@ -139,7 +132,7 @@ def study(log2ns=range(3, 13), dtypes=("fp64", "fp32", "fp16", "bf16"), variants
                 for exp in experiments:
                     ref = reference(exp, af, bf, L, xp)
                     for var in variants:
-                        if VARIANTS[var][2] and _wide(dt) is None:
+                        if not _variants.variant(var).applies_to(dt):
                             continue
                         rec = {"dtype": name, "log2n": L, "distribution": dist, "experiment": exp,
                                "variant": var}
@@ -157,20 +150,17 @@ def study(log2ns=range(3, 13), dtypes=("fp64", "fp32", "fp16", "bf16"), variants
     return records
 
 
-def _precompile(log2ns, dtypes, variants) -> None:
-    """Compile every kernel the GPU study needs in one NVRTC module."""
-    from .cuda import launch
-    cfgs = set()
+def _precompile(log2ns, dtypes, variant_names) -> None:
+    """Compile every kernel the GPU study needs, in parallel processes."""
+    work = []
     for name in dtypes:
         dt = _dt.resolve(name)
-        for var in variants:
-            alg, stab, wide = VARIANTS[var]
-            if wide and _wide(dt) is None:
-                continue
-            for L in log2ns:
-                plan = make_plan(1 << L, dt, alg, stab, "cuda", _wide(dt) if wide else None)
-                cfgs.update(launch.configs_for(plan, 1 << L))
-    launch.precompile(cfgs)
+        for var in variant_names:
+            v = _variants.variant(var)
+            if v.applies_to(dt):
+                work += [(make_plan(1 << L, dt, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dt)),
+                          1 << L) for L in log2ns]
+    engine.precompile(work)
 
 
 def reduction_table(records, variants=None) -> dict:
@@ -195,7 +185,7 @@ def markdown_table(records, variants=None) -> str:
     tab = reduction_table(records, variants)
     dts = [d for d in ("fp64", "fp32", "fp16", "bf16") if d in tab]
     vs = variants or sorted({v for d in tab.values() for s in d.values() for v in s},
-                            key=lambda v: list(VARIANTS).index(v))
+                            key=lambda v: VARIANTS.index(v))
     head = "| log2(n) | " + " | ".join(f"{d} {v}" for d in dts for v in vs) + " |"
     lines = [head, "|" + "---|" * (1 + len(dts) * len(vs))]
     sizes = sorted({L for d in tab.values() for L in d})

@@ -13,17 +13,23 @@ import time
 
 import click
 import numpy as np
+import scipy.sparse
 
-from . import __version__
+from . import __version__, devices, gpu, reference
+from . import accuracy as _acc
+from . import bench as _bench
 from . import dtypes as _dt
+from . import matrixio as io
 from .clitools import check_outputs, debug_option, first_line, force_option, guarded
+from .files import write_json
+from .plan import make_plan
+from .transform import fwht, ifwht
 
 _SEED = click.IntRange(0)
 
 
 def _write_json(path: str, obj) -> None:
-    from .files import write_json         # the one atomic writer, shared with pagh-mm
-    write_json(path, obj)
+    write_json(path, obj)                 # the one atomic writer, shared with pagh-mm
 
 
 def _check_range(lo: int, hi: int, what: str) -> None:
@@ -33,16 +39,19 @@ def _check_range(lo: int, hi: int, what: str) -> None:
 
 def _check_variant(algorithm: str, stabilizer: str | None) -> None:
     """Usage error for an algorithm/stabilizer pair the Plan refuses."""
-    from .plan import make_plan
     try:
         make_plan(2, np.float64, algorithm, stabilizer)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
 
-def _gpu_status() -> str:
-    from .cuda import launch
-    return launch.status()
+def _device(device: str) -> str:
+    """'cpu' or 'gpu' for --device (the one resolver of both packages); a usage error when
+    the GPU was asked for and none is usable."""
+    try:
+        return devices.resolve(device)
+    except RuntimeError as exc:
+        raise click.UsageError(f"--device gpu, but {gpu.status()}") from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,7 +66,7 @@ def main() -> None:
 def info(debug) -> None:
     """Versions, CuPy and GPU status."""
     click.echo(f"fwht_gpu {__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
-    click.echo(f"GPU: {_gpu_status()}")
+    click.echo(f"GPU: {gpu.status()}")
 
 
 @main.command()
@@ -75,12 +84,8 @@ def demo(log2n: int, batch: int, device: str, seed: int, debug: bool) -> None:
     The error is measured against the double-double reference (mean relative error,
     the thesis's metric) and shown as a multiple of the dtype's unit roundoff u.
     """
-    from . import fwht, reference
-    from .cuda import launch
 
-    use_gpu = device == "gpu" or (device == "auto" and launch.available())
-    if device == "gpu" and not launch.available():
-        raise click.UsageError(f"--device gpu, but {_gpu_status()}")
+    use_gpu = _device(device) == "gpu"
     n = 1 << log2n
     x64 = np.random.default_rng(seed).standard_normal((batch, n))
     click.echo(f"FWHT of {batch} x 2**{log2n} NORM values on the {'GPU' if use_gpu else 'CPU'}")
@@ -91,10 +96,10 @@ def demo(log2n: int, batch: int, device: str, seed: int, debug: bool) -> None:
         ref = reference.dd_fwht(x)
         for alg, st in variants:
             if use_gpu:
-                xg = launch.cupy().asarray(x)
+                xg = gpu.cupy().asarray(x)
                 t0 = time.perf_counter()
                 y = fwht(xg, algorithm=alg, stabilizer=st)
-                launch.cupy().cuda.Device().synchronize()
+                gpu.cupy().cuda.Device().synchronize()
                 dt_ms = (time.perf_counter() - t0) * 1e3
                 y = y.get()
             else:
@@ -129,12 +134,10 @@ def demo(log2n: int, batch: int, device: str, seed: int, debug: bool) -> None:
 def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_variants, no_host,
           out_json, force, debug) -> None:
     """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
-    from . import bench as _bench
-    from .cuda import launch
     _check_range(min_log2n, max_log2n, "log2n")
     check_outputs([out_json], force=force)
-    if not launch.available():
-        raise click.UsageError(f"fwht bench needs a GPU: {launch.status()}")
+    if not gpu.available():
+        raise click.UsageError(f"fwht bench needs a GPU: {gpu.status()}")
     res = _bench.main(None, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
                       batched=range(8, 16) if batched else (), fft=not no_fft,
                       variants=() if no_variants else variant_sizes, host=not no_host,
@@ -166,11 +169,7 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
              debug) -> None:
     """The thesis's numerical-stability study: error of every variant against a double-double
     reference; JSON, a Table 4.1-style markdown table and Figure 4.1-4.4-style plots."""
-    from . import accuracy as _acc
-    from .cuda import launch
-    if device == "gpu" and not launch.available():
-        raise click.UsageError(f"--device gpu, but {launch.status()}")
-    dev = "gpu" if device == "gpu" or (device == "auto" and launch.available()) else "cpu"
+    dev = _device(device)
     hi = max_log2n or (25 if dev == "gpu" else 12)
     _check_range(min_log2n, hi, "log2n")
     dtypes = tuple(dict.fromkeys(dtypes))
@@ -210,31 +209,24 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
 def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
               force, debug) -> None:
     """Walsh-Hadamard transform of the array in file IN along --axis, written to -o."""
-    from . import matrixio as io
-
-    from . import fwht, ifwht
-    from .cuda import launch
     io.format_of(output)
     check_outputs([output], force=force)
     stabilizer = None if stabilizer == "none" else stabilizer
     _check_variant(algorithm, stabilizer)
-    if device == "gpu" and not launch.available():
-        raise click.UsageError(f"--device gpu, but {launch.status()}")
+    dev = "cuda" if _device(device) == "gpu" else None
     x = io.read_matrix(in_path, fmt, ndim=None, mmap=False)
-    import scipy.sparse
     if scipy.sparse.issparse(x):
         x = x.toarray()
     if dtype is not None:
         x = x.astype(_dt.resolve(dtype))
     elif x.dtype not in _dt.SUPPORTED:
         x = x.astype(np.float64)
-    dev = "cuda" if device == "gpu" or (device == "auto" and launch.available()) else None
     fn = ifwht if inverse else fwht
     try:
         y = fn(x, axis, norm=norm, algorithm=algorithm, stabilizer=stabilizer, device=dev)
     except ValueError as exc:       # length or axis: name the file, not the argument
         msg = first_line(exc)
-        raise ValueError(f"{in_path}: {msg[3:] if msg.startswith('x: ') else msg}") from exc
+        raise ValueError(f"{in_path}: {msg.removeprefix('x: ')}") from exc
     if y.dtype.itemsize == 2 and io.format_of(output) not in ("npy", "npz"):
         y = y.astype(np.float32)          # text formats hold the values exactly in float32
     io.write_matrix(output, y, force=force)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtypes as _dt
+from . import memory
+from .overflow import overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
 
 
@@ -236,3 +238,37 @@ def scale(x: np.ndarray, factor: float) -> np.ndarray:
             part = flat[k:k + step]
             part[...] = (part.astype(np.float64) * factor).astype(wd).astype(x.dtype)
     return x
+
+
+def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=None,
+              counter: OpCounter | None = None, recompute: bool = True) -> np.ndarray:
+    """The engine's entry (the GPU engines have the same signature): ``plan`` along ``axis``
+    of ``x``, multiplied by ``factor``, written to ``out`` (or a new array).  Overflowed
+    transforms of finite input are recomputed in float64 when scaled (``recompute``), else
+    TransformOverflowError."""
+    axis = axis % x.ndim
+    xm = np.moveaxis(x, axis, -1)
+    shape = xm.shape
+    x2 = xm.reshape(-1, plan.n)
+    if x2.shape[0] == 0:
+        y2 = x2.copy()
+    else:
+        # reshape copy, engine output, result, and the engine's work arrays on row blocks
+        memory.check(3 * x2.nbytes + work_bytes(plan, x2.shape[0]),
+                     f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {plan.n} values",
+                     "transform fewer rows at a time")
+        y2 = scale(execute(plan, x2, counter), factor)
+        bad = overflowed_rows(x2, y2, np)
+        if bad is not None:
+            if not recompute:
+                raise overflow_error(plan.dtype)
+            y2[bad] = recompute_rows(plan, x2[bad], factor, _run64, np)
+    y = np.moveaxis(y2.reshape(shape), -1, axis)
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    out[...] = y
+    return out
+
+
+def _run64(plan: Plan, x64: np.ndarray, factor: float) -> np.ndarray:
+    return transform(plan, x64, -1, factor, recompute=False)

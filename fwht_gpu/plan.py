@@ -23,52 +23,16 @@ Plan exactly this way, so the GPU result equals the NumPy result bit for bit.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import dtypes as _dt
+from . import variants
+from .tuning import DEFAULT, Tuning
+from .variants import ALGORITHMS, STABILIZERS  # noqa: F401  (re-exported)
 
-ALGORITHMS = ("folklore", "alman")
-#: "kahan"/"neumaier": thesis 3.3.1/3.3.2, an error vector carried through every stage and
-#: folded in at the end; "-pass": the compensation lives only within a pass and is folded
-#: in where the pass writes back (no error vector in device memory).
-STABILIZERS = (None, "kahan", "neumaier", "kahan-pass", "neumaier-pass")
 DEVICES = ("cpu", "cuda")
-
-# Tile geometry, which decides the grouping of stages into passes on every device.  The
-# FWHT_* environment variables exist for tuning experiments only: they change the grouping,
-# and so the rounding points of compute_dtype and the "-pass" stabilizers (never the bits of
-# the other variants).  Unset, the rounding points depend on (n, dtype, variant) alone.
-#: Shared-memory bytes of one GPU tile when the whole transform fits in one pass.
-SINGLE_PASS_BYTES = int(os.environ.get("FWHT_SINGLE_PASS_BYTES", 1 << 17))
-#: Shared-memory bytes of one contiguous-pass tile in a multi-pass transform.
-TILE_BYTES = int(os.environ.get("FWHT_TILE_BYTES", 1 << 16))
-#: Shared-memory bytes of one strided-pass tile.
-STRIDED_TILE_BYTES = int(os.environ.get("FWHT_STRIDED_TILE_BYTES", 1 << 15))
-#: Most shared-memory bytes of one tile with a wider compute type or a stabilizer (whose
-#: tiles hold as many elements as Folklore's, at twice the bytes, up to this).
-MAX_TILE_BYTES = int(os.environ.get("FWHT_MAX_TILE_BYTES", 1 << 17))
-#: Shared-memory bytes of a wide tile when that takes no more passes than MAX_TILE_BYTES
-#: (three blocks per SM instead of one: FP32 data in FP64 at 2^24 1.21x, FP16 in FP32
-#: 1.19x faster on the H200).
-WIDE_TILE_BYTES = int(os.environ.get("FWHT_WIDE_TILE_BYTES", 1 << 16))
-#: Multi-pass Folklore: give the first (contiguous) pass the fewest bits that keep the pass
-#: count (smaller tiles), instead of the most (1.1-1.4x faster at 2^16-2^24 on the H200).
-BALANCED_PASSES = os.environ.get("FWHT_BALANCED_PASSES", "1") == "1"
-#: Bytes of one contiguous row segment of a strided tile (128: whole cache lines;
-#: 32-byte segments measured 3-4x slower per pass on the H100).
-SEGMENT_BYTES = int(os.environ.get("FWHT_SEGMENT_BYTES", 128))
-#: Row-segment bytes of a strided tile holding wider values (compute dtype, stabilizer):
-#: 64 doubles the rows per tile (a 9-bit strided pass within 64 KB of FP64).
-WIDE_SEGMENT_BYTES = int(os.environ.get("FWHT_WIDE_SEGMENT_BYTES", 128))
-#: Balance wide plans as Folklore's (the narrowest first pass that keeps the pass count).
-BALANCED_WIDE = os.environ.get("FWHT_BALANCED_WIDE", "0") == "1"
-#: Alman-Rao strided passes cover whole H8 stages: the strided bits rounded up to a multiple
-#: of 3 (9 instead of 8: the same tile bytes in half-width row segments, or for FP32 from 2^24
-#: elements a 64 KB tile, see launch.py), so that Alman-Rao takes no more passes than Folklore.
-ALMAN_ROUND_UP = os.environ.get("FWHT_ALMAN_ROUND_UP", "1") == "1"
 
 
 @dataclass(frozen=True)
@@ -94,7 +58,15 @@ class Pass:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a length-n transform is computed; made by :func:`make_plan`."""
+    """How a length-n transform is computed; made by :func:`make_plan`, executed unchanged by
+    every engine.
+
+    ``interleave`` (s > 0): the transform's consecutive elements lie 2**s apart in memory
+    (an axis other than the last of a C-contiguous array with 2**s trailing elements),
+    transformed in place with strided passes; ``split``: a lone single-pass transform
+    planned as two passes over more SMs.  Neither changes a bit of the result (both occur
+    only with plain Folklore, whose every operation rounds to the dtype).
+    """
 
     n: int
     dtype: np.dtype
@@ -103,6 +75,9 @@ class Plan:
     device: str
     passes: tuple[Pass, ...]
     compute_dtype: np.dtype
+    interleave: int = 0
+    split: bool = False
+    tuning: Tuning = field(default=DEFAULT, repr=False)
 
     @property
     def log2n(self) -> int:
@@ -111,6 +86,20 @@ class Plan:
     @property
     def stages(self) -> tuple[Stage, ...]:
         return tuple(s for p in self.passes for s in p.stages)
+
+    @property
+    def prefix_bits(self) -> int:
+        """Alman-Rao's radix-2 prefix: the bits below the first H8 stage, which the
+        pre-scaling exponents skip (0 for Folklore)."""
+        if self.algorithm != "alman":
+            return 0
+        return sum(1 for s in self.stages if s.kind == "radix2")
+
+    @property
+    def plain(self) -> bool:
+        """Folklore, no stabilizer, no wider compute dtype: every operation rounded to the
+        dtype, so any grouping of the stages gives the same bits."""
+        return self.algorithm == "folklore" and self.stabilizer is None and self.compute_dtype == self.dtype
 
     @property
     def stabilizer_kind(self) -> str | None:
@@ -136,16 +125,26 @@ class Plan:
         return text
 
     def describe(self) -> str:
-        """Human-readable schedule."""
+        """Human-readable schedule: every decision the engines follow."""
         lines = [
             f"Plan: n = 2**{self.log2n}, {_dt.short_name(self.dtype)}, algorithm={self.algorithm}, "
             f"stabilizer={self.stabilizer}, device={self.device}",
             f"  rounding: {self.rounding}",
         ]
+        if self.algorithm == "alman":
+            lines.append(f"  Alman-Rao: {self.prefix_bits} radix-2 prefix bits; pre-scaling exponents "
+                         f"count the non-zero octal digits of i >> {self.prefix_bits}")
+        if self.interleave:
+            lines.append(f"  layout: elements 2**{self.interleave} apart (a non-last axis, 2**"
+                         f"{self.interleave} interleaved transforms per row), every pass strided, in place")
+        if self.split:
+            lines.append("  split: a lone single-pass transform as two passes over more SMs (same bits)")
+        if self.tuning != DEFAULT:
+            lines.append(f"  tuning: {self.tuning.changes()}")
         for k, p in enumerate(self.passes):
             st = ", ".join(f"{s.kind}@{s.bit}" for s in p.stages)
             lines.append(f"  pass {k}: bits [{p.first_bit}, {p.first_bit + p.nbits}) "
-                         f"(chunk 2**{p.nbits} at stride 2**{p.first_bit}): {st}")
+                         f"(chunk 2**{p.nbits} at stride 2**{p.first_bit + self.interleave}): {st}")
         return "\n".join(lines)
 
 
@@ -181,54 +180,60 @@ def smem_bytes_per_element(dtype, compute_dtype=None, stabilizer=None) -> int:
 
 
 def pass_bits(dtype, strided: bool, single: bool = False, footprint: int | None = None,
-              max_tile: int = MAX_TILE_BYTES, segment: int = SEGMENT_BYTES) -> int:
+              max_tile: int | None = None, segment: int | None = None,
+              tuning: Tuning = DEFAULT) -> int:
     """Most index bits one GPU pass covers for ``dtype``.
 
     Tiles are sized by the stored bytes: a contiguous pass (stride 1) covers
-    TILE_BYTES of ``dtype`` (SINGLE_PASS_BYTES when the whole transform fits in one
-    pass), a strided pass STRIDED_TILE_BYTES in ``segment``-byte row segments.
+    ``tuning.tile_bytes`` of ``dtype`` (``single_pass_bytes`` when the whole transform fits
+    in one pass), a strided pass ``strided_tile_bytes`` in ``segment``-byte row segments.
     With ``footprint`` shared-memory bytes per element (a wider compute type, a
     stabilizer's errors) a tile also stays within ``max_tile`` bytes of shared memory.
     """
+    t = tuning
+    max_tile = t.max_tile_bytes if max_tile is None else max_tile
+    segment = t.segment_bytes if segment is None else segment
     item = np.dtype(dtype).itemsize
     foot = footprint or item
     if strided:
-        elements = STRIDED_TILE_BYTES // item
-        rows = STRIDED_TILE_BYTES // segment
+        elements = t.strided_tile_bytes // item
+        rows = t.strided_tile_bytes // segment
         if foot > item:
             rows = min(rows, max_tile // foot // (segment // item))
         return rows.bit_length() - 1 if elements >= segment // item else 0
-    elements = (SINGLE_PASS_BYTES if single else TILE_BYTES) // item
+    elements = (t.single_pass_bytes if single else t.tile_bytes) // item
     if foot > item:
         elements = min(elements, max_tile // foot)
     return elements.bit_length() - 1
 
 
-def _group(stages: list[Stage], log2n: int, dtype, footprint: int) -> tuple[Pass, ...]:
-    """The passes of a transform: a function of (n, dtype, variant) alone, never of the device,
-    so that the NumPy engine rounds where the GPU engine does (``compute_dtype`` and the
-    ``-pass`` stabilizers round where a pass writes back)."""
-    if log2n <= pass_bits(dtype, False, single=True, footprint=footprint):
+def _group(stages: list[Stage], log2n: int, dtype, footprint: int, t: Tuning) -> tuple[Pass, ...]:
+    """The passes of a transform: a function of (n, dtype, variant, tuning) alone, never of
+    the device, so that the NumPy engine rounds where the GPU engine does (``compute_dtype``
+    and the ``-pass`` stabilizers round where a pass writes back)."""
+    if log2n <= pass_bits(dtype, False, single=True, footprint=footprint, tuning=t):
         return (Pass(0, log2n, tuple(stages)),) if stages else ()
     h8 = any(s.kind == "h8" for s in stages)
     wide = footprint > np.dtype(dtype).itemsize
 
     def strided(tile: int) -> int:
         bits = pass_bits(dtype, True, footprint=footprint, max_tile=tile,
-                         segment=WIDE_SEGMENT_BYTES if wide else SEGMENT_BYTES)
-        return -(-bits // 3) * 3 if h8 and ALMAN_ROUND_UP else bits
+                         segment=t.wide_segment_bytes if wide else t.segment_bytes, tuning=t)
+        return -(-bits // 3) * 3 if h8 and t.alman_round_up else bits
 
-    greedy = lambda tile: _greedy(stages, pass_bits(dtype, False, footprint=footprint, max_tile=tile),  # noqa: E731
-                                  strided(tile))
-    passes, tile = greedy(MAX_TILE_BYTES), MAX_TILE_BYTES
+    def greedy(tile: int) -> tuple[Pass, ...]:
+        first = pass_bits(dtype, False, footprint=footprint, max_tile=tile, tuning=t)
+        return _greedy(stages, first, strided(tile))
+
+    passes, tile = greedy(t.max_tile_bytes), t.max_tile_bytes
     if wide:
         # wider values in shared memory: the smaller tile (more blocks per SM) unless it costs a pass
-        small = greedy(WIDE_TILE_BYTES)
+        small = greedy(t.wide_tile_bytes)
         if len(small) == len(passes):
-            passes, tile = small, WIDE_TILE_BYTES
-        if not BALANCED_WIDE:
+            passes, tile = small, t.wide_tile_bytes
+        if not t.balanced_wide:
             return passes
-    if BALANCED_PASSES:
+    if t.balanced_passes:
         # the smallest first (contiguous) pass that keeps the pass count: smaller tiles
         for c in range(1, passes[0].nbits):
             fewer = _greedy(stages, c, strided(tile))
@@ -237,11 +242,14 @@ def _group(stages: list[Stage], log2n: int, dtype, footprint: int) -> tuple[Pass
     return passes
 
 
-def _greedy(stages: list[Stage], cap: int, strided_cap: int) -> tuple[Pass, ...]:
-    """Stages into passes, each as wide as it may be: ``cap`` bits first, then ``strided_cap``."""
+def _greedy(stages: list[Stage], cap: int, strided_cap: int,
+            first_strided: bool = False) -> tuple[Pass, ...]:
+    """Stages into passes, each as wide as it may be: ``cap`` bits first, then ``strided_cap``
+    (every pass ``strided_cap`` with ``first_strided``)."""
     passes: list[Pass] = []
     cur: list[Stage] = []
     first = 0
+    cap = strided_cap if first_strided else cap
     for s in stages:
         used = sum(t.nbits for t in cur)
         if used + s.nbits > cap:
@@ -255,32 +263,48 @@ def _greedy(stages: list[Stage], cap: int, strided_cap: int) -> tuple[Pass, ...]
 
 
 def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None = None,
-              device: str = "cpu", compute_dtype=None) -> Plan:
+              device: str = "cpu", compute_dtype=None, *, batch: int = 1, interleave: int = 0,
+              sms: int | None = None, split: bool | None = None, tuning: Tuning | None = None) -> Plan:
     """Plan a length-n transform of ``dtype`` data for ``device`` ('cpu' or 'cuda').
 
     ``compute_dtype`` (fp32 for fp16/bf16 data, fp64 for fp32 data) keeps values in that
     dtype inside a pass and rounds them to ``dtype`` where the pass writes back.
+
+    GPU layout (keywords; none changes a bit of the result): ``interleave`` = s > 0 plans a
+    transform whose elements lie 2**s apart (a non-last axis of a C-contiguous array with
+    2**s trailing elements) as strided passes in place, for plain Folklore; other variants
+    keep s = 0 (the caller moves the axis last).  ``batch`` transforms on a device of ``sms``
+    SMs: a lone single-pass Folklore transform of at least ``tuning.split_bytes`` with fewer
+    transforms than SMs is split into two passes (``split`` True/False forces the choice).
     """
     log2n = check_length(int(n), "n")
     dt = _dt.resolve(dtype)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm={algorithm!r}; choose one of {ALGORITHMS}")
-    if stabilizer not in STABILIZERS:
-        raise ValueError(f"stabilizer={stabilizer!r}; choose one of None, 'kahan', 'neumaier', "
-                         "'kahan-pass', 'neumaier-pass'")
-    if stabilizer is not None and algorithm != "folklore":
-        raise ValueError(f"stabilizer={stabilizer!r} is only available with algorithm='folklore'")
+    variants.check(algorithm, stabilizer)
     if device not in DEVICES:
         raise ValueError(f"device={device!r}; choose 'cpu' or 'cuda'")
+    t = DEFAULT if tuning is None else tuning
+    if not isinstance(t, Tuning):
+        raise TypeError(f"tuning must be a fwht_gpu.Tuning, got {type(t).__name__}")
     cdt = dt
     if compute_dtype is not None:
         cdt = _dt.resolve(compute_dtype, "compute_dtype")
-        allowed = {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(dt.itemsize)
-        if cdt != allowed:
+        if cdt != variants.wide_dtype(dt):
             raise ValueError(f"compute_dtype={_dt.short_name(cdt)} for {_dt.short_name(dt)} data: "
                              "use float32 for float16/bfloat16 data, float64 for float32 data")
         if stabilizer is not None:
             raise ValueError("compute_dtype and stabilizer are alternatives; choose one")
     stages = _stages(log2n, algorithm)
+    plain = algorithm == "folklore" and stabilizer is None and cdt == dt
+    if interleave and plain and stages:
+        return Plan(int(n), dt, algorithm, stabilizer, device,
+                    _greedy(stages, 0, pass_bits(dt, True, tuning=t), first_strided=True),
+                    cdt, interleave=int(interleave), tuning=t)
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
-    return Plan(int(n), dt, algorithm, stabilizer, device, _group(stages, log2n, dt, foot), cdt)
+    passes = _group(stages, log2n, dt, foot, t)
+    if split is None:
+        split = (sms is not None and batch < sms and n * dt.itemsize >= t.split_bytes)
+    if split and plain and len(passes) == 1 and log2n >= 2:
+        lo = (log2n + 1) // 2
+        passes = (Pass(0, lo, tuple(stages[:lo])), Pass(lo, log2n - lo, tuple(stages[lo:])))
+        return Plan(int(n), dt, algorithm, stabilizer, device, passes, cdt, split=True, tuning=t)
+    return Plan(int(n), dt, algorithm, stabilizer, device, passes, cdt, tuning=t)

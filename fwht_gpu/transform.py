@@ -1,24 +1,24 @@
-"""fwht / ifwht: argument checking and dispatch on the array type."""
+"""The transform: :class:`FWHT` (a planned, reusable transform) and the thin wrappers
+:func:`fwht` / :func:`ifwht` over a per-device cache of them."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from . import cpu, memory
+from . import cpu, devices
 from . import dtypes as _dt
+from .cuda import arrays as gpu_arrays
+from .cuda import config as gpu_config
+from .cuda import device as gpu_device
+from .cuda import engine as gpu_engine
+from .cuda import host as gpu_host
+from .overflow import TransformOverflowError  # noqa: F401  (re-exported)
 from .plan import Plan, check_length, make_plan
+from .tuning import Tuning
 
 NORMS = ("backward", "ortho", "forward")
-
-
-class TransformOverflowError(OverflowError):
-    """The transform of finite input produced inf or NaN (range of the dtype exceeded)."""
-
-
-def _is_cupy(x) -> bool:
-    mod = type(x).__module__
-    return mod.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
 
 
 def norm_factor(n: int, norm: str, inverse: bool) -> float:
@@ -31,15 +31,12 @@ def norm_factor(n: int, norm: str, inverse: bool) -> float:
     return 1.0 / n if scaled else 1.0
 
 
-def overflow_error(dtype) -> TransformOverflowError:
-    dt = np.dtype(dtype)
-    return TransformOverflowError(
-        f"the {_dt.short_name(dt)} transform overflowed: results exceed the largest "
-        f"{dt} value ({_dt.max_finite(dt):.6g}). Transform in a wider dtype "
-        "(e.g. x.astype(numpy.float32)) or scale the input down first")
+def _is_cupy(x) -> bool:
+    mod = type(x).__module__
+    return mod.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
 
 
-def _check_args(x, axis, out, xp):
+def _check_args(x, axis, out, xp) -> int:
     if x.ndim == 0:
         raise ValueError("x: a 0-d array has no axis to transform; pass at least a 1-d array")
     _dt.resolve(x.dtype, "x")
@@ -60,113 +57,127 @@ def _check_args(x, axis, out, xp):
     return axis
 
 
-def _transform(x, axis, norm, algorithm, stabilizer, out, device, inverse, compute_dtype=None):
-    if device not in (None, "cpu", "cuda", "gpu"):
-        raise ValueError(f"device={device!r}; choose None (the array decides), 'cpu' or 'cuda'")
+def _as_array(x):
+    """NumPy input in native byte order (masked arrays refused); CuPy arrays unchanged."""
     if _is_cupy(x):
-        if device == "cpu":
-            raise ValueError("device='cpu' with a CuPy array: copy it to the host yourself "
-                             "(x.get()); fwht never moves a CuPy array to the host silently")
-        from .cuda import launch
-        axis = _check_args(x, axis, out, launch.cupy())
-        return launch.transform(x, axis, norm, algorithm, stabilizer, out, inverse, compute_dtype)
-    if not isinstance(x, np.ndarray) or isinstance(x, np.ma.MaskedArray):
-        if isinstance(x, np.ma.MaskedArray):
-            raise TypeError("x is a masked array: the transform would use its masked values; "
-                            "pass x.filled(0) (or another fill value) or x.data")
-        x = np.asarray(x)
+        return x
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError("x is a masked array: the transform would use its masked values; "
+                        "pass x.filled(0) (or another fill value) or x.data")
+    x = np.asarray(x)
     if x.dtype != _dt.native(x.dtype):
         x = x.astype(_dt.native(x.dtype))             # non-native byte order: converted once
-    axis = _check_args(x, axis, out, np)
+    return x
+
+
+class FWHT:
+    """A planned Walsh-Hadamard transform of length ``n`` and ``dtype``, reusable across calls.
+
+    ``device="cpu"`` runs the NumPy engine; ``"cuda"`` the GPU engine (CuPy arrays in place
+    on their device, NumPy arrays through device memory).  ``plan`` is the plan of one
+    contiguous transform; on the GPU the plan of each call also depends on the array's
+    layout and batch (:meth:`plan_for`), always with the same bits.  ``precompile()``
+    compiles the GPU kernels ahead of the first call.
+
+    >>> t = FWHT(1024, "float32")
+    >>> y = t(x)                      # the transform along the last axis
+    >>> x2 = t(y, inverse=True)       # the inverse (1/n scaling)
+    """
+
+    def __init__(self, n: int, dtype, *, algorithm: str = "folklore", stabilizer: str | None = None,
+                 compute_dtype=None, device: str = "cpu", tuning: Tuning | None = None):
+        if device == "gpu":
+            device = "cuda"
+        self.n, self.device = int(n), device
+        self._kw = dict(algorithm=algorithm, stabilizer=stabilizer, compute_dtype=compute_dtype,
+                        tuning=tuning)
+        base = make_plan(n, dtype, device=device, **self._kw)       # validates every argument
+        self.dtype = base.dtype
+        self._plans: dict = {("base",): base}
+
+    def plan_for(self, batch: int = 1, interleave: int = 0) -> Plan:
+        """The plan for ``batch`` transforms (``interleave``: see :func:`fwht_gpu.make_plan`) on
+        the current device (cached)."""
+        if self.device == "cpu":
+            return self._plans[("base",)]
+        dev = gpu_device.current_id()
+        sms = gpu_device.limits(dev).sm_count
+        key = (dev, int(interleave), batch < sms)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = make_plan(self.n, self.dtype, device="cuda", batch=batch, interleave=interleave,
+                             sms=sms, **self._kw)
+            self._plans[key] = plan
+        return plan
+
+    @property
+    def plan(self) -> Plan:
+        """The plan of one contiguous transform."""
+        return self.plan_for(1) if self.device == "cuda" and gpu_device.available() \
+            else self._plans[("base",)]
+
+    def describe(self, batch: int = 1) -> str:
+        """The plan of ``batch`` contiguous transforms and, on the GPU, each pass's kernel."""
+        plan = self.plan_for(batch) if self.device == "cuda" and gpu_device.available() else self.plan
+        text = plan.describe()
+        if self.device == "cuda":
+            lim = gpu_device.limits() if gpu_device.available() else gpu_device.H100
+            cfgs = gpu_config.configs_for(plan, batch * plan.n, lim)
+            text += "\n" + "\n".join(f"  kernel {k}: {c.name}, {1 << c.log_t} threads, "
+                                     f"{c.smem_bytes} B shared ({lim.name})"
+                                     for k, c in enumerate(cfgs))
+        return text
+
+    def precompile(self, batches=(1,), workers: int | None = None) -> int:
+        """Compile the GPU kernels of contiguous calls on ``batches`` transforms, in parallel
+        processes (kept in the disk cache); returns how many kernels were compiled or loaded."""
+        if self.device != "cuda":
+            return 0
+        return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
+
+    def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None):
+        """The transform (``inverse``: the inverse, as :func:`ifwht`) of ``x`` along ``axis``."""
+        x = _as_array(x)
+        on_gpu = _is_cupy(x)
+        if on_gpu and self.device != "cuda":
+            raise ValueError("a CuPy array given to an FWHT planned for device='cpu'; plan it "
+                             "with device='cuda'")
+        axis = _check_args(x, axis, out, gpu_device.cupy() if on_gpu else np)
+        length = x.shape[axis]
+        if length != self.n or x.dtype != self.dtype:
+            check_length(length, "x")
+            raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
+                             f"FWHT is planned for n={self.n}, {self.dtype}")
+        factor = norm_factor(self.n, norm, inverse)
+        if on_gpu:
+            batch, interleave = gpu_arrays.layout(x, axis, out)
+            return gpu_arrays.transform(self.plan_for(batch, interleave), x, axis, factor, out)
+        if self.device == "cuda":
+            return gpu_host.transform(self.plan_for(x.size // max(1, self.n)), x, axis, factor, out)
+        return cpu.transform(self._plans[("base",)], x, axis, factor, out)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(n, dtype, algorithm, stabilizer, compute_dtype, device, tuning) -> FWHT:
+    """The per-process cache of planned transforms (each caches its plans per GPU)."""
+    return FWHT(n, dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=compute_dtype,
+                device=device, tuning=tuning)
+
+
+def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse, tuning):
+    x = _as_array(x)
+    dev = devices.for_array(device, _is_cupy(x))
+    axis = _check_args(x, axis, out, gpu_device.cupy() if _is_cupy(x) else np)
     n = x.shape[axis]
     check_length(n, "x")
-    factor = norm_factor(n, norm, inverse)
-    if device in ("cuda", "gpu"):
-        from .cuda import launch
-        return launch.transform_host(x, axis, norm, algorithm, stabilizer, out, inverse,
-                                     compute_dtype=compute_dtype)
-    plan = make_plan(n, x.dtype, algorithm, stabilizer, "cpu", compute_dtype)
-    return _run(plan, x, axis, factor, out, None, recompute=True)
-
-
-def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out=None,
-             counter: cpu.OpCounter | None = None) -> np.ndarray:
-    """Execute ``plan`` with the NumPy engine along ``axis`` of ``x``, then multiply by ``factor``.
-
-    Raises :class:`TransformOverflowError` when a transform of finite input gives a
-    non-finite value (checked per transform, whatever the other rows hold)."""
-    return _run(plan, x, axis, factor, out, counter, recompute=False)
-
-
-def _run(plan, x, axis, factor, out, counter, recompute: bool):
-    axis = axis % x.ndim
-    xm = np.moveaxis(x, axis, -1)
-    shape = xm.shape
-    x2 = xm.reshape(-1, plan.n)
-    if x2.shape[0] == 0:
-        y2 = x2.copy()
-    else:
-        # reshape copy, engine output, result, and the engine's work arrays on row blocks
-        memory.check(3 * x2.nbytes + cpu.work_bytes(plan, x2.shape[0]),
-                     f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {plan.n} values",
-                     "transform fewer rows at a time")
-        y2 = cpu.scale(cpu.execute(plan, x2, counter), factor)
-        bad = overflowed_rows(x2, y2, np)
-        if bad is not None:
-            if not recompute:
-                raise overflow_error(plan.dtype)
-            y2[bad] = recompute_rows(plan, x2[bad], factor)
-    y = np.moveaxis(y2.reshape(shape), -1, axis)
-    if out is None:
-        out = np.empty(x.shape, dtype=x.dtype)
-    out[...] = y
-    return out
-
-
-def _row_finite(a, xp):
-    """Per row of a 2-d array: all values finite (in blocks of rows: no full-size temporary)."""
-    rows = max(1, (8 << 20) // max(1, a.shape[1]))
-    return xp.concatenate([xp.isfinite(a[r:r + rows]).all(axis=1)
-                           for r in range(0, a.shape[0], rows)])
-
-
-def overflowed_rows(x2, y2, xp):
-    """Rows (a boolean mask) of the (batch, n) input ``x2`` whose values are all finite while
-    their transform ``y2`` is not, or None when there are none.  Per row: a NaN or Inf in
-    one transform never hides an overflow in another."""
-    out_ok = _row_finite(y2, xp)
-    if bool(out_ok.all()):
-        return None
-    bad = ~out_ok & _row_finite(x2, xp)
-    return bad if bool(bad.any()) else None
-
-
-def recompute_rows(plan: Plan, xrows, factor: float):
-    """The scaled transforms (``factor`` < 1: ifwht, norm 'forward'/'ortho') of rows whose
-    unscaled transform left the range of ``plan.dtype``: computed in float64 with the same
-    algorithm and stabilizer, multiplied by ``factor`` in float64, rounded to float32 and
-    then to the dtype (the same steps on every engine).  TransformOverflowError when the
-    scaled result does not fit either."""
-    if factor >= 1.0 or plan.dtype == np.float64:
-        raise overflow_error(plan.dtype)
-    wide = make_plan(plan.n, np.float64, plan.algorithm, plan.stabilizer, plan.device)
-    x64 = xrows.astype(np.float64)
-    if _is_cupy(xrows):
-        from .cuda import launch
-        y64 = launch.cupy().empty_like(x64)
-        launch.execute(wide, x64, y64, factor)
-        xp = launch.cupy()
-    else:
-        y64, xp = _run(wide, x64, -1, factor, None, None, recompute=False), np
-    with np.errstate(over="ignore"):
-        y = y64.astype(np.float32).astype(plan.dtype)
-    if not bool(xp.isfinite(y).all()):
-        raise overflow_error(plan.dtype)
-    return y
+    cdt = None if compute_dtype is None else _dt.resolve(compute_dtype, "compute_dtype")
+    t = _cached(n, x.dtype, algorithm, stabilizer, cdt, dev, tuning)
+    return t(x, axis, norm=norm, inverse=inverse, out=out)
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
-         stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None):
+         stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
+         tuning: Tuning | None = None):
     """Fast Walsh-Hadamard transform along ``axis`` (Hadamard / natural order).
 
     The unnormalized transform equals ``scipy.linalg.hadamard(n) @ x`` along the axis.
@@ -196,6 +207,8 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     device : {None, "cpu", "cuda"}
         ``"cuda"`` with a NumPy array transforms on the GPU through pinned memory
         and returns a NumPy array.
+    tuning : Tuning, optional
+        Planner and launcher settings (experiments; the defaults are the measured ones).
 
     Raises
     ------
@@ -207,16 +220,26 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     TransformOverflowError
         Finite input whose transform exceeds the dtype's range.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, out, device, False, compute_dtype)
+    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, False, tuning)
 
 
 def ifwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
-          stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None):
+          stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
+          tuning: Tuning | None = None):
     """Inverse transform: ``fwht`` with the inverse's scaling (1/n for norm="backward").
 
     ``ifwht(fwht(x)) == x`` up to rounding for every ``norm``.  Arguments as :func:`fwht`.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, out, device, True, compute_dtype)
+    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, True, tuning)
+
+
+def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out=None,
+             counter: cpu.OpCounter | None = None) -> np.ndarray:
+    """Execute ``plan`` with the NumPy engine along ``axis`` of ``x``, then multiply by ``factor``.
+
+    Raises :class:`TransformOverflowError` when a transform of finite input gives a
+    non-finite value (checked per transform, whatever the other rows hold)."""
+    return cpu.transform(plan, x, axis, factor, out, counter, recompute=False)
 
 
 def operation_count(n: int, algorithm: str = "folklore", stabilizer: str | None = None) -> dict:

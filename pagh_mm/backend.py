@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import fwht_gpu.gpu
 import scipy.sparse
 
 
@@ -42,9 +43,8 @@ def cpu() -> Backend:
 
 
 def gpu() -> Backend:
-    from fwht_gpu.cuda.launch import cupy
-    cp = cupy()
-    import cupyx.scipy.sparse as csp
+    cp = fwht_gpu.gpu.cupy()
+    import cupyx.scipy.sparse as csp          # CuPy is optional: imported only when used
     return Backend(cp, csp, True)
 
 

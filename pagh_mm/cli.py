@@ -15,24 +15,24 @@ import time
 import click
 import numpy as np
 
+import scipy
+from fwht_gpu import devices, gpu
+from fwht_gpu import matrixio as io
 from fwht_gpu.clitools import Progress, check_outputs, debug_option, force_option, guarded
 
-from . import __version__, hashing
+from . import __version__, backend, compress, default_buckets, hashing, synthetic
+from . import bench as _bench
+from .compressed import CompressedProduct
 from .sketchfile import MAX_LOG2B, settings_problem
 
 
-def _gpu_available() -> bool:
-    from fwht_gpu.cuda import launch
-    return launch.available()
-
-
 def _device(device: str) -> str:
-    if device == "gpu" and not _gpu_available():
-        from fwht_gpu.cuda import launch
-        raise click.UsageError(f"--device gpu, but {launch.status()}")
-    if device == "auto":
-        return "gpu" if _gpu_available() else "cpu"
-    return device
+    """'cpu' or 'gpu' for --device (fwht_gpu's resolver); a usage error naming the reason
+    when the GPU was asked for and none is usable."""
+    try:
+        return devices.resolve(device)
+    except RuntimeError:
+        raise click.UsageError(f"--device gpu, but {gpu.status()}") from None
 
 
 def _pow2(ctx, param, value):
@@ -87,7 +87,6 @@ def sketch_options(fn):
 
 
 def _load_pair(a_path, b_path, fmt, transpose_a, device):
-    from fwht_gpu import matrixio as io
     A = io.read_matrix(a_path, fmt)
     B = io.read_matrix(b_path, fmt)
     if transpose_a:
@@ -114,7 +113,6 @@ def _check_settings(o) -> None:
 
 
 def _compress_from_files(a_path, b_path, o):
-    from . import compress, default_buckets
     _check_settings(o)
     dev = _device(o["device"])
     A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
@@ -139,12 +137,9 @@ def main() -> None:
 @guarded
 def info(debug) -> None:
     """Versions, CuPy and GPU status."""
-    import scipy
-
-    from fwht_gpu.cuda import launch
     click.echo(f"pagh_mm {__version__}, numpy {np.__version__}, scipy {scipy.__version__}, "
                f"python {sys.version.split()[0]}")
-    click.echo(f"GPU: {launch.status()}")
+    click.echo(f"GPU: {gpu.status()}")
 
 
 @main.command()
@@ -163,10 +158,8 @@ def demo(size, planted, reps, seed, device, debug) -> None:
     Prints the recall of the planted entries, the time of compress + top-k (verified),
     and the time of the exact product + top-k for comparison.
     """
-    from . import compress, synthetic
-    from .backend import cpu, gpu
     dev = _device(device)
-    be = gpu() if dev == "gpu" else cpu()
+    be = backend.gpu() if dev == "gpu" else backend.cpu()
     n = size or (8192 if dev == "gpu" else 1024)
     k = planted or min(300, max(1, n // 16))
     if k > n:
@@ -218,8 +211,6 @@ def demo(size, planted, reps, seed, device, debug) -> None:
 @guarded
 def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
     """Compress + top-k on planted heavy hitters versus cuBLAS GEMM + top-k (table + JSON)."""
-    from . import bench as _bench
-    from fwht_gpu import matrixio as io
     check_outputs([out_json], force=force)
     dev = _device(device)
     if not sizes:
@@ -249,7 +240,6 @@ def files_to_output(what: str):
 @guarded
 def multiply(a_path, b_path, output, force, **o) -> None:
     """Dense estimate of A @ B (files A and B), written to -o."""
-    from fwht_gpu import matrixio as io
     io.format_of(output)
     check_outputs([output], force=force)
     _check_settings(o)
@@ -317,7 +307,6 @@ def _print_entries(entries, verify, fmt, backend):
 @guarded
 def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
     """The k largest entries of A @ B: i, j, estimate (and exact value with --verify)."""
-    from .compressed import CompressedProduct
     if len(files) not in (0, 2):
         raise click.UsageError("give two matrix files A B, or --sketch FILE (plus A B for --verify)")
     if sketch_path is None and not files:
@@ -357,7 +346,6 @@ def _indices(text: str, name: str) -> np.ndarray:
 def query(sketch_path, i, j, show_reps, debug) -> None:
     """Estimate C[I, J] from a sketch file; I and J may be comma-separated lists of
     non-negative indices (one of them may be a single index, used with every other)."""
-    from .compressed import CompressedProduct
     ii, jj = _indices(i, "I"), _indices(j, "J")
     if ii.size != jj.size and ii.size != 1 and jj.size != 1:
         raise click.BadParameter(f"I has {ii.size} indices and J has {jj.size}: give lists of the "

@@ -27,6 +27,12 @@ class Accumulator:
         self.algorithm, self.stabilizer = algorithm, stabilizer
         # products are accumulated in float64 for float64 transforms, float32 otherwise
         self.acc_dtype = np.dtype(np.float64) if self.dtype == np.float64 else np.dtype(np.float32)
+        if method == "fwht":      # planned once per compression: the sketches' and the sums' dtype
+            device = "cpu" if xp is np else "cuda"
+            self.transform = fwht_gpu.FWHT(self.b, self.dtype, algorithm=algorithm,
+                                           stabilizer=stabilizer, device=device)
+            self.inverse = fwht_gpu.FWHT(self.b, self.acc_dtype, algorithm=algorithm,
+                                         stabilizer=stabilizer, device=device)
         self.sum = PairwiseSum(xp, 1)
 
     def begin(self, block: int) -> None:
@@ -61,10 +67,8 @@ class Accumulator:
         when the others of the block are empty."""
         xp = self.xp
         if self.method == "fwht":
-            FA = fwht_gpu.fwht(self._to_dtype(PA, "A"), algorithm=self.algorithm,
-                               stabilizer=self.stabilizer)
-            FB = fwht_gpu.fwht(self._to_dtype(PB, "B"), algorithm=self.algorithm,
-                               stabilizer=self.stabilizer)
+            FA = self.transform(self._to_dtype(PA, "A"))
+            FB = self.transform(self._to_dtype(PB, "B"))
             clock("transform")
             terms = FA.astype(self.acc_dtype, copy=False) * FB.astype(self.acc_dtype, copy=False)
         else:
@@ -84,7 +88,7 @@ class Accumulator:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
                            dtype=self.value_dtype)
         if self.method == "fwht":
-            c = fwht_gpu.ifwht(acc, algorithm=self.algorithm, stabilizer=self.stabilizer)
+            c = self.inverse(acc, inverse=True)
         else:
             c = xp.fft.irfft(acc, n=self.b, axis=-1)
         if not bool(xp.isfinite(c).all()):

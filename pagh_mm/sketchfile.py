@@ -25,7 +25,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from fwht_gpu.plan import ALGORITHMS, STABILIZERS
+from fwht_gpu.variants import ALGORITHMS, STABILIZERS
 
 from . import hashing
 from .convolution import METHODS

@@ -309,9 +309,9 @@ def test_reference_norms(rng):
 def test_metrics():
     ref = np.array([1.0, -2.0, 0.0, 4.0])
     y = np.array([1.1, -2.0, 0.5, 3.0])
-    assert math.isclose(F.mean_relative_error(y, ref), (0.1 + 0 + 0.25) / 3, rel_tol=1e-12)
-    assert math.isclose(F.max_relative_error(y, ref), 0.25)
-    assert math.isclose(F.mean_absolute_error(y, ref), (0.1 + 0 + 0.5 + 1.0) / 4, rel_tol=1e-12)
+    assert math.isclose(R.mean_relative_error(y, ref), (0.1 + 0 + 0.25) / 3, rel_tol=1e-12)
+    assert math.isclose(R.max_relative_error(y, ref), 0.25)
+    assert math.isclose(R.mean_absolute_error(y, ref), (0.1 + 0 + 0.5 + 1.0) / 4, rel_tol=1e-12)
 
 
 # --- properties ----------------------------------------------------------------

@@ -4,17 +4,17 @@ import numpy as np
 import pytest
 
 import fwht_gpu as F
-from fwht_gpu.cuda import launch
+from fwht_gpu import gpu
 from tests.conftest import DTYPE_IDS, DTYPES
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not launch.available(), reason=f"no GPU: {launch.status()}"),
+    pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}"),
 ]
 
 
 def _cp():
-    return launch.cupy()
+    return gpu.cupy()
 
 
 def _poisoned(shape, dtype):
@@ -119,7 +119,7 @@ def test_host_array_through_gpu(rng):
         assert (got == _cpu_same_plan(x.T.copy(), 0, "ortho")).all()
         p = F.pinned_empty(x.shape, dtype)
         p[...] = x
-        assert launch.is_pinned(p) and not launch.is_pinned(x)
+        assert gpu.is_pinned(p) and not gpu.is_pinned(x)
         assert (F.fwht(p, device="cuda") == _cpu_same_plan(x)).all()
     with pytest.raises(F.TransformOverflowError):
         F.fwht(np.full(1 << 10, 30000, np.float16), device="cuda")

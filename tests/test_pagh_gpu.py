@@ -4,16 +4,16 @@ import pytest
 import scipy.sparse as sps
 
 import pagh_mm
-from fwht_gpu.cuda import launch
+from fwht_gpu import gpu
 from pagh_mm import hashing
 from tests.test_pagh_cpu import sparse_int_product
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not launch.available(), reason=f"no GPU: {launch.status()}")]
+              pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")]
 
 
 def _cp():
-    return launch.cupy()
+    return gpu.cupy()
 
 
 @pytest.mark.parametrize("family", list(pagh_mm.HASH_FAMILIES))

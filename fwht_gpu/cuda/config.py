@@ -1,0 +1,295 @@
+"""The configuration room: how each pass of a Plan maps onto a kernel launch.
+
+This is where the tile, the threads per block and the vector width are decided (from the
+Plan, a :class:`~fwht_gpu.Tuning` and the device's :class:`~fwht_gpu.cuda.device.Limits`),
+and the one table of kernel parameters from which the kernel names, the explicit
+instantiation text (for ``nvcc``) and the launch arguments are generated.  Pure Python: no
+GPU is needed to compute or test a configuration.
+
+To add a kernel: write it under ``kernels/`` (included by ``kernels/fwht.cu``), give it a
+config class here (template arguments -> ``name``, ``smem_bytes``) and a parameter table,
+and list its configurations in :func:`all_configs`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dtypes as _dt
+from .. import variants
+from ..plan import Plan, Stage, make_plan, smem_bytes_per_element
+from ..tuning import DEFAULT, Tuning
+from .device import H100, Limits
+
+CTYPES = {
+    np.dtype(np.float64): "double",
+    np.dtype(np.float32): "float",
+    np.dtype(np.float16): "__half",
+    _dt.bfloat16: "__nv_bfloat16",
+}
+
+#: Parameters of ``fwht_pass`` in order: (name, C type; ``T`` is the storage type).
+PASS_PARAMS = (("src", "const T*"), ("dst", "T*"), ("ntiles", "i64"), ("log_inner", "int"),
+               ("log2n", "int"), ("fbits", "int"), ("check_input", "int"), ("last", "int"),
+               ("scale", "double"), ("flags", "unsigned int*"), ("rows", "unsigned int*"),
+               ("row_shift", "int"))
+#: Parameters of ``fwht_stabilized_pass`` in order.
+STABILIZED_PARAMS = (("src", "const T*"), ("dst", "T*"), ("err", "T*"), ("ntiles", "i64"),
+                     ("log_inner", "int"), ("log2n", "int"), ("check_input", "int"),
+                     ("first", "int"), ("last", "int"), ("scale", "double"),
+                     ("flags", "unsigned int*"), ("rows", "unsigned int*"), ("row_shift", "int"))
+_SCALARS = {"i64": np.int64, "int": np.int32, "double": np.float64}
+
+
+def _template(kernel: str, *args) -> str:
+    """C++ name of a template instantiation (bools as true/false)."""
+    render = lambda v: ("true" if v else "false") if isinstance(v, bool) else str(v)  # noqa: E731
+    return f"{kernel}<{','.join(render(a) for a in args)}>"
+
+
+def _padded_units(units: int, unit_bytes: int) -> int:
+    """Shared-memory units of a tile of ``units`` with the bank-conflict padding of
+    ``kernels/tile.cuh`` (one unit per 16 (8-byte), 32 (4-byte) or 64 (2-byte) units)."""
+    return units + (units >> {8: 4, 4: 5, 2: 6}[unit_bytes])
+
+
+@dataclass(frozen=True)
+class PassGeometry:
+    """What every pass kernel is instantiated with: the storage type, a tile of 2**log_r rows
+    x 2**log_g groups, 2**log_e units per thread per round, 2**log_t threads, ``vec``-element
+    vector accesses."""
+
+    ctype: str
+    itemsize: int
+    log_r: int
+    log_g: int
+    log_e: int
+    log_t: int
+    strided: bool
+    vec: int
+
+    @property
+    def tile(self) -> int:
+        return 1 << (self.log_r + self.log_g)
+
+    def declaration(self) -> str:
+        """The explicit instantiation of this configuration (for ``nvcc``)."""
+        params = ", ".join(t.replace("T", self.ctype) for _, t in self.PARAMS)
+        return f"template __global__ void {self.name}({params});"
+
+    def arguments(self, **values) -> tuple:
+        """The launch arguments in parameter order (scalars converted to their C types)."""
+        missing = {n for n, _ in self.PARAMS} - values.keys()
+        if missing or len(values) != len(self.PARAMS):
+            raise TypeError(f"{type(self).__name__}.arguments: missing {sorted(missing)} or extra values")
+        return tuple(_SCALARS[t](values[n]) if t in _SCALARS else values[n] for n, t in self.PARAMS)
+
+
+@dataclass(frozen=True)
+class KernelConfig(PassGeometry):
+    """Template arguments of one ``fwht_pass`` instantiation (``wtype``/``witem``: the
+    compute type, equal to the storage type unless the plan has a wider compute_dtype;
+    ``alg`` 1: an Alman-Rao pass of ``pre`` radix-2 stages, the pre-scaling when ``ps``,
+    then H8 blocks; ``pipelined``: the next tile is copied to a shared staging buffer while
+    the current one is transformed)."""
+
+    wtype: str = ""
+    witem: int = 0
+    paired: bool = False
+    alg: int = 0
+    pre: int = 0
+    ps: bool = False
+    pipelined: bool = False
+
+    PARAMS = PASS_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_pass", self.ctype, self.wtype, self.log_r, self.log_g, self.log_e,
+                         self.log_t, self.strided, self.vec, self.paired, self.alg, self.pre, self.ps,
+                         self.pipelined)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory (``PassTraits<...>::SMEM_BYTES`` in the kernel)."""
+        per = 2 if self.paired else 1
+        unit = self.witem * per
+        units = self.tile // per
+        padded = (_padded_units(units - 1, unit) + 1) * unit
+        if not self.pipelined:
+            return padded
+        return (padded + 15) // 16 * 16 + self.tile * self.itemsize   # + the staging buffer
+
+
+@dataclass(frozen=True)
+class StabilizedConfig(PassGeometry):
+    """Template arguments of one ``fwht_stabilized_pass`` instantiation (``stab`` 1 Kahan /
+    2 Neumaier; ``errvec``: an error vector in device memory between passes)."""
+
+    stab: int = 1
+    errvec: bool = False
+
+    PARAMS = STABILIZED_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_stabilized_pass", self.ctype, self.log_r, self.log_g, self.log_e,
+                         self.log_t, self.strided, self.vec, self.stab, self.errvec)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: values and errors (``StabilizedPassTraits<...>::SMEM_BYTES``)."""
+        return _padded_units(self.tile, self.itemsize) * self.itemsize * 2
+
+
+def _lowbit_log2(v: int) -> int:
+    return (v & -v).bit_length() - 1
+
+
+def _tile_groups(item: int, log_r: int, first_bit: int, total: int, strided_tile: int,
+                 t: Tuning) -> tuple[int, int]:
+    """(log2 G, vector width) of a pass tile of 2**log_r rows of ``item``-byte elements
+    (sized by the stored bytes: a wider compute type or a stabilizer's errors take more
+    shared memory for the same tile)."""
+    strided = first_bit > 0
+    if strided:
+        # G consecutive columns: as many as fit a strided tile, at most the stride
+        tile_log = (strided_tile // item).bit_length() - 1
+        log_g = max(0, min(first_bit, tile_log - log_r))
+    else:
+        # group short transforms so a tile holds at least min_tile_bytes, within what divides total
+        want = max(0, (t.min_tile_bytes // item).bit_length() - 1 - log_r)
+        log_g = max(0, min(want, _lowbit_log2(total >> log_r)))
+    vec = min(16 // item, 1 << (log_r + log_g))
+    if strided:
+        vec = min(vec, 1 << log_g)
+    return log_g, vec
+
+
+def _log_threads(smem_tile_bytes: int, log_units: int, log_e: int, units_per_vec: int,
+                 t: Tuning, lim: Limits, wide: bool = False) -> int:
+    """log2 threads per block: 2**log_sm_threads per SM (half that with a wider compute type,
+    whose values take twice the registers) shared by the blocks that fit in the SM's shared
+    memory (at most 4), no more than one round's items or the tile's vectors."""
+    blocks = max(1, min(4, lim.smem_per_sm // (smem_tile_bytes + 1)))
+    return max(0, min(t.log_sm_threads - int(wide) - (blocks.bit_length() - 1), log_units - log_e,
+                      log_units - (units_per_vec.bit_length() - 1)))
+
+
+def kernel_config(dtype, log_r: int, first_bit: int, total: int, compute_dtype=None,
+                  stages: tuple[Stage, ...] = (), tuning: Tuning = DEFAULT,
+                  limits: Limits = H100) -> KernelConfig:
+    """The tile, threads and vector width of a ``fwht_pass`` over ``total`` elements
+    (Folklore, or the Alman-Rao ``stages`` of the pass)."""
+    t, dt = tuning, np.dtype(dtype)
+    cdt = dt if compute_dtype is None else np.dtype(compute_dtype)
+    item, witem = dt.itemsize, cdt.itemsize
+    strided = first_bit > 0
+    alg = int(any(s.kind == "h8" for s in stages))     # a pass without H8 blocks is Folklore's
+    wide_rows = alg and item == 4 and witem == 4 and total >= 1 << 24
+    log_g, vec = _tile_groups(item, log_r, first_bit, total,
+                              t.alman_strided_tile_bytes if wide_rows else t.strided_tile_bytes, t)
+    tl = log_r + log_g
+    if alg and t.alman_vec32 and item == 4 and not strided:
+        vec = min(8, 1 << tl)
+    # 16-bit data moves and computes in pairs along the tile's unit-stride direction (in a
+    # contiguous Alman-Rao pass after a first round on single values, see fwht_pass.cuh)
+    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1
+                                         and (not alg or (t.alman_pairs and vec >= 8)))
+    lr = log_r - (1 if paired and not strided else 0)
+    uvec = vec // (2 if paired else 1)
+    log_e = min(t.log_e, lr)
+    if alg:                                            # Alman-Rao: whole H8 blocks per round
+        log_e = t.alman_strided_e if strided and item == witem == 4 else 3
+    log_t = _log_threads((1 << tl) * witem, tl - (1 if paired else 0), log_e, uvec, t, limits,
+                         witem > item or log_e > 4)
+    pre = sum(1 for s in stages if s.kind == "radix2") if alg else 0
+    ps = bool(alg) and any(s.kind == "prescale" for s in stages)
+    # pipelining needs shared-memory rounds (round 0 covers log_e rows of a strided pass,
+    # the bits of one vector of a contiguous pass) and 16-byte pieces of rows
+    rounds = lr > (log_e if strided else (uvec.bit_length() - 1))
+    pieces = ((1 << log_g) * item) % 16 == 0 if strided else True
+    mode = t.async_passes
+    pipelined = rounds and pieces and (mode == "all" or (mode == "wide" and witem > item)
+                                       or (mode == "wide-strided" and witem > item and strided))
+    cfg = KernelConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec, wtype=CTYPES[cdt],
+                       witem=witem, paired=paired, alg=alg, pre=pre, ps=ps, pipelined=pipelined)
+    if pipelined and cfg.smem_bytes > limits.smem_per_block:   # no room for the staging buffer
+        cfg = dataclasses.replace(cfg, pipelined=False)
+    return cfg
+
+
+def stabilized_config(plan: Plan, first_bit: int, nbits: int, total: int,
+                      limits: Limits = H100) -> StabilizedConfig:
+    """The tile, threads and template flags of a stabilized pass."""
+    t, item = plan.tuning, plan.dtype.itemsize
+    foot = smem_bytes_per_element(plan.dtype, None, plan.stabilizer)
+    log_g, vec = _tile_groups(item, nbits, first_bit, total, t.strided_tile_bytes, t)
+    tl = nbits + log_g
+    log_e = min(t.log_e, nbits)
+    stab = {"kahan": 1, "neumaier": 2}[plan.stabilizer_kind]
+    errvec = not plan.fold_each_pass and len(plan.passes) > 1
+    log_t = _log_threads((1 << tl) * foot, tl, log_e, vec, t, limits)
+    return StabilizedConfig(CTYPES[plan.dtype], item, nbits, log_g, log_e, log_t, first_bit > 0, vec,
+                            stab=stab, errvec=errvec)
+
+
+def configs_for(plan: Plan, total: int, limits: Limits = H100) -> list[PassGeometry]:
+    """The kernel configuration of each pass of ``plan`` over ``total`` elements (rows of
+    ``plan.n << plan.interleave`` elements)."""
+    out = []
+    for p in plan.passes:
+        first = p.first_bit + plan.interleave
+        if plan.stabilizer is not None:
+            out.append(stabilized_config(plan, first, p.nbits, total, limits))
+        else:
+            out.append(kernel_config(plan.dtype, p.nbits, first, total, plan.compute_dtype,
+                                     p.stages if plan.algorithm == "alman" else (), plan.tuning, limits))
+    return out
+
+
+def unpipelined(cfg: PassGeometry) -> PassGeometry:
+    """``cfg`` without the staging buffer (when every block gets one tile: nothing to prefetch)."""
+    if isinstance(cfg, KernelConfig) and cfg.pipelined:
+        return dataclasses.replace(cfg, pipelined=False)
+    return cfg
+
+
+def plans_for_compile_check(tuning: Tuning = DEFAULT):
+    """Every plan shape the engines can execute: each variant and dtype at every length,
+    plain Folklore also split and interleaved (a non-last axis)."""
+    for dt in _dt.SUPPORTED:
+        for v in variants.VARIANTS.values():
+            if not v.applies_to(dt):
+                continue
+            plain = v.name == "folklore"
+            for log2n in range(1, 37 if plain else 33):
+                kw = dict(algorithm=v.algorithm, stabilizer=v.stabilizer,
+                          compute_dtype=v.compute_dtype(dt), device="cuda", tuning=tuning)
+                plan = make_plan(1 << log2n, dt, **kw)
+                yield plan
+                if plain and len(plan.passes) == 1 and log2n >= 2:
+                    yield make_plan(1 << log2n, dt, split=True, **kw)              # lone transforms
+                if plain and log2n <= 16:
+                    for s in range(1, 15):
+                        yield make_plan(1 << log2n, dt, interleave=s, **kw)    # non-last axes
+
+
+def all_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
+    """Every configuration the planner and launcher can produce for ``limits`` (for the nvcc
+    check in CI), each once."""
+    seen = set()
+    for plan in plans_for_compile_check(tuning):
+        for log_batch in (0, 1, 4, 12):
+            for cfg in configs_for(plan, 1 << (plan.log2n + plan.interleave + log_batch), limits):
+                for c in dict.fromkeys((cfg, unpipelined(cfg))):     # the launcher may drop pipelining
+                    if c not in seen:
+                        seen.add(c)
+                        yield c
+
+
+def instantiation_source(configs, entry: str) -> str:
+    """A .cu translation unit that includes ``entry`` and explicitly instantiates ``configs``."""
+    return "\n".join([f'#include "{entry}"'] + [c.declaration() for c in configs]) + "\n"
