@@ -1,62 +1,66 @@
-"""Tile-geometry experiment: per-pass times for several FWHT_* settings (GPU).
+"""Tile-geometry experiment: per-pass times for a grid of Tuning settings (GPU).
 
-    PYTHONPATH=. python3 benchmarks/explore_tiles.py
+    python benchmarks/explore_tiles.py [out.json]
 
-Each setting runs in a fresh process (the settings are read at import).
+Every setting is a ``fwht_gpu.Tuning`` passed to the planner, all in this process; the
+optional argument is where the result record goes (fwht_gpu.provenance, kind ``tiles``:
+one row per (setting, case) with the per-pass times and their ratios to a copy).
 """
+from __future__ import annotations
+
+import dataclasses
 import itertools
-import json
-import os
-import subprocess
 import sys
+
+from fwht_gpu import Tuning, gpu, provenance
+from fwht_gpu import bench as fbench
+from fwht_gpu import dtypes as _dt
 
 CASES = [("fp32", 1, 24), ("fp32", 1, 26), ("fp32", 1, 30), ("fp16", 1, 26), ("fp32", 4096, 14),
          ("fp16", 8192, 14), ("fp16", 4096, 15), ("fp64", 1, 24)]
+GRID = {"segment_bytes": [64, 128], "tile_bytes": [32768, 65536], "log_e": [3, 4]}
 
-CHILD = r"""
-import json, sys
-import numpy as np
-import fwht_gpu as F
-from fwht_gpu import bench, dtypes
-from fwht_gpu.cuda import launch
-cp = launch.cupy()
-res = []
-for name, batch, L in %s:
-    dt = dtypes.resolve(name)
+
+def case_row(cp, name: str, batch: int, L: int, tuning: Tuning) -> dict:
+    """Per-pass times of one case under ``tuning``, next to a copy of the same bytes."""
+    dt = _dt.resolve(name)
     x = cp.random.default_rng(0).standard_normal((batch, 1 << L), dtype=cp.float32).astype(dt)
     y = cp.empty_like(x)
-    plan = F.make_plan(1 << L, dt, device="cuda")
-    pt = bench.pass_times(cp, plan, x, y)
-    cp_ms = bench._timer(cp, lambda i: y.data.copy_from_device_async(x.data, x.nbytes))[0]
-    res.append(dict(case=f"{name} {batch}x2^{L}", passes=[p.nbits for p in plan.passes],
-                    pass_ms=pt, copy_ms=cp_ms, ratios=[t / cp_ms for t in pt]))
-print(json.dumps(res))
-""" % repr(CASES)
+    plan = fbench.cuda_plan(1 << L, dt, batch, tuning=tuning)
+    pt = fbench.pass_times(cp, plan, x, y)
+    cp_ms = fbench._timer(cp, lambda i: y.data.copy_from_device_async(x.data, x.nbytes))[0]
+    return {"case": f"{name} {batch}x2^{L}", "dtype": name, "batch": batch, "log2n": L,
+            "passes": [p.nbits for p in plan.passes], "pass_ms": pt, "copy_ms": cp_ms,
+            "ratios": [t / cp_ms for t in pt]}
 
 
-def main():
-    grid = {
-        "FWHT_SEGMENT_BYTES": ["64", "128"],
-        "FWHT_TILE_BYTES": ["32768", "65536"],
-        "FWHT_LOG_E": ["3", "4"],
-    }
-    out = []
-    for vals in itertools.product(*grid.values()):
-        env = dict(os.environ, **dict(zip(grid, vals)))
-        r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True)
-        if r.returncode:
-            print(vals, r.stderr[-2000:])
-            continue
-        rows = json.loads(r.stdout.strip().splitlines()[-1])
-        out.append({"settings": dict(zip(grid, vals)), "rows": rows})
-        print(dict(zip(grid, vals)))
-        for row in rows:
-            print(f"   {row['case']:16} passes {row['passes']} x copy {['%.2f' % t for t in row['ratios']]}"
+def main(argv: list[str]) -> None:
+    """Sweep GRID over CASES; print each setting's table; write the record to argv[0]."""
+    cp = gpu.cupy()
+    base = Tuning()
+    rows = []
+    for vals in itertools.product(*GRID.values()):
+        setting = dict(zip(GRID, vals))
+        t = dataclasses.replace(base, **setting)
+        print(setting)
+        for name, batch, L in CASES:
+            try:
+                row = {"setting": setting, **case_row(cp, name, batch, L, t)}
+            except Exception as exc:  # noqa: BLE001 - a setting the launcher refuses: go on
+                print(f"   {name} {batch}x2^{L}: {type(exc).__name__}: {exc}")
+                rows.append({"setting": setting, "case": f"{name} {batch}x2^{L}",
+                             "error": f"{type(exc).__name__}: {exc}"[:200]})
+                continue
+            rows.append(row)
+            ratios = [f"{r:.2f}" for r in row["ratios"]]
+            print(f"   {row['case']:16} passes {row['passes']} x copy {ratios}"
                   f"  total {sum(row['pass_ms']):.4f} ms, copy {row['copy_ms']:.4f} ms")
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as f:
-            json.dump(out, f, indent=1)
+    if argv:
+        rec = provenance.record("tiles", rows, {"tuning": base, "grid": GRID, "cases": CASES},
+                                device="gpu")
+        provenance.write(rec, argv[0])
+        print(f"wrote {argv[0]} (results folder: benchmarks/results/{provenance.device_folder(rec)}/)")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

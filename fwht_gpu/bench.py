@@ -3,24 +3,32 @@
 Each case is timed with CUDA events around the kernels alone (warm-up first,
 median of many runs, inputs rotated over enough buffers that the L2 cache does
 not flatter), next to the physical floor - a device-to-device copy of the same
-bytes (read + write; the faster of cudaMemcpy and a copy kernel) - and, for FP32/FP64 single transforms, ``cupy.fft.rfft``
-of the same length, all measured in the same process.
+bytes (read + write; the faster of cudaMemcpy and a copy kernel) - and, for FP32/FP64
+single transforms, ``cupy.fft.rfft`` of the same length, all measured in the same process.
+
+:func:`run` returns a result record of :mod:`fwht_gpu.provenance` (kind ``fwht-bench``):
+the rows with the commit, device, versions and the :class:`~fwht_gpu.Tuning` they ran under.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import platform
 import statistics
+import time
 
 import numpy as np
 
 from . import dtypes as _dt
-from .cuda import launch
+from . import gpu, provenance
+from .cuda import engine
+from .cuda import host as cuda_host
 from .plan import make_plan
+from .transform import fwht, norm_factor
+from .tuning import Tuning
 
 ROTATE_BYTES = 256 << 20
+METHOD = ("CUDA events, CUDA-graph replays, median, rotating inputs; copy = device-to-device "
+          "copy of the same bytes (the faster of cudaMemcpy and a copy kernel)")
 
 
 def _timer(cp, fn, min_runs=15, max_runs=200, budget_s=0.5):
@@ -52,7 +60,7 @@ def _timer(cp, fn, min_runs=15, max_runs=200, budget_s=0.5):
                 graph = stream.end_capture()
         graph.launch(stream)
         stream.synchronize()
-    except Exception:
+    except Exception:  # noqa: BLE001 - not capturable: time single launches
         graph, k = None, 1
     runs = int(min(max_runs, max(min_runs, budget_s * 1e3 / (one * k))))
     times = []
@@ -69,25 +77,29 @@ def _timer(cp, fn, min_runs=15, max_runs=200, budget_s=0.5):
     return statistics.median(times), runs * k
 
 
+def cuda_plan(n: int, dtype, batch: int = 1, algorithm: str = "folklore",
+              stabilizer: str | None = None, compute_dtype=None, tuning: Tuning | None = None):
+    """The plan ``fwht`` uses for ``batch`` transforms on the current GPU (the planner
+    splits a lone single-pass transform over the device's SMs)."""
+    return make_plan(n, dtype, algorithm, stabilizer, "cuda", compute_dtype, batch=batch,
+                     sms=gpu.limits().sm_count, tuning=tuning)
+
+
 def pass_times(cp, plan, src, dst) -> list[float]:
     """Median time in ms of each pass of ``plan`` alone (src -> dst)."""
-    import dataclasses
     out = []
     for p in plan.passes:
         sub = dataclasses.replace(plan, passes=(p,))
-        out.append(_timer(cp, lambda i: launch.execute(sub, src, dst, check=False))[0])
+        out.append(_timer(cp, lambda i, sub=sub: engine.run(sub, src, dst, check=False))[0])
     return out
 
 
 def _buffers(cp, shape, dtype, count):
     rng = cp.random.default_rng(1)
-    out = []
-    for _ in range(count):
-        out.append(rng.standard_normal(shape, dtype=cp.float32).astype(dtype))
-    return out
+    return [rng.standard_normal(shape, dtype=cp.float32).astype(dtype) for _ in range(count)]
 
 
-def bench_case(cp, shape, dtype, fft: bool) -> dict:
+def bench_case(cp, shape, dtype, fft: bool, tuning: Tuning | None = None) -> dict:
     """Time one transform shape (batch, n) of ``dtype``."""
     dt = np.dtype(dtype)
     batch, n = shape
@@ -95,8 +107,8 @@ def bench_case(cp, shape, dtype, fft: bool) -> dict:
     count = max(1, min(16, math.ceil(ROTATE_BYTES / nbytes)))
     srcs = _buffers(cp, shape, dt, count)
     dst = cp.empty(shape, dtype=dt)
-    plan = make_plan(n, dt, device="cuda")
-    t_fwht, runs = _timer(cp, lambda i: launch.execute(plan, srcs[i % count], dst, check=False))
+    plan = cuda_plan(n, dt, batch, tuning=tuning)
+    t_fwht, runs = _timer(cp, lambda i: engine.run(plan, srcs[i % count], dst, check=False))
     t_memcpy, _ = _timer(cp, lambda i: dst.data.copy_from_device_async(srcs[i % count].data, nbytes))
     t_kcopy, _ = _timer(cp, lambda i: cp.copyto(dst, srcs[i % count]))
     t_copy = min(t_memcpy, t_kcopy)
@@ -113,17 +125,32 @@ def bench_case(cp, shape, dtype, fft: bool) -> dict:
             t_fft, _ = _timer(cp, lambda i: cp.fft.rfft(srcs[i % count], axis=-1))
             row["rfft_ms"] = t_fft
             row["speedup_vs_rfft"] = t_fft / t_fwht
-        except Exception as exc:  # cuFFT size limits / memory
+        except Exception as exc:  # noqa: BLE001 - cuFFT size limits / memory
             row["rfft_error"] = str(exc).splitlines()[0][:80]
-    del srcs, dst
+    srcs.clear()
+    dst = None
     cp.get_default_memory_pool().free_all_blocks()
     return row
 
 
-def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict]:
+def _wall(fn, repeats: int, sync=None) -> float:
+    """Median wall time in ms of ``fn()`` (after a warm-up), ``sync()`` after each call."""
+    fn()
+    if sync:
+        sync()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(ts)
+
+
+def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5,
+               tuning: Tuning | None = None) -> list[dict]:
     """fwht(numpy_array, device="cuda") wall time against the two pinned DMA copies alone."""
-    import time
-    from .transform import fwht
     dt = _dt.resolve(dtype)
     n = 1 << log2n
     x = np.random.default_rng(0).standard_normal(n).astype(dt)
@@ -138,22 +165,16 @@ def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict
         dev.data.copy_to_host_async(pinned.ptr, nbytes, stream)
         stream.synchronize()
 
-    def wall(fn):
-        fn()
-        ts = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(ts)
-
-    t_copies = wall(copies)
-    px, pout = launch.pinned_empty(n, dt), launch.pinned_empty(n, dt)
+    t_copies = _wall(copies, repeats)
+    px, pout = gpu.pinned_empty(n, dt), gpu.pinned_empty(n, dt)
     px[...] = x
+    plan = cuda_plan(n, dt, 1, tuning=tuning)
+    factor = norm_factor(n, "backward", False)
     rows = []
     for method, a, o in (("pinned", px, pout), ("register", x, out), ("staging", x, out)):
         m = "staging" if method == "staging" else "register"
-        t = wall(lambda: launch.transform_host(a, 0, "backward", "folklore", None, o, False, m))
+        t = _wall(lambda a=a, o=o, m=m: cuda_host.transform(plan, a, 0, factor, o, method=m),
+                  repeats)
         rows.append({"kind": "host", "dtype": _dt.short_name(dt), "log2n": log2n, "bytes": nbytes,
                      "method": method, "time_ms": t, "pinned_copies_ms": t_copies,
                      "ratio_copies": t / t_copies})
@@ -161,36 +182,24 @@ def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5) -> list[dict
 
 
 def bench_axis(cp, dtype="fp32", shapes=((1 << 10, 1 << 16), (1 << 14, 1 << 12), (1 << 20, 1 << 6)),
-               echo=print) -> list[dict]:
+               echo=print, tuning: Tuning | None = None) -> list[dict]:
     """fwht along axis 0 of an (n, batch) array (strided passes over the transform axis, no
     transpose) against the same transforms on contiguous rows, wall time with the GPU
     synchronized."""
-    import time
-    from .transform import fwht
     dt = _dt.resolve(dtype)
+    sync = cp.cuda.Device().synchronize
     rows = []
     for n, batch in shapes:
         xc = _buffers(cp, (batch, n), dt, 1)[0]
         xt = cp.ascontiguousarray(xc.T)                 # (n, batch): transform axis 0
-        def wall(fn):
-            fn()
-            cp.cuda.Device().synchronize()
-            ts = []
-            for _ in range(10):
-                t0 = time.perf_counter()
-                fn()
-                cp.cuda.Device().synchronize()
-                ts.append((time.perf_counter() - t0) * 1e3)
-            return statistics.median(ts)
-        t_rows = wall(lambda: fwht(xc))
-        t_axis0 = wall(lambda: fwht(xt, axis=0))
-        t_copy = wall(lambda: cp.copyto(xc, xc))
-        row = {"kind": "axis", "dtype": dtype, "n": n, "batch": batch, "rows_ms": t_rows,
-               "axis0_ms": t_axis0, "ratio": t_axis0 / t_rows, "copy_ms": t_copy}
-        rows.append(row)
+        t_rows = _wall(lambda xc=xc: fwht(xc, tuning=tuning), 10, sync)
+        t_axis0 = _wall(lambda xt=xt: fwht(xt, axis=0, tuning=tuning), 10, sync)
+        t_copy = _wall(lambda xc=xc: cp.copyto(xc, xc), 10, sync)
+        rows.append({"kind": "axis", "dtype": dtype, "n": n, "batch": batch, "rows_ms": t_rows,
+                     "axis0_ms": t_axis0, "ratio": t_axis0 / t_rows, "copy_ms": t_copy})
         echo(f"axis    {dtype:5} n=2^{n.bit_length() - 1} x {batch}: axis 0 {t_axis0:.3f} ms, rows "
              f"{t_rows:.3f} ms ({t_axis0 / t_rows:.2f}x)")
-        del xc, xt
+        xc = xt = None
     return rows
 
 
@@ -200,17 +209,53 @@ VARIANTS = [("folklore", None, None), ("alman", None, None), ("folklore", "kahan
 
 
 def variant_name(alg, stab, wide, dtype) -> str:
+    """The name of a variant in the tables ('compute fp64' for a wider compute dtype)."""
     if wide:
         return f"compute {_dt.short_name(wide_dtype(dtype))}"
     return alg if stab is None else stab
 
 
 def wide_dtype(dtype):
+    """The wider compute dtype of ``dtype`` (None for FP64)."""
     return {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(np.dtype(dtype).itemsize)
 
 
+def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
+    """Every variant (or those in ``only``) at 2**L of dtype ``name``, Folklore first."""
+    dt = _dt.resolve(name)
+    n = 1 << L
+    count = max(1, min(8, math.ceil(ROTATE_BYTES / (n * dt.itemsize))))
+    srcs = _buffers(cp, (1, n), dt, count)
+    dst = cp.empty((1, n), dtype=dt)
+    rows, base = [], None
+    for alg, stab, wide in VARIANTS:
+        cdt = wide_dtype(dt) if wide else None
+        if wide and cdt is None:
+            continue
+        vname = variant_name(alg, stab, wide, dt)
+        if only and base is not None and vname not in only:
+            continue
+        plan = cuda_plan(n, dt, 1, alg, stab, cdt, tuning)
+        t, _ = _timer(cp, lambda i, plan=plan: engine.run(plan, srcs[i % count], dst, check=False))
+        base = t if base is None else base
+        row = {"kind": "variant", "dtype": name, "log2n": L, "variant": vname,
+               "passes": len(plan.passes), "time_ms": t, "ratio_folklore": t / base}
+        extra = ""
+        if per_pass:
+            row["pass_ms"] = [
+                _timer(cp, lambda i, one=one: engine.run(one, srcs[i % count], dst, check=False))[0]
+                for one in (dataclasses.replace(plan, passes=(p,)) for p in plan.passes)]
+            extra = "  passes " + " ".join(f"{v:.4f}" for v in row["pass_ms"])
+        rows.append(row)
+        echo(f"{name:5} {f'2^{L}':>5} {vname:16} {row['passes']:>6} {t:10.4f} {t / base:10.2f}{extra}")
+    srcs.clear()
+    dst = None
+    cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print,
-                   only=None, per_pass: bool = False) -> list[dict]:
+                   only=None, per_pass: bool = False, tuning: Tuning | None = None) -> list[dict]:
     """Kernel time of every variant (or those named in ``only``) next to Folklore's, same
     inputs, same run; with ``per_pass`` also each pass alone (``pass_ms``: one launch of
     that pass's kernel, as the last pass)."""
@@ -220,52 +265,34 @@ def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=pri
     for name in dtypes:
         dt = _dt.resolve(name)
         for L in sizes:
-            n = 1 << L
-            if 4 * n * dt.itemsize > free // 2:
+            if 4 * (1 << L) * dt.itemsize > free // 2:
                 continue
-            count = max(1, min(8, math.ceil(ROTATE_BYTES / (n * dt.itemsize))))
-            srcs = _buffers(cp, (1, n), dt, count)
-            dst = cp.empty((1, n), dtype=dt)
-            base = None
-            for alg, stab, wide in VARIANTS:
-                cdt = wide_dtype(dt) if wide else None
-                if wide and cdt is None:
-                    continue
-                vname = variant_name(alg, stab, wide, dt)
-                if only and base is not None and vname not in only:
-                    continue
-                plan = make_plan(n, dt, alg, stab, "cuda", cdt)
-                t, _ = _timer(cp, lambda i: launch.execute(plan, srcs[i % count], dst, check=False))
-                base = t if base is None else base
-                row = {"kind": "variant", "dtype": name, "log2n": L, "variant": vname,
-                       "passes": len(plan.passes), "time_ms": t,
-                       "ratio_folklore": t / base}
-                extra = ""
-                if per_pass:
-                    row["pass_ms"] = [
-                        _timer(cp, lambda i, one=dataclasses.replace(plan, passes=(p,)):
-                               launch.execute(one, srcs[i % count], dst, check=False))[0]
-                        for p in plan.passes]
-                    extra = "  passes " + " ".join(f"{v:.4f}" for v in row["pass_ms"])
-                rows.append(row)
-                echo(f"{name:5} {'2^%d' % L:>5} {row['variant']:16} {row['passes']:>6} {t:10.4f} "
-                     f"{t / base:10.2f}{extra}")
-            del srcs, dst
-            cp.get_default_memory_pool().free_all_blocks()
+            rows += _variant_rows(cp, name, L, only, per_pass, tuning, echo)
     return rows
 
 
+def _echo_case(echo, kind: str, shape, r: dict) -> None:
+    rf = (f"{r['rfft_ms']:9.3f} {r['speedup_vs_rfft']:7.2f}x" if "rfft_ms" in r
+          else f"{'':9} {'':8}")
+    shp = f"{shape[0]}x2^{r['log2n']}"
+    echo(f"{kind:7} {r['dtype']:5} {shp:>14} {r['passes']:>4} "
+         f"{r['time_ms']:10.4f} {r['gbps']:7.0f} {r['ratio_copy']:7.2f} "
+         f"{r['ratio_passes_copy']:8.2f} {rf}")
+
+
 def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=range(8, 16),
-        batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, variants=(), echo=print) -> dict:
-    """Benchmark single transforms 2**single and batched rows 2**batched; returns the JSON dict."""
-    cp = launch.cupy()
-    free, total = cp.cuda.runtime.memGetInfo()
+        batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, variants=(), echo=print,
+        tuning: Tuning | None = None, command: str | None = None) -> dict:
+    """Benchmark single transforms 2**single and batched rows 2**batched under ``tuning``
+    (default: ``Tuning()``); returns the result record (:mod:`fwht_gpu.provenance`)."""
+    cp = gpu.cupy()
+    t = Tuning() if tuning is None else tuning
+    free = cp.cuda.runtime.memGetInfo()[0]
     cap = max_bytes or free // 5      # rotating buffers + destination + rfft output
     rows = []
-    head = (f"{'kind':7} {'dtype':5} {'shape':>14} {'pass':>4} {'time ms':>10} {'GB/s':>7} "
-            f"{'x copy':>7} {'x p*copy':>8} {'rfft ms':>9} {'vs rfft':>8}")
-    echo(f"GPU: {launch.status()}")
-    echo(head)
+    echo(f"GPU: {gpu.status()}")
+    echo(f"{'kind':7} {'dtype':5} {'shape':>14} {'pass':>4} {'time ms':>10} {'GB/s':>7} "
+         f"{'x copy':>7} {'x p*copy':>8} {'rfft ms':>9} {'vs rfft':>8}")
     for name in dtypes:
         dt = _dt.resolve(name)
         cases = [("single", (1, 1 << L)) for L in single] + \
@@ -273,30 +300,30 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
         for kind, shape in cases:
             if shape[0] * shape[1] * dt.itemsize > cap:
                 continue
-            r = bench_case(cp, shape, dt, fft and kind == "single")
+            r = bench_case(cp, shape, dt, fft and kind == "single", t)
             r["kind"] = kind
             rows.append(r)
-            rf = f"{r['rfft_ms']:9.3f} {r['speedup_vs_rfft']:7.2f}x" if "rfft_ms" in r else f"{'':9} {'':8}"
-            shp = f"{shape[0]}x2^{r['log2n']}"
-            echo(f"{kind:7} {r['dtype']:5} {shp:>14} {r['passes']:>4} "
-                 f"{r['time_ms']:10.4f} {r['gbps']:7.0f} {r['ratio_copy']:7.2f} "
-                 f"{r['ratio_passes_copy']:8.2f} {rf}")
+            _echo_case(echo, kind, shape, r)
     if variants:
-        rows += bench_variants(cp, dtypes=dtypes, sizes=variants, echo=echo)
-    rows += bench_axis(cp, echo=echo)
+        rows += bench_variants(cp, dtypes=dtypes, sizes=variants, echo=echo, tuning=t)
+    rows += bench_axis(cp, echo=echo, tuning=t)
     if host:
-        for r in bench_host(cp):
+        for r in bench_host(cp, tuning=t):
             rows.append(r)
-            echo(f"host    {r['dtype']:5} {'2^%d' % r['log2n']:>14} {r['method']:>9}: {r['time_ms']:.2f} ms "
-                 f"wall, {r['ratio_copies']:.2f} x the two pinned copies ({r['pinned_copies_ms']:.2f} ms)")
-    return {"device": launch.status(), "cupy": cp.__version__, "python": platform.python_version(),
-            "method": "CUDA events, median, rotating inputs; copy = device-to-device memcpy of "
-                      "the same bytes", "rows": rows}
+            size = f"2^{r['log2n']}"
+            echo(f"host    {r['dtype']:5} {size:>14} {r['method']:>9}: "
+                 f"{r['time_ms']:.2f} ms wall, {r['ratio_copies']:.2f} x the two pinned copies "
+                 f"({r['pinned_copies_ms']:.2f} ms)")
+    settings = {"tuning": t, "dtypes": list(dtypes), "single": list(single),
+                "batched": list(batched), "batch_bytes": batch_bytes, "fft": bool(fft),
+                "max_bytes": cap, "host": bool(host), "variants": list(variants),
+                "rotate_bytes": ROTATE_BYTES, "method": METHOD}
+    return provenance.record("fwht-bench", rows, settings, command, device="gpu")
 
 
 def main(out_json: str | None = None, **kw) -> dict:
+    """:func:`run` with keyword arguments ``kw``; writes the record to ``out_json`` when given."""
     res = run(**kw)
     if out_json:
-        with open(out_json, "w") as f:
-            json.dump(res, f, indent=1)
+        provenance.write(res, out_json)
     return res

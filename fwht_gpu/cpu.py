@@ -7,6 +7,8 @@ same bits.  An optional :class:`OpCounter` records the arithmetic performed.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,14 +71,45 @@ def _split(x: np.ndarray, bit: int, radix: int) -> np.ndarray:
 def _radix2(ar: _Arith, x, bit):
     """One Folklore stage, in place on the work array x."""
     v = _split(x, bit, 2)
-    a, b = v[:, :, 0, :], v[:, :, 1, :]
-    d = ar.sub(a, b)
-    if ar.native:                  # add in place (the same IEEE result)
-        np.add(a, b, out=a)
-    else:
-        a[...] = ar.add(a, b)
-    b[...] = d
+
+    def block(s):
+        a, b = v[s][:, :, 0, :], v[s][:, :, 1, :]
+        d = ar.sub(a, b)
+        if ar.native:                  # add in place (the same IEEE result)
+            np.add(a, b, out=a)
+        else:
+            a[...] = ar.add(a, b)
+        b[...] = d
+    _each_block(v.shape, block, ar)
     return x
+
+
+#: Stages over at least this many elements run on blocks in threads (NumPy releases the GIL
+#: in its loops); every element sees the same operations, so the bits do not depend on it.
+PARALLEL_ELEMENTS = 1 << 20
+_POOL: list = []
+
+
+def _each_block(shape, fn, ar: _Arith) -> None:
+    """fn(index) over blocks of a (batch, outer, radix, inner) view: along ``outer`` when it
+    has enough blocks, else along ``inner``; in a thread pool for large views."""
+    workers = os.cpu_count() or 1
+    size = int(np.prod(shape))
+    if ar.c is not None or workers == 1 or size < PARALLEL_ELEMENTS:
+        fn((slice(None),) * 4)
+        return
+    axis = 1 if shape[1] >= workers else 3
+    step = -(-shape[axis] // workers)
+    index = [tuple(slice(k, k + step) if a == axis else slice(None) for a in range(4))
+             for k in range(0, shape[axis], step)]
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fwht-cpu"))
+
+    def run(s):
+        with np.errstate(over="ignore", invalid="ignore"):   # errstate is per thread
+            fn(s)
+    for f in [_POOL[0].submit(run, s) for s in index]:
+        f.result()
 
 
 def _radix2_stabilized(ar: _Arith, x, e, bit, neumaier: bool):
@@ -85,6 +118,16 @@ def _radix2_stabilized(ar: _Arith, x, e, bit, neumaier: bool):
     The true value of an element is x - e.
     """
     v, w = _split(x, bit, 2), _split(e, bit, 2)
+    xo, eo = np.empty_like(v), np.empty_like(w)
+
+    def block(s):
+        xo[s], eo[s] = _stabilized_butterflies(ar, v[s], w[s], neumaier)
+    _each_block(v.shape, block, ar)
+    return xo.reshape(x.shape), eo.reshape(e.shape)
+
+
+def _stabilized_butterflies(ar: _Arith, v, w, neumaier: bool):
+    """The compensated butterflies of (batch, outer, 2, inner) views of values and errors."""
     A, B = v[:, :, 0, :], v[:, :, 1, :]
     eA, eB = w[:, :, 0, :], w[:, :, 1, :]
     eS = ar.add(eA, eB)                 # combine the errors first,
@@ -106,10 +149,7 @@ def _radix2_stabilized(ar: _Arith, x, e, bit, neumaier: bool):
         eB1 = np.where(d1, ar.add(ar.sub(B1, A), B),
                        np.where(d2, ar.sub(ar.add(B1, B), A), ar.add(ar.add(-A, B), B1)))
         eB1 = ar.add(eB1, eD)
-    xo, eo = np.empty_like(v), np.empty_like(w)
-    xo[:, :, 0, :], xo[:, :, 1, :] = A1, B1
-    eo[:, :, 0, :], eo[:, :, 1, :] = eA1, eB1
-    return xo.reshape(x.shape), eo.reshape(e.shape)
+    return np.stack([A1, B1], axis=2), np.stack([eA1, eB1], axis=2)
 
 
 def alman_exponents(n: int, folklore_bits: int) -> np.ndarray:

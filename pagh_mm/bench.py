@@ -4,19 +4,24 @@ product through cupy.matmul (cuBLAS) + top-k, in FP64, FP32 and FP16.
 Times are wall-clock with the GPU synchronized (the pipeline has host steps),
 median of ``repeats`` after a warm-up.  The floor is reading A and B once per
 repetition at the device-copy bandwidth measured in the same run.
+
+:func:`run` returns a result record of :mod:`fwht_gpu.provenance` (kind ``pagh-bench``).
 """
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 
 import numpy as np
 
+from fwht_gpu import provenance
+
 from . import synthetic
 from .backend import cpu, gpu
 from .matmul import compress
+
+METHOD = ("wall clock with GPU synchronized, median of repeats; floor = reps x (A + B bytes) "
+          "at copy bandwidth")
 
 
 def _wall(be, fn, repeats):
@@ -37,8 +42,7 @@ def _copy_bandwidth(be, nbytes=1 << 30):
     xp = be.xp
     a = xp.ones(nbytes // 8)
     b = xp.empty_like(a)
-    t, _ = _wall(be, lambda: b.__setitem__(Ellipsis, a), 5)
-    del a, b
+    t, _ = _wall(be, lambda a=a, b=b: b.__setitem__(Ellipsis, a), 5)
     return 2 * nbytes / t
 
 
@@ -51,9 +55,59 @@ def _exact_topk(be, A, B, k, dtype):
     return sel // C.shape[1], sel % C.shape[1]
 
 
+def _free_gpu(be) -> None:
+    if be.gpu:
+        be.xp.get_default_memory_pool().free_all_blocks()
+
+
+def _gemm_times(be, data, planted, repeats, row) -> dict:
+    """Exact product + top-k per GEMM dtype (FP16 on the GPU only); errors into ``row``."""
+    gemm = {}
+    for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
+        if not be.gpu and gname == "fp16":
+            continue
+        try:
+            gemm[gname], _ = _wall(be, lambda gdt=gdt: _exact_topk(be, data.A, data.B, planted, gdt),
+                                   repeats)
+        except Exception as exc:  # noqa: BLE001 - memory
+            gemm[gname] = float("nan")
+            row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
+    return gemm
+
+
+def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
+    """One size and dtype: the compressed product against the exact GEMMs."""
+    dt = np.float64 if name == "fp64" else np.float32
+    data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=be.xp)
+    b = synthetic.choose_buckets(n, planted, data.magnitude, reps)
+    prof: dict = {}
+    t_sk, sk = _wall(be, lambda: compress(data.A, data.B, buckets=b, reps=reps, seed=1,
+                                          dtype=dt), repeats)
+    compress(data.A, data.B, buckets=b, reps=reps, seed=1, dtype=dt, profile=prof)
+    t_top, top = _wall(be, lambda: sk.top_k(planted, verify=True), repeats)
+    rec = synthetic.recall(data.rows, data.cols, be.asnumpy(top.rows), be.asnumpy(top.cols))
+    floor = reps * (data.A.nbytes + data.B.nbytes) / (bw / 2)
+    row = {"n": n, "dtype": name, "buckets": b, "reps": reps, "planted": planted,
+           "sketch_s": t_sk, "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
+           "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor, "copy_bandwidth": bw,
+           "stages_s": prof}
+    sk = top = None
+    _free_gpu(be)
+    gemm = _gemm_times(be, data, planted, repeats, row)
+    row.update({f"gemm_{k}_s": v for k, v in gemm.items()})
+    row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
+    row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
+    g = {k: f"{gemm.get(k, float('nan')):9.4f}" for k in ("fp64", "fp32", "fp16")}
+    echo(f"{n:>6} {name:5} {b:>9} {reps:>2} {t_sk:9.4f} {t_top:8.4f} {rec:7.3f} "
+         f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
+         f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
+    echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items()))
+    return row
+
+
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=5,
-        device="auto", repeats=3, echo=print) -> dict:
-    """Benchmark; returns the JSON-able dict of results."""
+        device="auto", repeats=3, echo=print, command: str | None = None) -> dict:
+    """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`)."""
     be = gpu() if device == "gpu" or (device == "auto" and _gpu_ok()) else cpu()
     xp = be.xp
     bw = _copy_bandwidth(be)
@@ -68,56 +122,22 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
             if be.gpu and need > xp.cuda.runtime.memGetInfo()[0]:
                 echo(f"{n:>6} {name:5} skipped: needs {need / 2**30:.0f} GiB")
                 continue
-            data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=xp)
-            b = synthetic.choose_buckets(n, planted, data.magnitude, reps)
-            prof: dict = {}
-            t_sk, sk = _wall(be, lambda: compress(data.A, data.B, buckets=b, reps=reps, seed=1,
-                                                  dtype=dt), repeats)
-            compress(data.A, data.B, buckets=b, reps=reps, seed=1, dtype=dt, profile=prof)
-            t_top, top = _wall(be, lambda: sk.top_k(planted, verify=True), repeats)
-            rec = synthetic.recall(data.rows, data.cols, be.asnumpy(top.rows), be.asnumpy(top.cols))
-            floor = reps * (data.A.nbytes + data.B.nbytes) / (bw / 2)
-            row = {"n": n, "dtype": name, "buckets": b, "reps": reps, "planted": planted,
-                   "sketch_s": t_sk, "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
-                   "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor,
-                   "stages_s": prof}
-            del sk
-            if be.gpu:
-                xp.get_default_memory_pool().free_all_blocks()
-            gemm = {}
-            for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
-                if not be.gpu and gname == "fp16":
-                    continue
-                try:
-                    gemm[gname], _ = _wall(be, lambda: _exact_topk(be, data.A, data.B, planted, gdt), repeats)
-                except Exception as exc:     # memory
-                    gemm[gname] = float("nan")
-                    row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
-            row.update({f"gemm_{k}_s": v for k, v in gemm.items()})
-            row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
-            row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
-            rows.append(row)
-            g = lambda k: f"{gemm.get(k, float('nan')):9.4f}"  # noqa: E731
-            echo(f"{n:>6} {name:5} {b:>9} {reps:>2} {t_sk:9.4f} {t_top:8.4f} {rec:7.3f} "
-                 f"{row['ratio_floor']:8.1f} | {g('fp64')} {g('fp32')} {g('fp16')} "
-                 f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
-            echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items()))
-            del data, top
-            if be.gpu:
-                xp.get_default_memory_pool().free_all_blocks()
-    return {"device": "gpu" if be.gpu else "cpu", "python": platform.python_version(),
-            "copy_bandwidth": bw, "method": "wall clock with GPU synchronized, median of repeats; "
-            "floor = reps x (A + B bytes) at copy bandwidth", "rows": rows}
+            rows.append(_case(be, n, name, planted, reps, repeats, bw, echo))
+            _free_gpu(be)
+    settings = {"sizes": list(sizes), "dtypes": list(dtypes), "planted": planted, "reps": reps,
+                "repeats": repeats, "device": "gpu" if be.gpu else "cpu", "method": METHOD}
+    return provenance.record("pagh-bench", rows, settings, command,
+                             device="gpu" if be.gpu else "cpu")
 
 
 def _gpu_ok() -> bool:
-    from fwht_gpu.cuda import launch
-    return launch.available()
+    from fwht_gpu import gpu as fwht_gpu_device
+    return fwht_gpu_device.available()
 
 
 def main(out_json=None, **kw) -> dict:
+    """:func:`run` with keyword arguments ``kw``; writes the record to ``out_json`` when given."""
     res = run(**kw)
     if out_json:
-        with open(out_json, "w") as f:
-            json.dump(res, f, indent=1)
+        provenance.write(res, out_json)
     return res

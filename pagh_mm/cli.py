@@ -14,13 +14,20 @@ import time
 
 import click
 import numpy as np
-
 import scipy
+
+import pagh_mm  # compress and default_buckets looked up at call time (tests patch them)
 from fwht_gpu import devices, gpu
 from fwht_gpu import matrixio as io
-from fwht_gpu.clitools import Progress, check_outputs, debug_option, force_option, guarded
+from fwht_gpu.clitools import (
+    Progress,
+    check_outputs,
+    debug_option,
+    force_option,
+    guarded,
+)
 
-from . import __version__, backend, compress, default_buckets, hashing, synthetic
+from . import __version__, backend, hashing, synthetic
 from . import bench as _bench
 from .compressed import CompressedProduct
 from .sketchfile import MAX_LOG2B, settings_problem
@@ -116,8 +123,8 @@ def _compress_from_files(a_path, b_path, o):
     _check_settings(o)
     dev = _device(o["device"])
     A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
-    b = o["buckets"] or default_buckets(A.shape[0], B.shape[1])
-    return compress(A, B, buckets=b, reps=o["reps"], seed=o["seed"], method=o["method"],
+    b = o["buckets"] or pagh_mm.default_buckets(A.shape[0], B.shape[1])
+    return pagh_mm.compress(A, B, buckets=b, reps=o["reps"], seed=o["seed"], method=o["method"],
                     dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
                     stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"], hash=o["hash_"],
                     progress=Progress(o["quiet"]))
@@ -175,10 +182,10 @@ def demo(size, planted, reps, seed, device, debug) -> None:
         if be.gpu:
             be.xp.cuda.Device().synchronize()
 
-    compress(data.A[:64, :64], data.B[:64, :64], buckets=16, reps=1, seed=0)   # warm up kernels
+    pagh_mm.compress(data.A[:64, :64], data.B[:64, :64], buckets=16, reps=1, seed=0)   # warm up kernels
     sync()
     t0 = time.perf_counter()
-    sk = compress(data.A, data.B, buckets=b, reps=reps, seed=seed)
+    sk = pagh_mm.compress(data.A, data.B, buckets=b, reps=reps, seed=seed)
     top = sk.top_k(k, verify=True)
     sync()
     t_sketch = time.perf_counter() - t0

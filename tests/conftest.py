@@ -1,17 +1,57 @@
+import os
+import time
 import zlib
 
 import numpy as np
 import pytest
-
-from fwht_gpu import dtypes as _dt
-
-DTYPES = list(_dt.SUPPORTED)
-DTYPE_IDS = [_dt.short_name(d) for d in DTYPES]
-VARIANTS = [("folklore", None), ("folklore", "kahan"), ("folklore", "neumaier"), ("alman", None)]
-VARIANT_IDS = ["folklore", "kahan", "neumaier", "alman"]
 
 
 @pytest.fixture
 def rng(request):
     # a fresh, reproducible stream per test (crc32: str hash() is randomized per process)
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+_GPU_ITEMS = []
+_PRECOMPILE = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    _GPU_ITEMS[:] = [it for it in items if it.get_closest_marker("gpu")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _precompile_gpu_kernels():
+    """With GPU tests selected and a GPU present: compile every kernel the suite launches
+    (tests/gpu_cases.py) in parallel processes into the disk cache, once per session."""
+    from fwht_gpu import gpu
+    if not _GPU_ITEMS or not gpu.available() or os.environ.get("FWHT_TEST_NO_PRECOMPILE"):
+        yield
+        return
+    from fwht_gpu.cuda import engine
+    from tests.gpu_cases import suite_plans
+    t0 = time.perf_counter()
+    _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count))
+    _PRECOMPILE["seconds"] = time.perf_counter() - t0
+    yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _PRECOMPILE:
+        return
+    from fwht_gpu.cuda import engine
+    late = sorted(set(engine.KERNELS.on_demand))
+    terminalreporter.write_line(
+        f"GPU kernels: {_PRECOMPILE['kernels']} precompiled in parallel in "
+        f"{_PRECOMPILE['seconds']:.1f} s; {len(late)} loaded at first launch "
+        "(add their cases to tests/gpu_cases.py)")
+    for name in late[:20]:
+        terminalreporter.write_line(f"  {name}")
+
+
+def pytest_runtest_logreport(report):
+    """FWHT_TEST_TIMES=path: append each test's duration as it finishes (profiling the suite)."""
+    path = os.environ.get("FWHT_TEST_TIMES")
+    if path and report.when == "call":
+        with open(path, "a") as f:
+            f.write(f"{report.duration:8.2f} {report.nodeid}\n")

@@ -4,8 +4,12 @@ import numpy as np
 import pytest
 
 import fwht_gpu as F
+from fwht_gpu import cpu
+from fwht_gpu.transform import norm_factor
 from fwht_gpu import gpu
-from tests.conftest import DTYPE_IDS, DTYPES
+from fwht_gpu import variants
+from tests import gpu_cases as cases
+from tests.gpu_cases import DTYPE_IDS, DTYPES
 
 pytestmark = [
     pytest.mark.gpu,
@@ -29,18 +33,13 @@ def _cpu_same_plan(x, axis=-1, norm="backward", inverse=False):
     """The NumPy engine on the plan the GPU uses."""
     n = x.shape[axis]
     plan = F.make_plan(n, x.dtype, device="cuda")
-    from fwht_gpu.transform import norm_factor
     return F.run_plan(plan, x, axis, norm_factor(n, norm, inverse))
-
-
-def _max_log2n(dtype):
-    return 26 if np.dtype(dtype).itemsize <= 4 else 24
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_single_transforms_bit_exact(dtype, rng):
     cp = _cp()
-    for L in range(1, _max_log2n(dtype) + 1):
+    for L in cases.single_sizes(dtype):
         x = _rand(rng, 1 << L, dtype)
         out = _poisoned(x.shape, dtype)
         res = F.fwht(cp.asarray(x), out=out)
@@ -52,20 +51,20 @@ def test_single_transforms_bit_exact(dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("shape,axis", [
-    ((1 << 12, 1 << 8), -1), ((3, 1 << 20), -1), ((5, 7, 1 << 9), -1), ((1 << 10, 2), -1),
-    ((1 << 9, 3), 0), ((4, 1 << 10, 3), 1), ((2, 1 << 17), -1), ((1 << 14, 1 << 4), 0),
-    ((1 << 10, 1 << 9), 0), ((3, 1 << 12, 2), 1), ((1 << 20, 8), 0), ((2, 1 << 18, 64), 1),
-])
+@pytest.mark.parametrize("shape,axis", cases.BATCHED)
 def test_batched_and_axes_bit_exact(dtype, shape, axis, rng):
     cp = _cp()
     x = _rand(rng, shape, dtype)
+    n = x.shape[axis]
+    plan = F.make_plan(n, dtype, device="cuda")
+    unscaled = F.run_plan(plan, x, axis)        # every norm is this, then one scaling
     for norm in ("backward", "ortho", "forward"):
-        got = F.fwht(cp.asarray(x), axis, norm=norm)
-        assert isinstance(got, cp.ndarray) and got.shape == x.shape and got.dtype == dtype
-        assert (got.get() == _cpu_same_plan(x, axis, norm)).all(), norm
-        inv = F.ifwht(cp.asarray(x), axis, norm=norm).get()
-        assert (inv == _cpu_same_plan(x, axis, norm, inverse=True)).all(), norm
+        for inverse in (False, True):
+            fn = F.ifwht if inverse else F.fwht
+            got = fn(cp.asarray(x), axis, norm=norm)
+            assert isinstance(got, cp.ndarray) and got.shape == x.shape and got.dtype == dtype
+            want = cpu.scale(unscaled.copy(), norm_factor(n, norm, inverse))
+            assert (got.get() == want).all(), (norm, inverse)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -88,16 +87,6 @@ def test_strided_views_out_and_in_place(dtype, rng):
     odd = cp.empty(g.size + 1, dtype)[1:].reshape(g.shape)   # misaligned buffer
     odd[...] = g
     assert (F.fwht(odd).get() == want).all(), "misaligned input"
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
-def test_three_pass_transform_bit_exact(dtype, rng):
-    L = 27
-    x = (_rand(rng, 1 << L, np.float32) / 16).astype(dtype)   # |Hx| ~ 6 sqrt(n) / 16: no overflow
-    plan = F.make_plan(1 << L, dtype, device="cuda")
-    assert len(plan.passes) == 3
-    got = F.fwht(_cp().asarray(x)).get()
-    assert (got == F.run_plan(plan, x)).all()
 
 
 def test_overflow_detected_on_gpu():
@@ -182,31 +171,22 @@ def test_capacity_in_place(dtype, log2n):
 
 # --- extended variants (issue 4): Alman-Rao, stabilizers, compute dtype ------------------
 
-EXT = [("alman", None, None), ("folklore", "kahan", None), ("folklore", "neumaier", None),
-       ("folklore", "kahan-pass", None), ("folklore", "neumaier-pass", None),
-       ("folklore", None, "wide"), ("alman", None, "wide")]
-EXT_IDS = ["alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute", "alman-compute"]
-
-
-def _wide(dtype, wide):
-    if not wide:
-        return None
-    return {2: np.float32, 4: np.float64}.get(np.dtype(dtype).itemsize)
+def _variant(name, dtype):
+    """(algorithm, stabilizer, compute dtype) of a named variant for ``dtype`` data."""
+    v = variants.variant(name)
+    return v.algorithm, v.stabilizer, v.compute_dtype(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("alg,stab,wide", EXT, ids=EXT_IDS)
-def test_extended_variants_bit_exact(dtype, alg, stab, wide, rng):
+@pytest.mark.parametrize("name", cases.EXTENDED)
+def test_extended_variants_bit_exact(dtype, name, rng):
     cp = _cp()
-    cdt = _wide(dtype, wide)
-    if wide and cdt is None:
+    if not variants.variant(name).applies_to(dtype):
         pytest.skip("no wider compute dtype for float64")
-    sizes = list(range(1, 13)) + [15, 17, 20, 21, 22]
-    if stab is None:    # enough tiles that pipelined passes loop (and FP32 Alman-Rao's 64 KB tiles)
-        sizes += [23, 24]
-    for L in sizes:
+    alg, stab, cdt = _variant(name, dtype)
+    for L in cases.extended_sizes(name, dtype):
         n = 1 << L
-        x = _rand(rng, (2, n), dtype) if L < 20 else _rand(rng, n, dtype)
+        x = _rand(rng, (cases.extended_batch(L), n), dtype)
         if np.dtype(dtype) == np.float16:
             x = (x.astype(np.float32) / 8).astype(dtype)        # keep Alman-Rao's pre-scaling in range
         plan = F.make_plan(n, dtype, alg, stab, "cuda", cdt)
@@ -218,15 +198,15 @@ def test_extended_variants_bit_exact(dtype, alg, stab, wide, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("wide", [False, True], ids=["native", "compute"])
-def test_alman_many_short_transforms(dtype, wide, rng):
+@pytest.mark.parametrize("name", ["alman", "alman-compute"])
+def test_alman_many_short_transforms(dtype, name, rng):
     """Short Alman-Rao transforms share a tile: the pre-scaling exponent uses each element's
     index within its own transform."""
     cp = _cp()
-    cdt = _wide(dtype, wide)
-    if wide and cdt is None:
+    if not variants.variant(name).applies_to(dtype):
         pytest.skip("no wider compute dtype for float64")
-    for L in (3, 4, 5, 6, 9, 10, 11):
+    cdt = _variant(name, dtype)[2]
+    for L in cases.ALMAN_SHORT:
         x = (_rand(rng, (300, 1 << L), np.float32) / 8).astype(dtype)
         plan = F.make_plan(1 << L, dtype, "alman", None, "cuda", cdt)
         out = _poisoned(x.shape, dtype)
@@ -234,14 +214,13 @@ def test_alman_many_short_transforms(dtype, wide, rng):
         assert (out.get() == F.run_plan(plan, x)).all(), f"n=2**{L}"
 
 
-@pytest.mark.parametrize("alg,stab,wide", EXT, ids=EXT_IDS)
-def test_extended_variants_batched_strided_norms(alg, stab, wide, rng):
+@pytest.mark.parametrize("name", cases.EXTENDED)
+def test_extended_variants_batched_strided_norms(name, rng):
     cp = _cp()
     for dtype in (np.float32, np.float16):
-        cdt = _wide(dtype, wide)
+        alg, stab, cdt = _variant(name, dtype)
         x = (_rand(rng, (6, 1 << 16, 3), np.float32) / 8).astype(dtype)
         plan = F.make_plan(1 << 16, dtype, alg, stab, "cuda", cdt)
-        from fwht_gpu.transform import norm_factor
         got = F.ifwht(cp.asarray(x), 1, norm="ortho", algorithm=alg, stabilizer=stab,
                       compute_dtype=cdt).get()
         assert (got == F.run_plan(plan, x, 1, norm_factor(1 << 16, "ortho", True))).all()
@@ -249,17 +228,12 @@ def test_extended_variants_batched_strided_norms(alg, stab, wide, rng):
 
 # --- issue 12: the same bits on every device, overflow per transform --------------------------
 
-@pytest.mark.parametrize("dtype,cdt,stab", [
-    (np.float16, np.float32, None), (F.bfloat16, np.float32, None), (np.float32, np.float64, None),
-    (np.float32, None, "neumaier-pass"), (np.float16, None, "kahan-pass"), (np.float16, None, None)],
-    ids=["fp16-compute", "bf16-compute", "fp32-compute", "fp32-neumaier-pass", "fp16-kahan-pass",
-         "fp16-plain"])
+@pytest.mark.parametrize("dtype,cdt,stab", cases.SAME_CALL, ids=cases.SAME_CALL_IDS)
 def test_numpy_and_cupy_calls_give_the_same_bits(dtype, cdt, stab, rng):
     """The default call on a NumPy array and on the same data as a CuPy array: identical bits
     for every size (the CPU plan rounds where the GPU plan does)."""
     cp = _cp()
-    sizes = list(range(1, 23)) + [24] + ([26] if cdt is not None and np.dtype(dtype) == np.float16 else [])
-    for L in sizes:
+    for L in cases.same_call_sizes(dtype, cdt, stab):
         x = (_rand(rng, (2, 1 << L) if L < 20 else (1 << L,), np.float32) / 8).astype(dtype)
         want = F.fwht(x, compute_dtype=cdt, stabilizer=stab)
         got = F.fwht(cp.asarray(x), compute_dtype=cdt, stabilizer=stab).get()

@@ -71,7 +71,7 @@ def test_gpu_sparse_and_dtypes_and_errors(tmp_path):
     assert (sp.sketch == dense.sketch).all()
     C = A @ B
     for dt in ("float32", "float16", "bfloat16"):     # the CPU's bits (estimates: see the CPU tests)
-        kw = dict(buckets=1 << 16, reps=5, seed=2, dtype=dt)
+        kw = dict(buckets=1 << 14, reps=5, seed=2, dtype=dt)
         g = pagh_mm.compress(cp.asarray(A), cp.asarray(B), **kw)
         c = pagh_mm.compress(A, B, **kw)
         assert (g.sketch.get() == c.sketch).all() and (g.to_dense().get() == c.to_dense()).all()
@@ -128,7 +128,7 @@ def test_gpu_sketch_bits_equal_cpu_for_every_budget_and_format(dtype):
     B = rng.standard_normal((130, 250)) * (rng.random((130, 250)) < 0.1)
     kw = dict(buckets=1 << 12, reps=5, seed=3, dtype=dtype)
     ref = pagh_mm.compress(A, B, **kw).sketch
-    for budget in (None, 3 << 20, 7 << 20, 16 << 20):          # blocks of 1 .. 8 inner indices
+    for budget in (None, 3 << 20, 16 << 20):                   # blocks of 1 .. 8 inner indices
         g = pagh_mm.compress(cp.asarray(A), cp.asarray(B), memory_budget=budget, **kw)
         assert (g.sketch.get() == ref).all(), budget
         gs = pagh_mm.compress(csp.csr_matrix(cp.asarray(A)), csp.csc_matrix(cp.asarray(B)),

@@ -13,7 +13,7 @@ import pagh_mm
 from fwht_gpu import cpu as fwht_cpu
 from fwht_gpu import memory
 from pagh_mm.compressed import ExactValueWarning
-from tests.conftest import DTYPES
+from tests.params import DTYPES
 
 SPARSE = {
     "csr": sps.csr_matrix, "csc": sps.csc_matrix, "coo": sps.coo_matrix, "dok": sps.dok_matrix,

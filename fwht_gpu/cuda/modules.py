@@ -56,6 +56,8 @@ class KernelModule:
         self.path = os.path.abspath(path)
         self.options = tuple(options)
         self._functions: dict[tuple[int, str], object] = {}
+        #: Kernels loaded at their first launch rather than by :meth:`precompile`.
+        self.on_demand: list[str] = []
 
     @functools.cached_property
     def source(self) -> str:
@@ -70,38 +72,51 @@ class KernelModule:
     def function(self, name: str, smem_bytes: int = 0):
         """The kernel ``name`` on the current device, allowed ``smem_bytes`` of dynamic
         shared memory."""
-        key = (current_id(), name)
-        fn = self._functions.get(key)
+        fn = self._functions.get((current_id(), name))
         if fn is None:
-            mod = cupy().RawModule(code=self.source, options=self.options, name_expressions=[name])
-            fn = mod.get_function(name)
-            self._functions[key] = fn
+            self.on_demand.append(name)
+            fn = self._load(name)
         if smem_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem_bytes:
             fn.max_dynamic_shared_size_bytes = smem_bytes
         return fn
 
-    def precompile(self, names, workers: int | None = None) -> int:
-        """Compile the kernels ``names`` not yet loaded, in ``workers`` parallel processes
-        (default: the CPU count) into the disk cache, then load them; returns how many were
-        compiled or loaded."""
+    def _load(self, name: str):
+        mod = cupy().RawModule(code=self.source, options=self.options, name_expressions=[name])
+        fn = self._functions[(current_id(), name)] = mod.get_function(name)
+        return fn
+
+    def precompile(self, names, workers: int | None = None, processes: bool = False) -> int:
+        """Compile the kernels ``names`` not yet loaded, ``workers`` at a time (default: the
+        CPU count), and load them; returns how many were compiled or loaded.  NVRTC runs
+        without the GIL, so threads compile in parallel; ``processes`` uses worker processes
+        instead (each compiles into the disk cache, then this process loads from it)."""
         dev = current_id()
         todo = sorted({n for n in names if (dev, n) not in self._functions})
         if not todo:
             return 0
         workers = min(len(todo), workers or os.cpu_count() or 1)
-        if workers > 1:
+        if workers > 1 and processes:
             ctx = multiprocessing.get_context("spawn")
             with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
                 chunks = [todo[i::workers] for i in range(workers)]
                 list(pool.map(_compile_into_cache,
                               [(self.source, self.options, dev, c) for c in chunks]))
+        if workers > 1 and not processes:
+            cp = cupy()
+
+            def load(name):
+                with cp.cuda.Device(dev):
+                    return self._load(name)
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                list(pool.map(load, todo))
         for n in todo:
-            self.function(n)
+            if (dev, n) not in self._functions:
+                self._load(n)
         return len(todo)
 
 
 def _compile_into_cache(job) -> None:
-    """Worker: compile each kernel of a chunk into CuPy's disk cache."""
+    """Worker process: compile each kernel of a chunk into CuPy's disk cache."""
     source, options, device, names = job
     cp = cupy()
     with cp.cuda.Device(device):

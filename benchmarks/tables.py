@@ -1,0 +1,209 @@
+"""README.md's performance tables, generated from the result records in benchmarks/results/.
+
+    python benchmarks/tables.py            # print every table
+    python benchmarks/tables.py --write    # replace them in README.md
+    python benchmarks/tables.py --check    # exit 1 when README.md differs from the results
+
+In README.md each table sits between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``;
+the generated text is the markdown table, a blank line and a line naming the result files,
+their device and their commit.  To show a new measurement, put its record in
+``benchmarks/results/<device>/`` and point the table's entry in ``TABLES`` at it.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+README = os.path.join(ROOT, "README.md")
+
+try:
+    from fwht_gpu import files, provenance
+except ImportError:                         # run from a checkout without installing it
+    sys.path.insert(0, ROOT)
+    from fwht_gpu import files, provenance
+
+SINGLE = [("fp32", 20), ("fp32", 24), ("fp32", 27), ("fp32", 30), ("fp64", 27), ("fp16", 30)]
+BATCHED_DTYPES = ("fp32", "fp16", "bf16", "fp64")
+BATCHED_SIZES = (8, 10, 12, 13, 14, 15)
+VARIANT_DTYPES = ("fp32", "fp16", "bf16")
+VARIANT_SIZES = (20, 24, 27, 30)
+VARIANT_COLUMNS = ("alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass")
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+def _line(cells) -> str:
+    """One markdown table row (an empty cell is written ``| |``)."""
+    return re.sub(r"\|  (?=\|)", "| ", "| " + " | ".join(str(c) for c in cells) + " |")
+
+
+def _table(header, rows) -> list[str]:
+    return [_line(header), "|" + "---|" * len(header)] + [_line(r) for r in rows]
+
+
+def _ms(v: float) -> str:
+    """Milliseconds to three significant digits."""
+    return f"{v:.0f} ms" if v >= 1000 else f"{v:.3g} ms"
+
+
+def _s(v: float) -> str:
+    return "n/a" if v is None or math.isnan(v) else f"{v:.3f} s"
+
+
+def _find(rows, what: str, **key) -> dict:
+    for r in rows:
+        if all(r.get(k) == v for k, v in key.items()):
+            return r
+    raise KeyError(f"no {what} row with {key} in the result files")
+
+
+# --- the tables ----------------------------------------------------------------------------------
+
+def fwht_single(records) -> list[str]:
+    """Single transforms: time, against a copy and against cupy.fft.rfft."""
+    rows = [r for rec in records for r in rec["rows"]]
+    out = []
+    for dtype, L in SINGLE:
+        r = _find(rows, "fwht-bench", kind="single", dtype=dtype, log2n=L)
+        s = r.get("speedup_vs_rfft")
+        vs = "" if s is None else f"{s:.2f}x faster" if s >= 1 else f"{1 / s:.2f}x slower"
+        out.append([dtype, f"2^{L}", r["passes"], _ms(r["time_ms"]), f"{r['ratio_copy']:.2f}",
+                    f"{r['ratio_passes_copy']:.2f}", vs])
+    return _table(["dtype", "n", "passes", "time", "x copy", "x (passes x copy)",
+                   "vs `cupy.fft.rfft`"], out)
+
+
+def fwht_batched(records) -> list[str]:
+    """Batched rows: time over a copy per row length and dtype."""
+    rows = [r for rec in records for r in rec["rows"]]
+    out = []
+    for L in BATCHED_SIZES:
+        cells = [f"2^{L}"]
+        for dtype in BATCHED_DTYPES:
+            r = _find(rows, "fwht-bench", kind="batched", dtype=dtype, log2n=L)
+            extra = f" ({r['passes']} passes)" if r["passes"] > 1 else ""
+            cells.append(f"{r['ratio_copy']:.2f}{extra}")
+        out.append(cells)
+    return _table(["row length", *(d.upper() for d in BATCHED_DTYPES)], out)
+
+
+def fwht_variants(records) -> list[str]:
+    """Variants: kernel time relative to Folklore in the same run."""
+    rows = [r for rec in records for r in rec["rows"]]
+    out = []
+    for dtype in VARIANT_DTYPES:
+        wide = "fp64" if dtype == "fp32" else "fp32"
+        for L in VARIANT_SIZES:
+            cells = [dtype, f"2^{L}"]
+            for v in VARIANT_COLUMNS:
+                cells.append(f"{_find(rows, 'variant', dtype=dtype, log2n=L, variant=v)['ratio_folklore']:.2f}")
+            r = _find(rows, "variant", dtype=dtype, log2n=L, variant=f"compute {wide}")
+            cells.append(f"{r['ratio_folklore']:.2f} ({wide.upper()})")
+            out.append(cells)
+    return _table(["dtype", "n", "Alman-Rao", "Kahan", "Neumaier", "Kahan per pass",
+                   "Neumaier per pass", "wider compute"], out)
+
+
+def pagh_mm(records) -> list[str]:
+    """pagh-mm bench: rows keyed by (n, dtype); a later file replaces an earlier one's row."""
+    merged: dict = {}
+    for rec in records:
+        for r in rec["rows"]:
+            merged[(r["n"], r["dtype"])] = r
+    out = []
+    for r in merged.values():
+        g = {k: r.get(f"gemm_{k}_s") for k in ("fp64", "fp32", "fp16")}
+        out.append([r["n"], r["dtype"], r["buckets"], _s(r["sketch_s"]), _s(r["topk_s"]),
+                    f"{r['recall']:.3f}", f"{r['ratio_floor']:.0f}", _s(g["fp64"]), _s(g["fp32"]),
+                    _s(g["fp16"]), f"{r['speedup_vs_fp64']:.2f}x / {r['speedup_vs_fp32']:.2f}x"])
+    return _table(["n", "data", "buckets", "sketch", "top-k", "recall", "x floor",
+                   "DGEMM + top-k", "SGEMM + top-k", "FP16 GEMM + top-k", "vs DGEMM / SGEMM"], out)
+
+
+#: name -> (renderer, result files under benchmarks/results/, in the order they are merged)
+TABLES = {
+    "fwht-single": (fwht_single, ["h200/fwht-bench.json"]),
+    "fwht-batched": (fwht_batched, ["h200/fwht-bench.json"]),
+    "fwht-variants": (fwht_variants, ["h100/fwht-variants.json"]),
+    "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
+                          "h100/session5-pagh-bench-32768-r7-after.json"]),
+}
+
+
+# --- provenance line and README ------------------------------------------------------------------
+
+def describe(rec: dict) -> str:
+    """"<device>, commit <hash>" (or why there is none) of one record."""
+    dev = rec["device"]
+    name = dev["name"] if dev["name"] != "cpu" else f"CPU ({dev.get('cpu_model')})"
+    if rec["commit"]:
+        commit = f"commit {rec['commit'][:12]}" + (" with uncommitted changes" if rec["dirty"] else "")
+    elif rec["provenance"] != provenance.RECORDED:
+        commit = f"commit not recorded ({rec['provenance']})"
+    else:
+        commit = "commit unknown (not run from a git checkout)"
+    return f"{name}, {commit}"
+
+
+def source_line(paths, records) -> str:
+    """The line under a table: which files, device and commit it comes from."""
+    files = ", ".join(f"`benchmarks/results/{p}`" for p in paths)
+    texts = [describe(rec) for rec in records]
+    if len(set(texts)) == 1:
+        what = texts[0]
+    else:
+        what = "; ".join(f"`{p}`: {t}" for p, t in zip(paths, texts))
+    return f"<sub>Generated by `benchmarks/tables.py` from {files}: {what}.</sub>"
+
+
+def render(name: str, results: str = RESULTS) -> str:
+    """The text between the markers of table ``name``."""
+    fn, paths = TABLES[name]
+    records = [provenance.load(os.path.join(results, p)) for p in paths]
+    return "\n".join([*fn(records), "", source_line(paths, records)])
+
+
+def replace_tables(text: str, tables: dict) -> str:
+    """``text`` with the body of every ``<!-- table:NAME -->`` block replaced by tables[NAME]."""
+    for name, body in tables.items():
+        pat = re.compile(rf"(<!-- table:{re.escape(name)} -->\n)(.*?)(\n<!-- /table:{re.escape(name)} -->)",
+                         re.DOTALL)
+        if len(pat.findall(text)) != 1:
+            raise ValueError(f"README.md needs exactly one <!-- table:{name} --> ... "
+                             f"<!-- /table:{name} --> block")
+        text = pat.sub(lambda m, body=body: m.group(1) + body + m.group(3), text)
+    return text
+
+
+def main(argv=None) -> int:
+    """Command line; returns the exit status."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="replace the tables in README.md")
+    ap.add_argument("--check", action="store_true", help="exit 1 when README.md is out of date")
+    ap.add_argument("--readme", default=README, help="the README to update or check")
+    a = ap.parse_args(argv)
+    tables = {name: render(name) for name in TABLES}
+    if not (a.write or a.check):
+        for name, body in tables.items():
+            print(f"<!-- table:{name} -->\n{body}\n<!-- /table:{name} -->\n")
+        return 0
+    with open(a.readme, encoding="utf-8") as f:
+        old = f.read()
+    new = replace_tables(old, tables)
+    if a.check:
+        print(f"{a.readme}: {'up to date' if new == old else 'out of date: run with --write'}")
+        return 0 if new == old else 1
+    if new != old:
+        files.atomic_write(a.readme, lambda f: f.write(new.encode("utf-8")))
+    print(f"{a.readme}: {'updated' if new != old else 'already up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

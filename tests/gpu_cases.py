@@ -1,0 +1,131 @@
+"""The GPU suite's parameters, shared by the tests and by the session's parallel
+precompilation (:func:`suite_plans`), so the kernels compiled up front are exactly those the
+tests launch."""
+from __future__ import annotations
+
+import numpy as np
+
+from fwht_gpu import dtypes as _dt
+from fwht_gpu import make_plan, variants
+
+DTYPES = list(_dt.SUPPORTED)
+DTYPE_IDS = [_dt.short_name(d) for d in DTYPES]
+
+#: Single contiguous transforms up to 2^26 (2^24 in FP64) on the boundaries of every pass
+#: shape (one pass, the split lone pass, two and three passes).
+def single_sizes(dtype) -> list[int]:
+    return boundary_sizes(range(1, (26 if np.dtype(dtype).itemsize <= 4 else 24) + 1), dtype)
+
+
+#: (shape, axis): batches, short transforms grouped in a tile, non-last axes with 2**s trailing
+#: elements (interleaved in place) and with others (transposed).
+BATCHED = [
+    ((1 << 12, 1 << 8), -1), ((3, 1 << 20), -1), ((5, 7, 1 << 9), -1), ((1 << 10, 2), -1),
+    ((1 << 9, 3), 0), ((4, 1 << 10, 3), 1), ((2, 1 << 17), -1), ((1 << 14, 1 << 4), 0),
+    ((1 << 10, 1 << 9), 0), ((3, 1 << 12, 2), 1), ((1 << 20, 8), 0), ((2, 1 << 18, 64), 1),
+]
+
+#: The variants beyond plain Folklore (names of fwht_gpu.variants.VARIANTS).
+EXTENDED = ["alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute", "alman-compute"]
+
+
+def boundary_sizes(log2ns, dtype, name: str = "folklore", batch=lambda L: 1) -> list[int]:
+    """The lengths of ``log2ns`` on the boundaries of every pass shape (the shortest and the
+    longest of each run of lengths with the same number of passes), every length up to 2^12
+    (cheap), and the longest: every pass shape runs at both of its ends."""
+    v = variants.variant(name)
+    ls = sorted(log2ns)
+
+    def passes(L):
+        return len(make_plan(1 << L, dtype, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dtype),
+                             batch=batch(L), sms=132).passes)
+    count = {L: passes(L) for L in ls}
+    keep = []
+    for i, L in enumerate(ls):
+        first = i == 0 or count[ls[i - 1]] != count[L]
+        last = i == len(ls) - 1 or count[ls[i + 1]] != count[L]
+        if L <= 12 or first or last:
+            keep.append(L)
+    return keep
+
+
+def extended_sizes(name: str, dtype) -> list[int]:
+    """log2 lengths of the extended-variant test: every one- and two-pass shape up to 2^22, and
+    2^23-2^24 without a stabilizer (enough tiles that pipelined passes loop; FP32 Alman-Rao's
+    64 KB strided tiles), those that launch new kernel configurations."""
+    sizes = list(range(1, 13)) + [15, 17, 20, 21, 22]
+    if variants.variant(name).stabilizer is None:
+        sizes += [23, 24]
+    return boundary_sizes(sizes, dtype, name, extended_batch)
+
+
+def extended_batch(log2n: int) -> int:
+    return 2 if log2n < 20 else 1
+
+
+#: Short Alman-Rao transforms sharing a tile (300 of each length).
+ALMAN_SHORT = (3, 4, 5, 6, 9, 10, 11)
+
+#: (dtype, compute dtype, stabilizer) of the NumPy-vs-CuPy default-call test.
+#: (Plain Folklore is covered by the single-transform test: its CPU and GPU plans group alike.)
+SAME_CALL = [(np.float16, np.float32, None), (_dt.bfloat16, np.float32, None),
+             (np.float32, np.float64, None), (np.float32, None, "neumaier-pass"),
+             (np.float16, None, "kahan-pass")]
+SAME_CALL_IDS = ["fp16-compute", "bf16-compute", "fp32-compute", "fp32-neumaier-pass",
+                 "fp16-kahan-pass"]
+
+
+def same_call_sizes(dtype, cdt, stab) -> list[int]:
+    sizes = list(range(1, 23)) + [24] + ([26] if cdt is not None and np.dtype(dtype) == np.float16 else [])
+    name = "compute" if cdt is not None else stab
+    return boundary_sizes(sizes, dtype, name, lambda L: 2 if L < 20 else 1)
+
+
+def _layout(shape, axis) -> tuple[int, int, int]:
+    """(n, batch, interleave) of a C-contiguous array's transform along ``axis`` (as
+    fwht_gpu.cuda.arrays.layout decides for plain Folklore)."""
+    axis %= len(shape)
+    n = shape[axis]
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    batch = int(np.prod(shape, dtype=np.int64)) // n
+    s = inner.bit_length() - 1 if axis != len(shape) - 1 and inner & (inner - 1) == 0 else 0
+    return n, batch, s
+
+
+def suite_plans(sms: int):
+    """(plan, total elements) of every transform the GPU suite's main tests run on a device of
+    ``sms`` SMs (the float64 recomputations of overflowed rows included)."""
+    def plan(n, dt, batch=1, interleave=0, name="folklore"):
+        v = variants.variant(name)
+        p = make_plan(n, dt, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dt),
+                      batch=batch, interleave=interleave if name == "folklore" else 0, sms=sms)
+        return p, batch * n
+    for dt in DTYPES:
+        for L in single_sizes(dt):
+            yield plan(1 << L, dt)
+        for shape, axis in BATCHED:
+            n, batch, s = _layout(shape, axis)
+            yield plan(n, dt, batch, s)
+        for name in EXTENDED:
+            if variants.variant(name).applies_to(dt):
+                for L in extended_sizes(name, dt):
+                    yield plan(1 << L, dt, extended_batch(L), name=name)
+                yield plan(1 << 16, dt, 6 * 3, name=name)            # batched strided norms
+        for L in ALMAN_SHORT:
+            for name in ("alman", "alman-compute"):
+                if variants.variant(name).applies_to(dt):
+                    yield plan(1 << L, dt, 300, name=name)
+        yield plan(1 << 16, dt, 3)                                       # host arrays
+        yield plan(1 << 12, dt, 64)                                      # views
+    for dt, cdt, stab in SAME_CALL:
+        name = "compute" if cdt is not None else (stab or "folklore")
+        for L in same_call_sizes(dt, cdt, stab):
+            yield plan(1 << L, dt, 2 if L < 20 else 1, name=name)
+    for dt in DTYPES:                              # pagh_mm's sketches: (blocks x reps) transforms
+        for L in (4, 5, 6, 8, 11, 12, 13, 14, 16):
+            for k in range(11):
+                yield plan(1 << L, dt, 1 << k)
+    for L in (12, 16):                                                   # float64 recomputation
+        for batch in (1, 2, 3, 4):
+            for name in ("folklore", "kahan", "neumaier-pass"):
+                yield plan(1 << L, np.float64, batch, name=name)

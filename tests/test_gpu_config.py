@@ -1,0 +1,90 @@
+"""The GPU configuration layer on the CPU: every configuration fits the device limits it is
+given, and the shared-memory formula equals the kernel's (checked by nvcc when present)."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import fwht_gpu as F
+from fwht_gpu.cuda import config, engine, modules
+from fwht_gpu.cuda.device import A100, H100, Limits
+
+
+def _configs(limits):
+    return list(config.all_configs(limits=limits))
+
+
+@pytest.mark.parametrize("limits", [H100, A100], ids=["h100", "a100"])
+def test_every_configuration_fits_the_device(limits):
+    cfgs = _configs(limits)
+    assert len(cfgs) > 1000
+    for c in cfgs:
+        assert c.smem_bytes <= limits.smem_per_block, c.name
+        assert 1 << c.log_t <= 1024 and (1 << c.log_t) <= limits.max_threads_per_sm, c.name
+        assert c.tile % (1 << c.log_t) == 0 or c.tile // c.vec >= 1, c.name
+
+
+def test_the_h100_configurations_are_the_measured_ones():
+    """The queried H100 limits give exactly the configurations the constants used to give
+    (1731 instantiations, the count CI compiled before the limits were queried)."""
+    assert len(_configs(H100)) == 1731
+
+
+def test_limits_change_the_configurations():
+    """A GPU with less shared memory gets smaller thread counts or no staging buffer."""
+    small = Limits("small", 40, 48 * 1024, 64 * 1024)
+    plan = F.make_plan(1 << 24, np.float32, device="cuda", compute_dtype="float64")
+    big_cfgs = config.configs_for(plan, 1 << 24, H100)
+    small_cfgs = config.configs_for(plan, 1 << 24, small)
+    assert big_cfgs != small_cfgs
+    assert all(c.smem_bytes <= small.smem_per_block or not c.pipelined for c in small_cfgs)
+
+
+def test_kernel_names_declarations_and_arguments_come_from_one_table():
+    plan = F.make_plan(1 << 20, np.float16, stabilizer="kahan", device="cuda")
+    (c0, c1) = config.configs_for(plan, 1 << 20)
+    assert c0.name.startswith("fwht_stabilized_pass<__half,") and c0.errvec
+    decl = c0.declaration()
+    params = decl[decl.index(">(") + 2:]
+    assert params.count(",") == len(config.STABILIZED_PARAMS) - 1 and "const __half*" in params
+    vals = {n: 0 for n, _ in config.STABILIZED_PARAMS}
+    args = c0.arguments(**vals)
+    assert [type(a).__name__ for a in args][3:6] == ["int64", "int32", "int32"]
+    with pytest.raises(TypeError, match="missing"):
+        c0.arguments(src=0)
+
+
+def test_include_expansion_inlines_each_header_once(tmp_path):
+    (tmp_path / "a.cuh").write_text('#pragma once\n#include "b.cuh"\nint a;\n')
+    (tmp_path / "b.cuh").write_text('#pragma once\nint b;\n')
+    (tmp_path / "main.cu").write_text('#include "a.cuh"\n#include "b.cuh"\n#include <cuda_fp16.h>\nint m;\n')
+    text = modules.expand_includes(str(tmp_path / "main.cu"))
+    assert text == "int b;\nint a;\n#include <cuda_fp16.h>\nint m;\n"
+    k = modules.KernelModule(str(tmp_path / "main.cu"))
+    before = k.digest
+    (tmp_path / "b.cuh").write_text("#pragma once\nint c;\n")
+    assert modules.KernelModule(str(tmp_path / "main.cu")).digest != before   # headers count
+
+
+def test_every_kernel_package_is_registered():
+    units = modules.compile_units()
+    assert {"fwht_gpu", "pagh_mm"} <= set(units)
+    code, count = units["fwht_gpu"]
+    assert count == 1731 and code.count("template __global__ void") == count
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
+def test_shared_memory_formula_equals_the_kernels(tmp_path):
+    """nvcc evaluates each kernel's SMEM_BYTES at compile time against the Python formula."""
+    lines = [f'#include "{engine.SOURCE}"']
+    for c in config.all_configs():
+        traits = c.name.replace("fwht_stabilized_pass<", "StabilizedPassTraits<").replace(
+            "fwht_pass<", "PassTraits<")
+        lines.append(f'static_assert({traits}::SMEM_BYTES == {c.smem_bytes}, "{c.name}");')
+    src = tmp_path / "smem.cu"
+    src.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(["nvcc", "-std=c++17", "--ptx", "-arch=sm_90", "-o", os.devnull, str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
