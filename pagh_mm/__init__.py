@@ -9,7 +9,8 @@ Find and estimate the large entries of A @ B without computing it::
 """
 from fwht_gpu.memory import InsufficientMemoryError
 
-from .compressed import CompressedProduct, Entries, ExactValueWarning
+from .compressed import CompressedProduct, Entries
+from .exact import ExactValueWarning
 from .hashing import DEFAULT_FAMILY as DEFAULT_HASH
 from .hashing import FAMILIES as HASH_FAMILIES
 from .matmul import approx_matmul, compress, default_buckets

@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import fwht_gpu.gpu
 import scipy.sparse
+
+import fwht_gpu.gpu
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ def cpu() -> Backend:
 
 def gpu() -> Backend:
     cp = fwht_gpu.gpu.cupy()
-    import cupyx.scipy.sparse as csp          # CuPy is optional: imported only when used
+    import cupyx.scipy.sparse as csp  # CuPy is optional: imported only when used
     return Backend(cp, csp, True)
 
 

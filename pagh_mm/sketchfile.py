@@ -25,11 +25,11 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
+from fwht_gpu.matrixio import atomic_write, read_npz_arrays
 from fwht_gpu.variants import ALGORITHMS, STABILIZERS
 
 from . import hashing
 from .convolution import METHODS
-from fwht_gpu.matrixio import atomic_write, read_npz_arrays
 
 FORMAT = "pagh_mm.CompressedProduct"
 FORMAT_VERSION = 2

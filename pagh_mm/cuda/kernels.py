@@ -6,6 +6,7 @@ import functools
 import os
 
 import numpy as np
+
 from fwht_gpu.gpu import KernelModule, cupy, limits
 
 HERE = os.path.dirname(__file__)

@@ -1,0 +1,68 @@
+"""Exact values of entries of A @ B: factor rows/columns selected in O(stored values), integer
+products exact beyond 2**53 through Python integers."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .backend import is_sparse
+
+#: Integer dot products whose magnitude bound stays below this are exact in float64.
+_EXACT_FLOAT = float(2**53) * (1 - 2.0**-20)
+
+
+class ExactValueWarning(UserWarning):
+    """Exact values of an integer product exceed 2**53: returned as the nearest float64."""
+
+
+def _dense(M, xp):
+    """A slice of a factor as a dense float64 array (a few rows or columns)."""
+    M = M.toarray() if hasattr(M, "toarray") else M
+    return xp.asarray(M, dtype=xp.float64)
+
+
+def select(M, idx, be, dtype=None):
+    """Rows ``idx`` of A (CSC) or columns ``idx`` of B (CSR) as a CSR (len(idx), n) matrix, in
+    O(stored values + len(idx) log len(idx)): never an index over the other dimension (SciPy's
+    own row indexing of a CSC matrix allocates one over all m rows)."""
+    xp, sp = be.xp, be.sp
+    want, inv = xp.unique(idx, return_inverse=True)
+    keys = M.indices.astype(xp.int64)
+    at = xp.minimum(xp.searchsorted(want, keys), want.size - 1)
+    hit = xp.nonzero(want[at] == keys)[0]
+    inner = xp.searchsorted(M.indptr[1:], hit, side="right").astype(xp.int64)
+    data = M.data[hit] if dtype is None else M.data[hit].astype(dtype)
+    n = M.shape[1] if M.format == "csc" else M.shape[0]
+    part = sp.csr_matrix((data, (at[hit], inner)), shape=(int(want.size), n))
+    part.sum_duplicates()
+    return part[inv.ravel()]
+
+
+def _entries_of(M, idx: int, axis: int, be):
+    """(indices, values) of the stored or non-zero values of row ``idx`` (axis 0) or column
+    ``idx`` (axis 1) of a factor, on the host, as integers."""
+    if is_sparse(M):
+        part = select(M, be.xp.asarray([idx], dtype=be.xp.int64), be)
+        return be.asnumpy(part.indices).astype(np.int64), be.asnumpy(part.data)
+    v = be.asnumpy(M[idx] if axis == 0 else M[:, idx]).ravel()
+    nz = np.flatnonzero(v)
+    return nz, v[nz]
+
+
+def _exact_integers(be, A, B, r, c):
+    """Exact integer dot products of the candidates (r, c), as float64: Python integers over
+    the positions where both the row of A and the column of B hold a value (on the host,
+    O(values of that row and column) each); an ExactValueWarning for values beyond 2**53."""
+    exact = []
+    for ri, ci in zip(be.asnumpy(r).tolist(), be.asnumpy(c).tolist()):
+        ia, va = _entries_of(A, ri, 0, be)
+        ib, vb = _entries_of(B, ci, 1, be)
+        _, pa, pb = np.intersect1d(ia, ib, assume_unique=True, return_indices=True)
+        exact.append(sum(int(x) * int(y) for x, y in zip(va[pa].tolist(), vb[pb].tolist())))
+    over = [v for v in exact if abs(v) > 2**53]
+    if over:
+        warnings.warn(f"{len(over)} exact value(s) of this integer product exceed 2**53 in magnitude "
+                      f"(largest |C| = {max(abs(float(v)) for v in over):.6g}); they are returned as "
+                      "the nearest float64 (relative error <= 2**-53)", ExactValueWarning, stacklevel=5)
+    return np.array([float(v) for v in exact], dtype=np.float64)
