@@ -20,6 +20,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import gpu, provenance
+from . import variants as _variants
 from .cuda import engine
 from .cuda import host as cuda_host
 from .plan import make_plan
@@ -203,21 +204,14 @@ def bench_axis(cp, dtype="fp32", shapes=((1 << 10, 1 << 16), (1 << 14, 1 << 12),
     return rows
 
 
-VARIANTS = [("folklore", None, None), ("alman", None, None), ("folklore", "kahan", None),
-            ("folklore", "neumaier", None), ("folklore", "kahan-pass", None),
-            ("folklore", "neumaier-pass", None), ("folklore", None, "wide")]
+#: The variants timed against Folklore (names of :data:`fwht_gpu.variants.VARIANTS`), in order.
+BENCH_VARIANTS = ("folklore", "alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute")
 
 
-def variant_name(alg, stab, wide, dtype) -> str:
+def variant_name(name: str, dtype) -> str:
     """The name of a variant in the tables ('compute fp64' for a wider compute dtype)."""
-    if wide:
-        return f"compute {_dt.short_name(wide_dtype(dtype))}"
-    return alg if stab is None else stab
-
-
-def wide_dtype(dtype):
-    """The wider compute dtype of ``dtype`` (None for FP64)."""
-    return {2: np.dtype(np.float32), 4: np.dtype(np.float64)}.get(np.dtype(dtype).itemsize)
+    v = _variants.variant(name)
+    return f"compute {_dt.short_name(v.compute_dtype(dtype))}" if v.wide else name
 
 
 def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
@@ -228,11 +222,12 @@ def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
     srcs = _buffers(cp, (1, n), dt, count)
     dst = cp.empty((1, n), dtype=dt)
     rows, base = [], None
-    for alg, stab, wide in VARIANTS:
-        cdt = wide_dtype(dt) if wide else None
-        if wide and cdt is None:
+    for name_ in BENCH_VARIANTS:
+        v = _variants.variant(name_)
+        if not v.applies_to(dt):
             continue
-        vname = variant_name(alg, stab, wide, dt)
+        alg, stab, cdt = v.algorithm, v.stabilizer, v.compute_dtype(dt)
+        vname = variant_name(name_, dt)
         if only and base is not None and vname not in only:
             continue
         plan = cuda_plan(n, dt, 1, alg, stab, cdt, tuning)

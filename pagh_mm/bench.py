@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from fwht_gpu import provenance
+from fwht_gpu import devices, provenance
 
 from . import synthetic
 from .backend import cpu, gpu
@@ -108,7 +108,7 @@ def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=5,
         device="auto", repeats=3, echo=print, command: str | None = None) -> dict:
     """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`)."""
-    be = gpu() if device == "gpu" or (device == "auto" and _gpu_ok()) else cpu()
+    be = gpu() if devices.resolve(device) == "gpu" else cpu()
     xp = be.xp
     bw = _copy_bandwidth(be)
     echo(f"device: {'GPU' if be.gpu else 'CPU'}; copy bandwidth {bw / 1e9:.0f} GB/s (read + write)")
@@ -128,11 +128,6 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
                 "repeats": repeats, "device": "gpu" if be.gpu else "cpu", "method": METHOD}
     return provenance.record("pagh-bench", rows, settings, command,
                              device="gpu" if be.gpu else "cpu")
-
-
-def _gpu_ok() -> bool:
-    from fwht_gpu import gpu as fwht_gpu_device
-    return fwht_gpu_device.available()
 
 
 def main(out_json=None, **kw) -> dict:

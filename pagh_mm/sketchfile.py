@@ -158,7 +158,10 @@ def _check_values(name: str, field: Field, a: np.ndarray, version: int) -> str |
 
 
 def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
-    """The first thing wrong with a sketch file's arrays (one line), or None."""
+    """The first thing wrong with a sketch file's arrays (one line), or None.
+
+    (One function on purpose: the checks run in the order a reader of the format meets the
+    fields, each returning its own message; split, the order would be spread over helpers.)"""
     if "format" not in arrays:
         return "not a pagh_mm sketch file (it has no 'format' array)"
     fmt = arrays["format"]
