@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,13 +88,26 @@ def _radix2(ar: _Arith, x, bit):
 #: Stages over at least this many elements run on blocks in threads (NumPy releases the GIL
 #: in its loops); every element sees the same operations, so the bits do not depend on it.
 PARALLEL_ELEMENTS = 1 << 20
-_POOL: list = []
+_POOL: dict = {}
+_POOL_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_POOL.clear)     # a forked child makes its own threads
+
+
+def _workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if workers not in _POOL:
+            _POOL[workers] = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fwht-cpu")
+        return _POOL[workers]
 
 
 def _each_block(shape, fn, ar: _Arith) -> None:
     """fn(index) over blocks of a (batch, outer, radix, inner) view: along ``outer`` when it
     has enough blocks, else along ``inner``; in a thread pool for large views."""
-    workers = os.cpu_count() or 1
+    workers = _workers()
     size = int(np.prod(shape))
     if ar.c is not None or workers == 1 or size < PARALLEL_ELEMENTS:
         fn((slice(None),) * 4)
@@ -102,13 +116,12 @@ def _each_block(shape, fn, ar: _Arith) -> None:
     step = -(-shape[axis] // workers)
     index = [tuple(slice(k, k + step) if a == axis else slice(None) for a in range(4))
              for k in range(0, shape[axis], step)]
-    if not _POOL:
-        _POOL.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="fwht-cpu"))
 
     def run(s):
         with np.errstate(over="ignore", invalid="ignore"):   # errstate is per thread
             fn(s)
-    for f in [_POOL[0].submit(run, s) for s in index]:
+    pool = _pool(workers)
+    for f in [pool.submit(run, s) for s in index]:
         f.result()
 
 
@@ -121,13 +134,14 @@ def _radix2_stabilized(ar: _Arith, x, e, bit, neumaier: bool):
     xo, eo = np.empty_like(v), np.empty_like(w)
 
     def block(s):
-        xo[s], eo[s] = _stabilized_butterflies(ar, v[s], w[s], neumaier)
+        _stabilized_butterflies(ar, v[s], w[s], xo[s], eo[s], neumaier)
     _each_block(v.shape, block, ar)
     return xo.reshape(x.shape), eo.reshape(e.shape)
 
 
-def _stabilized_butterflies(ar: _Arith, v, w, neumaier: bool):
-    """The compensated butterflies of (batch, outer, 2, inner) views of values and errors."""
+def _stabilized_butterflies(ar: _Arith, v, w, xo, eo, neumaier: bool) -> None:
+    """The compensated butterflies of (batch, outer, 2, inner) views of values and errors,
+    written to the views ``xo`` and ``eo``."""
     A, B = v[:, :, 0, :], v[:, :, 1, :]
     eA, eB = w[:, :, 0, :], w[:, :, 1, :]
     eS = ar.add(eA, eB)                 # combine the errors first,
@@ -149,7 +163,8 @@ def _stabilized_butterflies(ar: _Arith, v, w, neumaier: bool):
         eB1 = np.where(d1, ar.add(ar.sub(B1, A), B),
                        np.where(d2, ar.sub(ar.add(B1, B), A), ar.add(ar.add(-A, B), B1)))
         eB1 = ar.add(eB1, eD)
-    return np.stack([A1, B1], axis=2), np.stack([eA1, eB1], axis=2)
+    xo[:, :, 0, :], xo[:, :, 1, :] = A1, B1
+    eo[:, :, 0, :], eo[:, :, 1, :] = eA1, eB1
 
 
 def alman_exponents(n: int, folklore_bits: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from . import cpu, devices
+from . import cpu, devices, variants
 from . import dtypes as _dt
 from .cuda import arrays as gpu_arrays
 from .cuda import config as gpu_config
@@ -130,7 +130,7 @@ class FWHT:
 
     def precompile(self, batches=(1,), workers: int | None = None) -> int:
         """Compile the GPU kernels of contiguous calls on ``batches`` transforms, in parallel
-        processes (kept in the disk cache); returns how many kernels were compiled or loaded."""
+        threads (kept in CuPy's disk cache); returns how many kernels were queued."""
         if self.device != "cuda":
             return 0
         return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
@@ -165,13 +165,21 @@ def _cached(n, dtype, algorithm, stabilizer, compute_dtype, device, tuning) -> F
 
 
 def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse, tuning):
+    dev = devices.for_array(device, _is_cupy(x))          # checked in the order of the arguments
     x = _as_array(x)
-    dev = devices.for_array(device, _is_cupy(x))
     axis = _check_args(x, axis, out, gpu_device.cupy() if _is_cupy(x) else np)
     n = x.shape[axis]
     check_length(n, "x")
+    norm_factor(n, norm, inverse)
+    variants.check(algorithm, stabilizer)
     cdt = None if compute_dtype is None else _dt.resolve(compute_dtype, "compute_dtype")
-    t = _cached(n, x.dtype, algorithm, stabilizer, cdt, dev, tuning)
+    try:
+        t = _cached(n, x.dtype, algorithm, stabilizer, cdt, dev, tuning)
+    except TypeError as exc:
+        if "unhashable" not in str(exc):
+            raise
+        t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
+                 device=dev, tuning=tuning)              # raises the argument's own error
     return t(x, axis, norm=norm, inverse=inverse, out=out)
 
 

@@ -1,6 +1,6 @@
-"""The GPU suite's parameters, shared by the tests and by the session's parallel
-precompilation (:func:`suite_plans`), so the kernels compiled up front are exactly those the
-tests launch."""
+"""The GPU suite's parameters, shared by the tests and by the session's background
+precompilation (:func:`suite_plans`), so the kernels compiled up front are those the tests
+launch, in about the order they launch them."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,10 +11,11 @@ from fwht_gpu import make_plan, variants
 DTYPES = list(_dt.SUPPORTED)
 DTYPE_IDS = [_dt.short_name(d) for d in DTYPES]
 
-#: Single contiguous transforms up to 2^26 (2^24 in FP64) on the boundaries of every pass
-#: shape (one pass, the split lone pass, two and three passes).
-def single_sizes(dtype) -> list[int]:
-    return boundary_sizes(range(1, (26 if np.dtype(dtype).itemsize <= 4 else 24) + 1), dtype)
+
+def single_sizes(dtype) -> range:
+    """Single contiguous transforms: every length up to 2^26 (2^24 in FP64): one pass, the
+    split lone pass, two and three passes, every width of each pass."""
+    return range(1, (26 if np.dtype(dtype).itemsize <= 4 else 24) + 1)
 
 
 #: (shape, axis): batches, short transforms grouped in a tile, non-last axes with 2**s trailing
@@ -25,60 +26,39 @@ BATCHED = [
     ((1 << 10, 1 << 9), 0), ((3, 1 << 12, 2), 1), ((1 << 20, 8), 0), ((2, 1 << 18, 64), 1),
 ]
 
+#: Three passes at 2^27 (log2 length per dtype).
+THREE_PASS = [(np.float32, 27), (np.float16, 27)]
+
 #: The variants beyond plain Folklore (names of fwht_gpu.variants.VARIANTS).
 EXTENDED = ["alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute", "alman-compute"]
 
 
-def boundary_sizes(log2ns, dtype, name: str = "folklore", batch=lambda L: 1) -> list[int]:
-    """The lengths of ``log2ns`` on the boundaries of every pass shape (the shortest and the
-    longest of each run of lengths with the same number of passes), every length up to 2^12
-    (cheap), and the longest: every pass shape runs at both of its ends."""
-    v = variants.variant(name)
-    ls = sorted(log2ns)
-
-    def passes(L):
-        return len(make_plan(1 << L, dtype, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dtype),
-                             batch=batch(L), sms=132).passes)
-    count = {L: passes(L) for L in ls}
-    keep = []
-    for i, L in enumerate(ls):
-        first = i == 0 or count[ls[i - 1]] != count[L]
-        last = i == len(ls) - 1 or count[ls[i + 1]] != count[L]
-        if L <= 12 or first or last:
-            keep.append(L)
-    return keep
-
-
-def extended_sizes(name: str, dtype) -> list[int]:
-    """log2 lengths of the extended-variant test: every one- and two-pass shape up to 2^22, and
-    2^23-2^24 without a stabilizer (enough tiles that pipelined passes loop; FP32 Alman-Rao's
-    64 KB strided tiles), those that launch new kernel configurations."""
+def extended_sizes(name: str) -> list[int]:
+    """log2 lengths of the extended-variant test: every one- and two-pass shape, and 2^23-2^24
+    without a stabilizer (enough tiles that pipelined passes loop; FP32 Alman-Rao's 64 KB
+    strided tiles)."""
     sizes = list(range(1, 13)) + [15, 17, 20, 21, 22]
-    if variants.variant(name).stabilizer is None:
-        sizes += [23, 24]
-    return boundary_sizes(sizes, dtype, name, extended_batch)
+    return sizes + [23, 24] if variants.variant(name).stabilizer is None else sizes
 
 
-def extended_batch(log2n: int) -> int:
-    return 2 if log2n < 20 else 1
+def extended_shape(log2n: int) -> tuple[int, ...]:
+    """Two transforms below 2^20, one 1-d array above."""
+    return (2, 1 << log2n) if log2n < 20 else (1 << log2n,)
 
 
 #: Short Alman-Rao transforms sharing a tile (300 of each length).
 ALMAN_SHORT = (3, 4, 5, 6, 9, 10, 11)
 
 #: (dtype, compute dtype, stabilizer) of the NumPy-vs-CuPy default-call test.
-#: (Plain Folklore is covered by the single-transform test: its CPU and GPU plans group alike.)
 SAME_CALL = [(np.float16, np.float32, None), (_dt.bfloat16, np.float32, None),
              (np.float32, np.float64, None), (np.float32, None, "neumaier-pass"),
-             (np.float16, None, "kahan-pass")]
+             (np.float16, None, "kahan-pass"), (np.float16, None, None)]
 SAME_CALL_IDS = ["fp16-compute", "bf16-compute", "fp32-compute", "fp32-neumaier-pass",
-                 "fp16-kahan-pass"]
+                 "fp16-kahan-pass", "fp16-plain"]
 
 
-def same_call_sizes(dtype, cdt, stab) -> list[int]:
-    sizes = list(range(1, 23)) + [24] + ([26] if cdt is not None and np.dtype(dtype) == np.float16 else [])
-    name = "compute" if cdt is not None else stab
-    return boundary_sizes(sizes, dtype, name, lambda L: 2 if L < 20 else 1)
+def same_call_sizes(dtype, cdt) -> list[int]:
+    return list(range(1, 23)) + [24] + ([26] if cdt is not None and np.dtype(dtype) == np.float16 else [])
 
 
 def _layout(shape, axis) -> tuple[int, int, int]:
@@ -93,8 +73,9 @@ def _layout(shape, axis) -> tuple[int, int, int]:
 
 
 def suite_plans(sms: int):
-    """(plan, total elements) of every transform the GPU suite's main tests run on a device of
-    ``sms`` SMs (the float64 recomputations of overflowed rows included)."""
+    """(plan, total elements) of every transform the GPU suite runs on a device of ``sms``
+    SMs, in the order of the tests (the float64 recomputations of overflowed rows and
+    pagh_mm's sketch transforms included)."""
     def plan(n, dt, batch=1, interleave=0, name="folklore"):
         v = variants.variant(name)
         p = make_plan(n, dt, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dt),
@@ -103,29 +84,39 @@ def suite_plans(sms: int):
     for dt in DTYPES:
         for L in single_sizes(dt):
             yield plan(1 << L, dt)
+    for dt in DTYPES:
         for shape, axis in BATCHED:
             n, batch, s = _layout(shape, axis)
             yield plan(n, dt, batch, s)
+        yield plan(1 << 12, dt, 64)                                      # views
+    for dt, L in THREE_PASS:
+        yield plan(1 << L, dt)
+    for dt in DTYPES:
+        yield plan(1 << 16, dt, 3)                                       # host arrays
+    for dt in DTYPES:
         for name in EXTENDED:
             if variants.variant(name).applies_to(dt):
-                for L in extended_sizes(name, dt):
-                    yield plan(1 << L, dt, extended_batch(L), name=name)
-                yield plan(1 << 16, dt, 6 * 3, name=name)            # batched strided norms
+                for L in extended_sizes(name):
+                    yield plan(1 << L, dt, 2 if L < 20 else 1, name=name)
         for L in ALMAN_SHORT:
             for name in ("alman", "alman-compute"):
                 if variants.variant(name).applies_to(dt):
                     yield plan(1 << L, dt, 300, name=name)
-        yield plan(1 << 16, dt, 3)                                       # host arrays
-        yield plan(1 << 12, dt, 64)                                      # views
+    for name in EXTENDED:
+        for dt in (np.float32, np.float16):
+            yield plan(1 << 16, dt, 6 * 3, name=name)                    # batched strided norms
     for dt, cdt, stab in SAME_CALL:
         name = "compute" if cdt is not None else (stab or "folklore")
-        for L in same_call_sizes(dt, cdt, stab):
+        for L in same_call_sizes(dt, cdt):
             yield plan(1 << L, dt, 2 if L < 20 else 1, name=name)
-    for dt in DTYPES:                              # pagh_mm's sketches: (blocks x reps) transforms
-        for L in (4, 5, 6, 8, 11, 12, 13, 14, 16):
-            for k in range(11):
-                yield plan(1 << L, dt, 1 << k)
+    yield plan(1 << 10, np.float16, 32, 3)                               # NaN vs overflow, axes
+    yield plan(1 << 10, np.float16, 8, 3)
+    yield plan(1 << 12, np.float16, 4, 2)                                # scaled, strided axis
     for L in (12, 16):                                                   # float64 recomputation
         for batch in (1, 2, 3, 4):
             for name in ("folklore", "kahan", "neumaier-pass"):
                 yield plan(1 << L, np.float64, batch, name=name)
+    for dt in DTYPES:                              # pagh_mm's sketches: (blocks x reps) transforms
+        for L in (4, 5, 6, 8, 11, 12, 13, 14, 16):
+            for k in range(11):
+                yield plan(1 << L, dt, 1 << k)

@@ -89,6 +89,15 @@ def test_strided_views_out_and_in_place(dtype, rng):
     assert (F.fwht(odd).get() == want).all(), "misaligned input"
 
 
+@pytest.mark.parametrize("dtype,log2n", cases.THREE_PASS, ids=["fp32", "fp16"])
+def test_three_pass_transform_bit_exact(dtype, log2n, rng):
+    x = (_rand(rng, 1 << log2n, np.float32) / 16).astype(dtype)   # |Hx| ~ 6 sqrt(n) / 16: no overflow
+    plan = F.make_plan(1 << log2n, dtype, device="cuda")
+    assert len(plan.passes) == 3
+    got = F.fwht(_cp().asarray(x)).get()
+    assert (got == F.run_plan(plan, x)).all()
+
+
 def test_overflow_detected_on_gpu():
     cp = _cp()
     x = cp.full(1 << 16, 30000, dtype=cp.float16)
@@ -110,6 +119,9 @@ def test_host_array_through_gpu(rng):
         p[...] = x
         assert gpu.is_pinned(p) and not gpu.is_pinned(x)
         assert (F.fwht(p, device="cuda") == _cpu_same_plan(x)).all()
+    x = _rand(rng, (3, 1 << 10), np.float32)
+    swapped = np.empty(x.shape, dtype=">f4")                   # non-native out: converted
+    assert F.fwht(x, out=swapped, device="cuda") is swapped and (swapped == F.fwht(x)).all()
     with pytest.raises(F.TransformOverflowError):
         F.fwht(np.full(1 << 10, 30000, np.float16), device="cuda")
 
@@ -184,9 +196,9 @@ def test_extended_variants_bit_exact(dtype, name, rng):
     if not variants.variant(name).applies_to(dtype):
         pytest.skip("no wider compute dtype for float64")
     alg, stab, cdt = _variant(name, dtype)
-    for L in cases.extended_sizes(name, dtype):
+    for L in cases.extended_sizes(name):
         n = 1 << L
-        x = _rand(rng, (cases.extended_batch(L), n), dtype)
+        x = _rand(rng, cases.extended_shape(L), dtype)
         if np.dtype(dtype) == np.float16:
             x = (x.astype(np.float32) / 8).astype(dtype)        # keep Alman-Rao's pre-scaling in range
         plan = F.make_plan(n, dtype, alg, stab, "cuda", cdt)
@@ -233,7 +245,7 @@ def test_numpy_and_cupy_calls_give_the_same_bits(dtype, cdt, stab, rng):
     """The default call on a NumPy array and on the same data as a CuPy array: identical bits
     for every size (the CPU plan rounds where the GPU plan does)."""
     cp = _cp()
-    for L in cases.same_call_sizes(dtype, cdt, stab):
+    for L in cases.same_call_sizes(dtype, cdt):
         x = (_rand(rng, (2, 1 << L) if L < 20 else (1 << L,), np.float32) / 8).astype(dtype)
         want = F.fwht(x, compute_dtype=cdt, stabilizer=stab)
         got = F.fwht(cp.asarray(x), compute_dtype=cdt, stabilizer=stab).get()

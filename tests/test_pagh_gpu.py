@@ -76,6 +76,10 @@ def test_gpu_sparse_and_dtypes_and_errors(tmp_path):
         c = pagh_mm.compress(A, B, **kw)
         assert (g.sketch.get() == c.sketch).all() and (g.to_dense().get() == c.to_dense()).all()
         assert np.mean(g.to_dense().get() == C) > 0.999
+        kw = dict(buckets=1 << 16, reps=3, seed=2, dtype=dt)    # 2^16: split lone / 2-pass transforms
+        a, b = A[:, :30], B[:30]
+        assert (pagh_mm.compress(cp.asarray(a), cp.asarray(b), **kw).sketch.get()
+                == pagh_mm.compress(a, b, **kw).sketch).all()
     with pytest.raises(ValueError, match="same device"):
         pagh_mm.compress(A, cp.asarray(B), buckets=16, reps=1)
     with pytest.raises(ValueError, match="same device"):
@@ -128,7 +132,7 @@ def test_gpu_sketch_bits_equal_cpu_for_every_budget_and_format(dtype):
     B = rng.standard_normal((130, 250)) * (rng.random((130, 250)) < 0.1)
     kw = dict(buckets=1 << 12, reps=5, seed=3, dtype=dtype)
     ref = pagh_mm.compress(A, B, **kw).sketch
-    for budget in (None, 3 << 20, 16 << 20):                   # blocks of 1 .. 8 inner indices
+    for budget in (None, 3 << 20, 7 << 20, 16 << 20):          # blocks of 1 .. 8 inner indices
         g = pagh_mm.compress(cp.asarray(A), cp.asarray(B), memory_budget=budget, **kw)
         assert (g.sketch.get() == ref).all(), budget
         gs = pagh_mm.compress(csp.csr_matrix(cp.asarray(A)), csp.csc_matrix(cp.asarray(B)),

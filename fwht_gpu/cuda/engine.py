@@ -33,15 +33,16 @@ def kernel(cfg: config.PassGeometry):
     return KERNELS.function(cfg.name, cfg.smem_bytes)
 
 
-def precompile(plans_and_totals, workers: int | None = None) -> int:
-    """Compile, in parallel processes, every kernel the (plan, total elements) pairs launch
-    (with and without pipelining); returns how many kernels were compiled or loaded."""
+def precompile(plans_and_totals, workers: int | None = None, wait: bool = True) -> int:
+    """Compile, in parallel threads, every kernel the (plan, total elements) pairs launch
+    (with and without pipelining), in their order; returns how many were queued.  With
+    ``wait=False`` in the background (see :meth:`KernelModule.precompile`)."""
     lim = limits()
-    names = set()
+    names = {}
     for plan, total in plans_and_totals:
         for cfg in config.configs_for(plan, total, lim):
-            names.update({cfg.name, config.unpipelined(cfg).name})
-    return KERNELS.precompile(names, workers)
+            names.update(dict.fromkeys((cfg.name, config.unpipelined(cfg).name)))
+    return KERNELS.precompile(names, workers, wait)
 
 
 def run(plan: Plan, src, dst, factor: float = 1.0, check: bool = True):

@@ -31,7 +31,9 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
     xm = np.moveaxis(x, axis, -1)
     om = np.moveaxis(out, axis, -1)
     src = xm if xm.flags.c_contiguous else np.ascontiguousarray(xm)
-    dst = om if om.flags.c_contiguous else np.empty(om.shape, dtype=x.dtype)
+    # the DMA copy writes native bytes: a byte-swapped or strided ``out`` gets them by conversion
+    direct = om.flags.c_contiguous and om.dtype == x.dtype and om.flags.writeable
+    dst = om if direct else np.empty(om.shape, dtype=x.dtype)
     dev = cp.empty(src.shape, dtype=x.dtype)
     stream = cp.cuda.get_current_stream()
     rt = cp.cuda.runtime

@@ -5,7 +5,9 @@
 keyed by (device, kernel): in memory per process, and on disk by CuPy's kernel cache
 (``CUPY_CACHE_DIR``, keyed by the expanded source, the options, the architecture and the
 kernel name), which every later process reads.  :meth:`KernelModule.precompile` compiles
-many kernels in parallel worker processes into that disk cache.
+many kernels in parallel threads (NVRTC releases the GIL), optionally in the background.
+The disk cache holds one entry per kernel with CuPy >= 14.1 (older CuPy recompiles
+template instantiations in each process).
 
 Kernel packages register themselves for the CI compile check (``python -m
 fwht_gpu.cuda.compile_check``) through the ``fwht_gpu.kernels`` entry-point group: a
@@ -16,9 +18,9 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import hashlib
-import multiprocessing
 import os
 import re
+import threading
 from importlib import metadata
 
 from .device import cupy, current_id
@@ -50,13 +52,18 @@ class KernelModule:
     """One CUDA source file (with its local includes) whose kernels are compiled on demand.
 
     ``function(name)`` returns the launchable kernel for CuPy's current device, compiling
-    it (or loading it from the disk cache) the first time."""
+    it (or loading it from CuPy's disk cache) the first time.  ``named=False`` is for a file
+    of ``extern "C"`` kernels compiled as one module (no template instantiations)."""
 
-    def __init__(self, path: str, options: tuple[str, ...] = OPTIONS):
+    def __init__(self, path: str, options: tuple[str, ...] = OPTIONS, named: bool = True):
         self.path = os.path.abspath(path)
         self.options = tuple(options)
+        self.named = named
         self._functions: dict[tuple[int, str], object] = {}
-        #: Kernels loaded at their first launch rather than by :meth:`precompile`.
+        self._pending: dict[tuple[int, str], concurrent.futures.Future] = {}
+        self._planned: set[tuple[int, str]] = set()
+        self._lock = threading.Lock()
+        #: Kernels a launch needed that no :meth:`precompile` call had listed.
         self.on_demand: list[str] = []
 
     @functools.cached_property
@@ -71,57 +78,62 @@ class KernelModule:
 
     def function(self, name: str, smem_bytes: int = 0):
         """The kernel ``name`` on the current device, allowed ``smem_bytes`` of dynamic
-        shared memory."""
-        fn = self._functions.get((current_id(), name))
+        shared memory.  A kernel queued by a background :meth:`precompile` and not yet
+        started is compiled here at once; one being compiled is waited for."""
+        key = (current_id(), name)
+        fn = self._functions.get(key)
         if fn is None:
-            self.on_demand.append(name)
-            fn = self._load(name)
+            fut = self._pending.get(key)
+            if fut is not None and not fut.cancel():
+                fn = fut.result()
+            else:
+                if key not in self._planned:
+                    self.on_demand.append(name)
+                fn = self._load(name)
         if smem_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem_bytes:
             fn.max_dynamic_shared_size_bytes = smem_bytes
         return fn
 
-    def _load(self, name: str):
-        mod = cupy().RawModule(code=self.source, options=self.options, name_expressions=[name])
-        fn = self._functions[(current_id(), name)] = mod.get_function(name)
+    def _load(self, name: str, device: int | None = None):
+        cp = cupy()
+        dev = current_id() if device is None else device
+        with cp.cuda.Device(dev):
+            if self.named:
+                mod = cp.RawModule(code=self.source, options=self.options, name_expressions=[name])
+            else:
+                mod = self._module(dev)
+            fn = mod.get_function(name)
+        self._functions[(dev, name)] = fn
         return fn
 
-    def precompile(self, names, workers: int | None = None, processes: bool = False) -> int:
-        """Compile the kernels ``names`` not yet loaded, ``workers`` at a time (default: the
-        CPU count), and load them; returns how many were compiled or loaded.  NVRTC runs
-        without the GIL, so threads compile in parallel; ``processes`` uses worker processes
-        instead (each compiles into the disk cache, then this process loads from it)."""
+    @functools.lru_cache(maxsize=None)  # noqa: B019  (one module per device, kept for the process)
+    def _module(self, device: int):
+        return cupy().RawModule(code=self.source, options=self.options)
+
+    def precompile(self, names, workers: int | None = None, wait: bool = True) -> int:
+        """Compile the kernels ``names`` not yet loaded, ``workers`` threads at a time
+        (default: the usable CPUs; NVRTC runs without the GIL), on the current device;
+        returns how many were queued.  With ``wait=False`` the compilation goes on in the
+        background: :meth:`function` takes a queued kernel over or waits for a running one,
+        so launches never wait for kernels they do not need."""
         dev = current_id()
-        todo = sorted({n for n in names if (dev, n) not in self._functions})
+        with self._lock:
+            todo = [n for n in dict.fromkeys(names)
+                    if (dev, n) not in self._functions and (dev, n) not in self._pending]
+            self._planned.update((dev, n) for n in todo)
         if not todo:
             return 0
-        workers = min(len(todo), workers or os.cpu_count() or 1)
-        if workers > 1 and processes:
-            ctx = multiprocessing.get_context("spawn")
-            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                chunks = [todo[i::workers] for i in range(workers)]
-                list(pool.map(_compile_into_cache,
-                              [(self.source, self.options, dev, c) for c in chunks]))
-        if workers > 1 and not processes:
-            cp = cupy()
-
-            def load(name):
-                with cp.cuda.Device(dev):
-                    return self._load(name)
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                list(pool.map(load, todo))
+        pool = concurrent.futures.ThreadPoolExecutor(
+            min(len(todo), workers or len(os.sched_getaffinity(0))), thread_name_prefix="nvrtc")
         for n in todo:
-            if (dev, n) not in self._functions:
-                self._load(n)
+            self._pending[(dev, n)] = pool.submit(self._load, n, dev)
+        pool.shutdown(wait=wait, cancel_futures=False)
         return len(todo)
 
-
-def _compile_into_cache(job) -> None:
-    """Worker process: compile each kernel of a chunk into CuPy's disk cache."""
-    source, options, device, names = job
-    cp = cupy()
-    with cp.cuda.Device(device):
-        for n in names:
-            cp.RawModule(code=source, options=options, name_expressions=[n]).compile()
+    def cancel_pending(self) -> None:
+        """Drop the queued background compilations (running ones finish)."""
+        for fut in list(self._pending.values()):
+            fut.cancel()
 
 
 def compile_units() -> dict[str, tuple[str, int]]:

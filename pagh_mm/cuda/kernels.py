@@ -11,7 +11,7 @@ from fwht_gpu.gpu import KernelModule, cupy, limits
 
 HERE = os.path.dirname(__file__)
 ESTIMATE = KernelModule(os.path.join(HERE, "estimate.cu"))
-SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"))
+SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"), named=False)   # extern "C" kernels
 MAXDS = (7, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
