@@ -187,6 +187,16 @@ def _prescale(ar: _Arith, x, folklore_bits):
 def _h8(ar: _Arith, x, bit):
     """Alman-Rao H8 block (thesis Alg. 9 lines 33-48) on inputs b..h pre-doubled."""
     v = _split(x, bit, 8)
+    out = np.empty_like(v)
+
+    def block(s):
+        _h8_blocks(ar, v[s], out[s])
+    _each_block(v.shape, block, ar)
+    return out.reshape(x.shape)
+
+
+def _h8_blocks(ar: _Arith, v, out) -> None:
+    """The H8 blocks of a (batch, outer, 8, inner) view, written to the view ``out``."""
     a, b, c, d, e, f, g, h = (v[:, :, r, :] for r in range(8))
     B1, B2, B3 = ar.add(b, c), ar.add(d, h), ar.add(f, g)
     tot = ar.add(ar.add(ar.add(B1, B2), B3), e)
@@ -195,7 +205,6 @@ def _h8(ar: _Arith, x, bit):
         ar.c.halving += tot.size
     diff = ar.sub(a, tot)
     D, E, H = ar.add(diff, d), ar.add(diff, e), ar.add(diff, h)
-    out = np.empty_like(v)
     out[:, :, 0, :] = ar.add(a, tot)
     out[:, :, 1, :] = ar.add(ar.add(E, c), g)
     out[:, :, 2, :] = ar.add(ar.add(E, b), f)
@@ -204,7 +213,6 @@ def _h8(ar: _Arith, x, bit):
     out[:, :, 5, :] = ar.add(ar.add(H, c), f)
     out[:, :, 6, :] = ar.add(ar.add(H, b), g)
     out[:, :, 7, :] = ar.add(D, B3)
-    return out.reshape(x.shape)
 
 
 #: Bytes of rows the engine transforms together (fits the L2 cache of typical CPUs;

@@ -31,7 +31,9 @@ def _precompile_gpu_kernels():
         return
     from fwht_gpu.cuda import engine
     from tests.gpu_cases import suite_plans
-    _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count), wait=False)
+    cores = len(os.sched_getaffinity(0))          # leave some cores to the tests' NumPy references
+    _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count),
+                                               workers=max(2, cores - 4), wait=False)
     yield
     engine.KERNELS.cancel_pending()
 
