@@ -32,10 +32,15 @@ def _precompile_gpu_kernels():
     from fwht_gpu.cuda import engine
     from tests.gpu_cases import suite_plans
     cores = len(os.sched_getaffinity(0))          # leave some cores to the tests' NumPy references
+    workers = max(2, cores - 4)
     _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count),
-                                               workers=max(2, cores - 4), wait=False)
+                                               workers=workers, wait=False)
+    from pagh_mm.cuda import kernels as pagh_kernels          # the pagh_mm tests' kernels too
+    _PRECOMPILE["kernels"] += pagh_kernels.ESTIMATE.precompile(pagh_kernels.names(), 4, wait=False)
+    _PRECOMPILE["kernels"] += pagh_kernels.SCATTER.precompile(["scatter_dense"], 1, wait=False)
     yield
-    engine.KERNELS.cancel_pending()
+    for module in (engine.KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER):
+        module.cancel_pending()
 
 
 def pytest_terminal_summary(terminalreporter):
