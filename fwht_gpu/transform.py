@@ -148,8 +148,11 @@ class FWHT:
             check_length(length, "x")
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
-        factor = norm_factor(self.n, norm, inverse)
-        if on_gpu:
+        return self._execute(x, axis, norm_factor(self.n, norm, inverse), out)
+
+    def _execute(self, x, axis: int, factor: float, out):
+        """The engine call on checked arguments (``axis`` non-negative)."""
+        if _is_cupy(x):
             batch, interleave = gpu_arrays.layout(x, axis, out)
             return gpu_arrays.transform(self.plan_for(batch, interleave), x, axis, factor, out)
         if self.device == "cuda":
@@ -170,7 +173,7 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
     axis = _check_args(x, axis, out, gpu_device.cupy() if _is_cupy(x) else np)
     n = x.shape[axis]
     check_length(n, "x")
-    norm_factor(n, norm, inverse)
+    factor = norm_factor(n, norm, inverse)
     variants.check(algorithm, stabilizer)
     cdt = None if compute_dtype is None else _dt.resolve(compute_dtype, "compute_dtype")
     try:
@@ -180,7 +183,7 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
             raise
         t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
                  device=dev, tuning=tuning)              # raises the argument's own error
-    return t(x, axis, norm=norm, inverse=inverse, out=out)
+    return t._execute(x, axis, factor, out)          # arguments checked above: not again
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
