@@ -18,6 +18,7 @@ from . import dtypes as _dt
 from . import memory
 from .overflow import overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
+from .rounding import round_to_fp16
 
 
 @dataclass
@@ -40,6 +41,8 @@ class _Arith:
 
     def __init__(self, dtype, counter: OpCounter | None):
         self.r = _dt.rounder(dtype)
+        # rounding a temporary result: in place where the rounder can
+        self.r_temp = self.r if np.dtype(dtype) != np.float16 else _round_fp16_in_place
         self.c = counter
         # FP64/FP32 storage without counting: IEEE operations need no separate rounding step
         self.native = np.dtype(dtype).itemsize != 2 and counter is None
@@ -49,12 +52,12 @@ class _Arith:
             self.c.add_sub += k * a.size
 
     def add(self, a, b):
-        out = self.r(a + b)
+        out = self.r_temp(a + b)
         self._count(out)
         return out
 
     def sub(self, a, b):
-        out = self.r(a - b)
+        out = self.r_temp(a - b)
         self._count(out)
         return out
 
@@ -62,6 +65,10 @@ class _Arith:
         if self.c is not None:
             self.c.compare += a.size
         return np.abs(a) >= np.abs(b)
+
+
+def _round_fp16_in_place(a: np.ndarray) -> np.ndarray:
+    return round_to_fp16(a, in_place=True)
 
 
 def _split(x: np.ndarray, bit: int, radix: int) -> np.ndarray:

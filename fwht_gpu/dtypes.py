@@ -78,10 +78,13 @@ def max_finite(dtype) -> float:
 def rounder(dtype):
     """Function rounding a work-dtype array to the storage dtype (kept in the work dtype).
 
-    The identity for FP64 and FP32; a round trip through the 16-bit format (round to
-    nearest even) for FP16 and BF16.
+    The identity for FP64 and FP32; the bits of a round trip through the 16-bit format
+    (round to nearest even) for FP16 (compiled: :mod:`fwht_gpu.rounding`) and BF16.
     """
     dt = np.dtype(dtype)
     if dt.itemsize != 2:
         return lambda a: a
+    if dt == np.float16:
+        from .rounding import round_to_fp16
+        return round_to_fp16
     return lambda a: a.astype(dt).astype(np.float32)

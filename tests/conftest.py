@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _precompile_gpu_kernels():
+def _precompile_gpu_kernels(request):
     """With GPU tests selected and a GPU present: compile every kernel the suite launches
     (tests/gpu_cases.py, in the order the tests need them) in parallel threads in the
     background while the tests run; a test needing a kernel not compiled yet compiles it."""
@@ -31,16 +31,22 @@ def _precompile_gpu_kernels():
         return
     from fwht_gpu.cuda import engine
     from tests.gpu_cases import suite_plans
-    cores = len(os.sched_getaffinity(0))          # leave some cores to the tests' NumPy references
-    workers = max(2, cores - 4)
+    cores = len(os.sched_getaffinity(0))   # leave cores to the tests' NumPy references and warm-up
+    workers = max(2, cores - 6)
     _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count),
                                                workers=workers, wait=False)
     from pagh_mm.cuda import kernels as pagh_kernels          # the pagh_mm tests' kernels too
     _PRECOMPILE["kernels"] += pagh_kernels.ESTIMATE.precompile(pagh_kernels.names(), 4, wait=False)
     _PRECOMPILE["kernels"] += pagh_kernels.SCATTER.precompile(["scatter_dense"], 1, wait=False)
+    from tests.gpu_cases import warm_cupy_kernels           # and CuPy's own kernels
+    _PRECOMPILE["warm"] = warm_cupy_kernels(str(request.config.rootpath))
     yield
     for module in (engine.KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER):
         module.cancel_pending()
+    for proc in _PRECOMPILE["warm"]:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -53,6 +59,14 @@ def pytest_terminal_summary(terminalreporter):
         f"{len(late)} not listed in tests/gpu_cases.py (compiled at their first launch)")
     for name in late[:20]:
         terminalreporter.write_line(f"  {name}")
+    warm = _PRECOMPILE.get("warm", [])
+    failed = [p for p in warm if p.returncode not in (0, None, -9)]
+    terminalreporter.write_line(
+        f"CuPy's kernels: compiled in {len(warm)} background processes (tests/gpu_cases.py)"
+        + (f"; {len(failed)} failed" if failed else ""))
+    for proc in failed:
+        proc.err.seek(0)
+        terminalreporter.write_line(proc.err.read()[-2000:])
 
 
 def pytest_runtest_logreport(report):

@@ -120,3 +120,97 @@ def suite_plans(sms: int):
         for L in (4, 5, 6, 8, 11, 12, 13, 14, 16):
             for k in range(11):
                 yield plan(1 << L, dt, 1 << k)
+
+
+def _warm_paths():
+    """Tiny calls taking the GPU paths of the overflow and pagh_mm tests: each compiles the
+    CuPy kernels (elementwise, reductions, indexing, sparse) its path launches."""
+    import fwht_gpu as F
+    import pagh_mm
+    from fwht_gpu import gpu
+
+    cp = gpu.cupy()
+    import cupyx.scipy.sparse as csp
+
+    def overflow(dt):
+        def run():
+            x = cp.ones((2, 1 << 12), dtype=dt)
+            x[1] = _dt.max_finite(dt) / 2
+            x[0, 3] = cp.inf
+            for fn in (F.fwht, F.ifwht):
+                try:
+                    fn(x)
+                except F.TransformOverflowError:
+                    pass
+            bool(cp.isfinite(x).all())
+        return run
+
+    def sketch(dt, fmt, method="fwht", source=np.float64, budget=None):
+        def run():
+            rng = np.random.default_rng(0)
+            A = (rng.integers(-4, 5, (40, 30)) * (rng.random((40, 30)) < 0.3)).astype(source)
+            B = (rng.integers(-4, 5, (30, 50)) * (rng.random((30, 50)) < 0.3)).astype(source)
+            conv = {"dense": cp.asarray, "fortran": lambda M: cp.asfortranarray(cp.asarray(M)),
+                    "csr": lambda M: csp.csr_matrix(cp.asarray(M.astype(np.float64))),
+                    "csc": lambda M: csp.csc_matrix(cp.asarray(M.astype(np.float64))),
+                    "coo": lambda M: csp.coo_matrix(cp.asarray(M.astype(np.float64)))}[fmt]
+            sk = pagh_mm.compress(conv(A), conv(B), buckets=1 << 11, reps=3, seed=0, dtype=dt,
+                                  method=method, memory_budget=budget)
+            sk.to_dense()
+            sk.top_k(5, verify=True)
+            sk.above(1.0, verify=True)
+            sk.exact(cp.asarray([1, 2]), cp.asarray([3, 4]))
+        return run
+
+    def reductions(dt, ops):
+        def run():       # CuPy's CUB reductions: a kernel per block size (32..512 threads)
+            for size in (100, 200, 400, 800, 4000):
+                a = cp.zeros(size, dtype=dt)
+                for op in ops:
+                    getattr(a, op)()
+        return run
+
+    jobs = [overflow(dt) for dt in (np.float16, _dt.bfloat16)]
+    jobs += [sketch(dt, fmt) for dt in ("float64", "float32", "float16", "bfloat16")
+             for fmt in ("dense", "csr", "csc", "coo")]
+    jobs += [sketch(None, "dense", "fft"), sketch(None, "fortran"), sketch(None, "dense", source=np.float32),
+             sketch(None, "dense", source=np.int32), sketch(None, "csr", budget=3 << 20)]
+    jobs += [reductions(np.bool_, ["all"]), reductions(np.bool_, ["any"]),
+             reductions(np.int32, ["sum"]), reductions(np.int64, ["sum"])]
+    return jobs
+
+
+def warm_main(index: int, count: int) -> None:
+    """Entry of a warm-up process: every ``count``-th path of :func:`_warm_paths` from
+    ``index``; exits 1 if one failed (its error on stderr)."""
+    import sys
+    import traceback
+    failed = 0
+    for job in _warm_paths()[index::count]:
+        try:
+            job()
+        except Exception:                   # noqa: BLE001  (reported, the tests decide)
+            traceback.print_exc()
+            failed += 1
+    sys.exit(1 if failed else 0)
+
+
+def warm_cupy_kernels(root: str, processes: int = 3) -> list:
+    """Start ``processes`` Python processes running the GPU paths of :func:`_warm_paths`
+    (working directory ``root``); returns the Popen objects, stderr in a temporary file.
+
+    CuPy compiles its own kernels (elementwise, reductions, indexing, sparse: about 200 in the
+    suite, 0.3-0.5 s each) at their first launch, on the launching thread.  Compiled in other
+    processes (their own interpreter lock) into CuPy's disk cache, which every process reads,
+    they are loaded in milliseconds by the time the tests launch them."""
+    import subprocess
+    import sys
+    import tempfile
+    procs = []
+    for k in range(processes):
+        err = tempfile.TemporaryFile(mode="w+")
+        code = f"from tests.gpu_cases import warm_main; warm_main({k}, {processes})"
+        procs.append(subprocess.Popen([sys.executable, "-c", code], cwd=root,
+                                      stdout=subprocess.DEVNULL, stderr=err))
+        procs[-1].err = err
+    return procs
