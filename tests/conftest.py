@@ -33,7 +33,7 @@ def _precompile_gpu_kernels(request):
     from tests.gpu_cases import suite_plans
     cores = len(os.sched_getaffinity(0))   # leave cores to the tests' NumPy references and warm-up
     workers = max(2, cores - 6)
-    _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits().sm_count),
+    _PRECOMPILE["kernels"] = engine.precompile(suite_plans(gpu.limits()),
                                                workers=workers, wait=False)
     from pagh_mm.cuda import kernels as pagh_kernels          # the pagh_mm tests' kernels too
     _PRECOMPILE["kernels"] += pagh_kernels.ESTIMATE.precompile(pagh_kernels.names(), 4, wait=False)

@@ -3,6 +3,8 @@ precompilation (:func:`suite_plans`), so the kernels compiled up front are those
 launch, in about the order they launch them."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fwht_gpu import dtypes as _dt
@@ -33,12 +35,29 @@ THREE_PASS = [(np.float32, 27), (np.float16, 27)]
 EXTENDED = ["alman", "kahan", "neumaier", "kahan-pass", "neumaier-pass", "compute", "alman-compute"]
 
 
-def extended_sizes(name: str) -> list[int]:
-    """log2 lengths of the extended-variant test: every one- and two-pass shape, and 2^23-2^24
-    without a stabilizer (enough tiles that pipelined passes loop; FP32 Alman-Rao's 64 KB
-    strided tiles)."""
-    sizes = list(range(1, 13)) + [15, 17, 20, 21, 22]
-    return sizes + [23, 24] if variants.variant(name).stabilizer is None else sizes
+@functools.lru_cache(maxsize=None)
+def extended_sizes(name: str, dtype, limits=None) -> list[int]:
+    """log2 lengths of the extended-variant test, derived from the planner (on ``limits``, the
+    H100's by default): every length whose transform launches a kernel configuration, or has a
+    number of passes, that no shorter length has; every code path once, none twice.  Up to
+    2^24 without a stabilizer, 2^22 with one: the stabilized configurations first launched at
+    2^23-2^24 (FP32 and the 16-bit dtypes) cost the suite about 35 s of NumPy references and
+    are not tested here."""
+    from fwht_gpu.cuda import config
+    from fwht_gpu.gpu import H100
+    v = variants.variant(name)
+    seen, sizes = set(), []
+    for L in range(1, (22 if v.stabilizer else 24) + 1):
+        n = 1 << L
+        batch = extended_shape(L)[0] if L < 20 else 1
+        plan = make_plan(n, dtype, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dtype),
+                         batch=batch, sms=(limits or H100).sm_count)
+        launched = {c.name for c in config.configs_for(plan, batch * n, limits or H100)}
+        launched.add(("passes", len(plan.passes)))
+        if launched - seen:
+            sizes.append(L)
+        seen |= launched
+    return sizes
 
 
 def extended_shape(log2n: int) -> tuple[int, ...]:
@@ -72,10 +91,12 @@ def _layout(shape, axis) -> tuple[int, int, int]:
     return n, batch, s
 
 
-def suite_plans(sms: int):
-    """(plan, total elements) of every transform the GPU suite runs on a device of ``sms``
-    SMs, in the order of the tests (the float64 recomputations of overflowed rows and
-    pagh_mm's sketch transforms included)."""
+def suite_plans(limits):
+    """(plan, total elements) of every transform the GPU suite runs on a device of these
+    :class:`~fwht_gpu.gpu.Limits`, in the order of the tests (the float64 recomputations of
+    overflowed rows and pagh_mm's sketch transforms included)."""
+    sms = limits.sm_count
+
     def plan(n, dt, batch=1, interleave=0, name="folklore"):
         v = variants.variant(name)
         p = make_plan(n, dt, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dt),
@@ -96,7 +117,7 @@ def suite_plans(sms: int):
     for dt in DTYPES:
         for name in EXTENDED:
             if variants.variant(name).applies_to(dt):
-                for L in extended_sizes(name):
+                for L in extended_sizes(name, dt, limits):
                     yield plan(1 << L, dt, 2 if L < 20 else 1, name=name)
         for L in ALMAN_SHORT:
             for name in ("alman", "alman-compute"):

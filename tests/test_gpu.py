@@ -198,7 +198,7 @@ def test_extended_variants_bit_exact(dtype, name, rng):
     if not variants.variant(name).applies_to(dtype):
         pytest.skip("no wider compute dtype for float64")
     alg, stab, cdt = _variant(name, dtype)
-    for L in cases.extended_sizes(name):
+    for L in cases.extended_sizes(name, np.dtype(dtype), gpu.limits()):
         n = 1 << L
         x = _rand(rng, cases.extended_shape(L), dtype)
         if np.dtype(dtype) == np.float16:
