@@ -18,7 +18,6 @@ from . import dtypes as _dt
 from . import memory
 from .overflow import overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
-from .rounding import round_to_fp16
 
 
 @dataclass
@@ -41,8 +40,7 @@ class _Arith:
 
     def __init__(self, dtype, counter: OpCounter | None):
         self.r = _dt.rounder(dtype)
-        # rounding a temporary result: in place where the rounder can
-        self.r_temp = self.r if np.dtype(dtype) != np.float16 else _round_fp16_in_place
+        self.r_temp = _dt.rounder(dtype, temporary=True)   # for a + b, a - b: in place
         self.c = counter
         # FP64/FP32 storage without counting: IEEE operations need no separate rounding step
         self.native = np.dtype(dtype).itemsize != 2 and counter is None
@@ -65,10 +63,6 @@ class _Arith:
         if self.c is not None:
             self.c.compare += a.size
         return np.abs(a) >= np.abs(b)
-
-
-def _round_fp16_in_place(a: np.ndarray) -> np.ndarray:
-    return round_to_fp16(a, in_place=True)
 
 
 def _split(x: np.ndarray, bit: int, radix: int) -> np.ndarray:

@@ -75,16 +75,17 @@ def max_finite(dtype) -> float:
     return float(ml_dtypes.finfo(np.dtype(dtype)).max)
 
 
-def rounder(dtype):
+def rounder(dtype, temporary: bool = False):
     """Function rounding a work-dtype array to the storage dtype (kept in the work dtype).
 
     The identity for FP64 and FP32; the bits of a round trip through the 16-bit format
-    (round to nearest even) for FP16 (compiled: :mod:`fwht_gpu.rounding`) and BF16.
+    (round to nearest even) for FP16 (compiled: :mod:`fwht_gpu.rounding`) and BF16.  With
+    ``temporary`` the argument is a temporary the caller gives up: FP16 rounds it in place.
     """
     dt = np.dtype(dtype)
     if dt.itemsize != 2:
         return lambda a: a
     if dt == np.float16:
         from .rounding import round_to_fp16
-        return round_to_fp16
+        return (lambda a: round_to_fp16(a, in_place=True)) if temporary else round_to_fp16
     return lambda a: a.astype(dt).astype(np.float32)
