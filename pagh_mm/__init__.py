@@ -10,6 +10,7 @@ Find and estimate the large entries of A @ B without computing it::
 from fwht_gpu.memory import InsufficientMemoryError
 
 from .compressed import CompressedProduct, Entries
+from .query import CertificateWarning
 from .exact import ExactValueWarning
 from .hashing import DEFAULT_FAMILY as DEFAULT_HASH
 from .hashing import FAMILIES as HASH_FAMILIES
@@ -17,7 +18,7 @@ from .matmul import approx_matmul, compress, default_buckets
 from .sketchfile import LegacyHashWarning, SketchFileError
 
 __version__ = "0.1.0"
-__all__ = ["compress", "approx_matmul", "CompressedProduct", "Entries", "default_buckets",
+__all__ = ["compress", "approx_matmul", "CompressedProduct", "Entries", "CertificateWarning", "default_buckets",
            "HASH_FAMILIES", "DEFAULT_HASH", "InsufficientMemoryError", "ExactValueWarning",
            "LegacyHashWarning", "SketchFileError",
            "__version__"]

@@ -2,7 +2,9 @@
 
 Exit codes: 0 success, 1 unusable data (corrupt file, shapes, NaN/Inf, overflow, indices
 out of range, memory), 2 usage errors (bad option, missing file, unknown format, existing
-or unwritable output without --force), 143 after SIGTERM (no partial output is left).
+or unwritable output without --force), 3 a verified answer that could not be certified (the
+entries are still printed or written, and stderr says which parameter to raise), 143 after
+SIGTERM (no partial output is left).
 Every error is one ``Error: ...`` line on stderr (``--debug``: the traceback).
 """
 from __future__ import annotations
@@ -15,10 +17,12 @@ import time
 import click
 import numpy as np
 import scipy
+import scipy.sparse
 
 import pagh_mm  # compress and default_buckets looked up at call time (tests patch them)
 from fwht_gpu import devices, gpu
 from fwht_gpu import matrixio as io
+from fwht_gpu.files import atomic_write
 from fwht_gpu.clitools import (
     Progress,
     check_outputs,
@@ -66,9 +70,10 @@ def sketch_options(fn):
     """Options shared by the commands that build a sketch."""
     opts = [
         click.option("--buckets", "-b", type=int, callback=_pow2, default=None,
-                     help="Buckets per repetition, a power of two (default: 8 (m + p) rounded up)."),
-        click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True,
-                     help="Independent repetitions (odd: the median is one of them)."),
+                     help="Buckets per repetition, a power of two (default: automatic, sized for "
+                          "a certified answer to the query asked; see pagh_mm.auto)."),
+        click.option("--reps", "-d", type=click.IntRange(1, None), default=None,
+                     help="Independent repetitions (odd: the median is one of them; default 5)."),
         click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP),
         click.option("--dtype", type=click.Choice(list(_DTYPES)), default="fp64", show_default=True,
                      help="Precision of the transforms."),
@@ -119,15 +124,20 @@ def _check_settings(o) -> None:
         raise click.UsageError(bad)
 
 
-def _compress_from_files(a_path, b_path, o):
+def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_probability=None):
+    """The sketch of the files' product; ``k``/``threshold``: the query it is sized for."""
     _check_settings(o)
     dev = _device(o["device"])
     A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
-    b = o["buckets"] or pagh_mm.default_buckets(A.shape[0], B.shape[1])
-    return pagh_mm.compress(A, B, buckets=b, reps=o["reps"], seed=o["seed"], method=o["method"],
-                    dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
-                    stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"], hash=o["hash_"],
-                    progress=Progress(o["quiet"]))
+    extra = {} if failure_probability is None else {"failure_probability": failure_probability}
+    sk = pagh_mm.compress(A, B, buckets=o["buckets"] or "auto", reps=o["reps"] or "auto",
+                          seed=o["seed"], k=k, threshold=threshold, method=o["method"],
+                          dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
+                          stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"],
+                          hash=o["hash_"], progress=Progress(o["quiet"]), **extra)
+    if not o["quiet"]:
+        click.echo(f"sketch: {sk.describe()}", err=True)
+    return sk
 
 
 _existing = click.Path(exists=True, dir_okay=False)
@@ -304,22 +314,51 @@ def _print_entries(entries, verify, fmt, backend):
 @click.option("--sketch", "sketch_path", type=_existing, default=None,
               help="Read a sketch made by `compress` instead of A and B (A and B may still be "
                    "given for --verify).")
-@click.option("-k", "k", type=click.IntRange(1, None), default=10, show_default=True)
-@click.option("--verify", is_flag=True, help="Replace estimates by exact values from A and B.")
+@click.option("-k", "k", type=click.IntRange(1, None), default=None,
+              help="The k largest entries (default 10 unless --threshold or --per-row is given).")
+@click.option("--threshold", type=float, default=None,
+              help="Every entry whose magnitude (--by value: value) is >= this; with --per-row, "
+                   "only entries >= this.")
+@click.option("--per-row", "per_row", type=click.IntRange(1, None), default=None,
+              help="The N largest entries of every row (sparse_dot_topn's top_n).")
+@click.option("--verify", is_flag=True,
+              help="Exact values from A and B, and a certified answer (or a warning that says "
+                   "what to raise).")
+@click.option("--failure-probability", "delta", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=1e-3, show_default=True, help="Of a certified answer being wrong.")
+@click.option("--candidates", type=click.IntRange(1, None), default=None,
+              help="Most entries --verify may verify exactly (default: 16 k).")
 @click.option("--by", type=click.Choice(["abs", "value"]), default="abs", show_default=True,
               help="Rank by magnitude or by signed value.")
 @click.option("--output-format", "out_fmt", type=click.Choice(["table", "csv", "json"]),
               default="table", show_default=True)
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="Write the entries to a file instead: .npz or .mtx (an m x p sparse matrix), "
+                   ".csv (i,j,value rows).")
+@force_option
 @sketch_options
 @guarded
-def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
-    """The k largest entries of A @ B: i, j, estimate (and exact value with --verify)."""
+def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by, out_fmt, output,
+        force, **o) -> None:
+    """The largest entries of A @ B: the top k, those above --threshold, or the top N of every
+    row (--per-row); i, j, estimate (and exact value with --verify)."""
     if len(files) not in (0, 2):
         raise click.UsageError("give two matrix files A B, or --sketch FILE (plus A B for --verify)")
     if sketch_path is None and not files:
         raise click.UsageError("give two matrix files A B, or --sketch FILE")
     if sketch_path is not None and verify and not files:
         raise click.UsageError("--verify with --sketch needs the matrix files A B as well")
+    if k is not None and (threshold is not None or per_row is not None):
+        raise click.UsageError("-k asks for the top k overall; use --threshold or --per-row N "
+                               "(with an optional --threshold) instead, not together")
+    if candidates is not None and candidates < (k or 1):
+        raise click.BadParameter(f"--candidates {candidates} is below -k {k}")
+    if output is not None:
+        if not output.endswith((".npz", ".mtx", ".csv")):
+            raise click.UsageError(f"{output}: write entries to .npz, .mtx or .csv")
+        check_outputs([output], force=force)
+    if k is None and threshold is None and per_row is None:
+        k = 10
     if sketch_path is None:
         _check_settings(o)
     if sketch_path is not None:
@@ -329,9 +368,55 @@ def top(files, sketch_path, k, verify, by, out_fmt, **o) -> None:
                               "gpu" if sk.backend.gpu else "cpu")
             sk.attach(A, B)
     else:
-        sk = _compress_from_files(files[0], files[1], o)
-    entries = sk.top_k(k, verify=verify, by=by, progress=Progress(o["quiet"]))
+        sk = _compress_from_files(files[0], files[1], o, k=k if per_row is None else None,
+                                  threshold=threshold, failure_probability=delta)
+    kw = dict(verify=verify, by=by, progress=Progress(o["quiet"]))
+    if verify:
+        kw.update(failure_probability=delta, candidates=candidates)
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", pagh_mm.CertificateWarning)
+        if per_row is not None:
+            entries = sk.top_k_per_row(per_row, threshold=threshold, format="entries", **kw)
+        elif k is not None:
+            entries = sk.top_k(k, **kw)
+        else:
+            entries = sk.above(threshold, **kw)
+    for w in caught:
+        if issubclass(w.category, pagh_mm.CertificateWarning):
+            click.echo(f"Warning: {w.message}", err=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if verify and not o["quiet"]:
+        click.echo(f"certified: {'yes' if entries.certified else 'NO'} (failure probability "
+                   f"{entries.failure_probability:g} under the model of pagh_mm.certificate; margin "
+                   f"{entries.margin:.4g}, noise {entries.noise:.4g} per repetition, "
+                   f"{entries.verified} entries verified)", err=True)
+    if output is not None:
+        _write_entries(output, entries, sk, verify, force)
+        if not o["quiet"]:
+            click.echo(f"wrote {output}: {len(entries.rows)} entries", err=True)
+        return
     _print_entries(entries, verify, out_fmt, sk.backend)
+    if verify and not entries.certified:
+        sys.exit(3)
+
+
+def _write_entries(path, entries, sk, verify, force) -> None:
+    """Entries to .npz/.mtx (an m x p sparse matrix of the exact values, or the estimates)
+    or .csv (i,j,estimate[,exact] rows), atomically."""
+    be = sk.backend
+    rows, cols = be.asnumpy(entries.rows), be.asnumpy(entries.cols)
+    vals = be.asnumpy(entries.exact if verify else entries.estimates)
+    if path.endswith(".csv"):
+        est = be.asnumpy(entries.estimates)
+        lines = ["i,j,estimate" + (",exact" if verify else "")]
+        lines += [f"{i},{j},{e:.17g}" + (f",{x:.17g}" if verify else "")
+                  for i, j, e, x in zip(rows.tolist(), cols.tolist(), est.tolist(), vals.tolist())]
+        atomic_write(path, lambda f: f.write(("\n".join(lines) + "\n").encode()))
+        return
+    M = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=sk.shape)
+    io.write_matrix(path, M, force=True)
 
 
 def _indices(text: str, name: str) -> np.ndarray:

@@ -2,42 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+import math
 
 import numpy as np
 
 from fwht_gpu import memory
 
-from . import hashing, sketchfile
+from . import certificate, hashing, query, sketchfile
 from .backend import Backend, cpu, gpu, is_sparse
 from .convolution import combine_index
 from .exact import _EXACT_FLOAT, ExactValueWarning, _dense, _exact_integers, select  # noqa: F401
+from .query import CertificateWarning, Entries, check_by  # noqa: F401
 from .reduction import row_sums, sparse_row_sums
-
-#: Bytes of temporaries one query tile may use (CPU; 4x on the GPU).
-TILE_BUDGET = 256 << 20
-class Entries(NamedTuple):
-    """Entries (rows[k], cols[k]) of the product with their estimates; ``exact`` when verified."""
-
-    rows: object
-    cols: object
-    estimates: object
-    exact: object = None
-
-
-def best(key, ids, k: int, xp):
-    """Positions of the ``k`` largest ``key`` values, largest first, ties broken by the
-    smaller ``ids`` (so the answer never depends on tiling or device)."""
-    if key.size > k:
-        kth = -xp.partition(-key, k - 1)[k - 1]
-        above = xp.nonzero(key > kth)[0]
-        tied = xp.nonzero(key == kth)[0]
-        tied = tied[xp.argsort(ids[tied])[:k - above.size]]
-        sel = xp.concatenate([above, tied])
-    else:
-        sel = xp.arange(key.size)
-    return sel[xp.lexsort(xp.stack([ids[sel], -key[sel]]))]
-
 
 @dataclass
 class CompressedProduct:
@@ -58,6 +34,7 @@ class CompressedProduct:
     stabilizer: str | None
     backend: Backend
     factors: list = field(default_factory=list)
+    chosen: object = None         # pagh_mm.auto.Choice: how buckets and reps were chosen
 
     # --- sizes and hashes --------------------------------------------------------
     @property
@@ -74,12 +51,13 @@ class CompressedProduct:
         return (hashing.bucket_table(self.params, which, keys, self.log2b, xp),
                 hashing.sign_table(self.params, which, keys, xp))
 
-    def _values(self, h1, s1, h2, s2):
-        """(d, ...) per-repetition estimates s1 s2 c_t[h1 op h2] from broadcastable hashes."""
+    def _values(self, h1, s1, h2, s2, sketch=None):
+        """(d, ...) per-repetition estimates s1 s2 c_t[h1 op h2] from broadcastable hashes
+        (of ``sketch``, default the product's own)."""
         xp = self.backend.xp
         idx = combine_index(self.method, h1, h2, self.log2b)
         t = xp.arange(self.reps).reshape((-1,) + (1,) * (idx.ndim - 1))
-        return s1 * s2 * self.sketch[t, idx]
+        return s1 * s2 * (self.sketch if sketch is None else sketch)[t, idx]
 
     def _per_rep(self, i, j):
         """(d, ...) per-repetition estimates of entries (i, j) (equal shapes)."""
@@ -114,43 +92,6 @@ class CompressedProduct:
         """The d single-repetition (unbiased) estimates of C[i, j], shape (d, ...)."""
         return self._per_rep(*self._entries(i, j))
 
-    def _tile_shape(self):
-        """(rows, cols) of a query tile: column hashes and estimates within the tile budget."""
-        m, p = self.shape
-        d = self.reps
-        budget = TILE_BUDGET * (4 if self.backend.gpu else 1)
-        cols = max(1, min(p, budget // (4 * 16 * d)))
-        per_entry = 8 if self.backend.gpu else 4 * 8 * d      # CPU: (d, rows, cols) temporaries
-        rows = max(1, min(m, budget // (per_entry * cols)))
-        return rows, cols
-
-    def _tiles(self, progress=None):
-        """Yield (row0, col0, estimates of the tile's rows x cols), covering the product.
-
-        On the GPU one kernel computes each tile's medians from the hash values and the
-        sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
-        xp = self.backend.xp
-        m, p = self.shape
-        rows, cols = self._tile_shape()
-        done, total = 0, m * p
-        for c0 in range(0, p, cols):
-            c1 = min(p, c0 + cols)
-            h2, s2 = self._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
-            for r0 in range(0, m, rows):
-                r1 = min(m, r0 + rows)
-                h1, s1 = self._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
-                if self.backend.gpu:
-                    from .cuda import kernels
-                    est = kernels.tile_estimates(h1, s1, h2, s2, self.sketch, 0, r1 - r0, self.log2b,
-                                                 self.method == "fwht")
-                else:
-                    est = xp.median(self._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
-                                                 s2[:, None, :]), axis=0)
-                yield r0, c0, est
-                done += (r1 - r0) * (c1 - c0)
-                if progress:
-                    progress("tiles", done, total)
-
     def to_dense(self, progress=None):
         """The m x p estimate, computed tile by tile (needs m * p * 8 bytes)."""
         xp = self.backend.xp
@@ -159,98 +100,193 @@ class CompressedProduct:
                      "query the entries you need with estimate(), top_k() or above() instead",
                      device=self.backend.name)
         out = xp.empty((m, p), dtype=xp.float64)
-        for r0, c0, est in self._tiles(progress):
+        for r0, c0, est in query.tiles(self, progress=progress):
             out[r0:r0 + est.shape[0], c0:c0 + est.shape[1]] = est
         return out
 
-    def _key(self, v, by):
-        if by not in ("abs", "value"):
-            raise ValueError(f"by={by!r}; choose 'abs' (largest magnitude) or 'value'")
-        return self.backend.xp.abs(v) if by == "abs" else v
+    def _check_query(self, by, candidates, failure_probability, rounds, least: int):
+        check_by(by)
+        if candidates is not None and (isinstance(candidates, bool) or not isinstance(
+                candidates, (int, np.integer)) or candidates < least):
+            raise ValueError(f"candidates={candidates!r} must be an integer >= {least}"
+                             + (f" (k = {least})" if least > 1 else ""))
+        if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+            raise ValueError(f"rounds={rounds!r} must be an integer >= 1")
+        if not isinstance(failure_probability, (float, int, np.floating)) or \
+                not 0 < failure_probability < 1:
+            raise ValueError(f"failure_probability={failure_probability!r} must be a number in "
+                             "(0, 1), e.g. 1e-3")
 
-    def _flat_ids(self, r0, c0, est):
-        xp = self.backend.xp
-        r = xp.arange(r0, r0 + est.shape[0], dtype=xp.int64)[:, None]
-        c = xp.arange(c0, c0 + est.shape[1], dtype=xp.int64)[None, :]
-        return (r * self.shape[1] + c).ravel()
+    def _certified(self, run):
+        """``run()``, a certified search; when it reports that more buckets are needed and
+        this sketch was sized automatically from its factors, the sketch is rebuilt once
+        with the buckets it names (within the memory available) and the search repeated."""
+        out = run()
+        found, ok, mg, sigma, advice = out
+        if ok or advice is None or advice[0] != "buckets" or len(self.factors) != 1 or \
+                self.chosen is None or not self.chosen.reason.startswith("auto"):
+            return out
+        from .matmul import compress
+        A, B = self.factors[0]
+        try:
+            new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
+                           method=self.method, dtype=self.dtype_object(), algorithm=self.algorithm,
+                           stabilizer=self.stabilizer, hash=self.params.family,
+                           check_finite=False)
+        except MemoryError:
+            return out
+        from .auto import Choice
+        self.sketch, self.params, self.log2b = new.sketch, new.params, new.log2b
+        self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
+                             f"auto: grown to {new.buckets} buckets by a verified query "
+                             f"({self.chosen.reason})")
+        return run()
+
+    def dtype_object(self):
+        """The transforms' dtype as a NumPy dtype (``dtype`` holds its short name)."""
+        import fwht_gpu.dtypes as fd
+        return fd.resolve(self.dtype, "dtype")
+
+    def _answer(self, ids, exact, certified, margin, sigma, delta, verified) -> Entries:
+        p = self.shape[1]
+        rows, cols = ids // p, ids % p
+        return Entries(rows, cols, self.estimate(rows, cols), exact, bool(certified),
+                       float(margin), float(sigma), float(delta), int(verified))
 
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
-              progress=None) -> Entries:
-        """The k entries with the largest estimates (by magnitude, or by value), never
-        holding an m x p array; ties go to the smaller row-major index.  ``verify=True``
-        scans ``candidates`` (default 8k) entries, computes their exact values from A and B
-        and returns the top k by exact value."""
+              failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
+              rounds: int = query.DEFAULT_ROUNDS, progress=None) -> Entries:
+        """The k entries with the largest estimates (``by="abs"``: magnitude, or ``"value"``),
+        never holding an m x p array; ties go to the smaller row-major index.
+
+        ``verify=True``: the k largest *exact* values, certified.  Candidates are scanned,
+        verified exactly from A and B, peeled off the sketch, and scanned again until no
+        entry left out can reach the k-th exact value found (``Entries.certified``, with
+        probability >= 1 - ``failure_probability`` under the model of
+        :mod:`pagh_mm.certificate`), or until ``candidates`` entries (default
+        max(16 k, 4096)) were verified or ``rounds`` scans made: then the answer is the best
+        found, ``certified=False``, with a :class:`CertificateWarning` naming what to raise."""
         xp = self.backend.xp
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
             raise ValueError(f"k={k!r} must be an integer >= 1")
-        self._key(xp.zeros(1), by)
         size = self.shape[0] * self.shape[1]
         k = int(min(k, size))
-        if verify and candidates is not None and (
-                isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer))
-                or candidates < k):
-            raise ValueError(f"candidates={candidates!r} must be an integer >= k ({k})")
+        self._check_query(by, candidates if verify else None, failure_probability, rounds, k)
         if k == 0:
             empty = xp.empty(0, xp.int64)
-            return Entries(empty, empty, xp.empty(0), xp.empty(0) if verify else None)
-        pool = k if not verify else int(min(candidates or 8 * k, size))
-        best_v = xp.empty(0, xp.float64)
-        best_i = xp.empty(0, xp.int64)
-        tau = None                      # the pool's smallest key once the pool is full
-        for r0, c0, est in self._tiles(progress):
-            flat = est.ravel()
-            ids = self._flat_ids(r0, c0, est)
-            if tau is not None:         # only entries that can still enter the pool
-                sel = xp.nonzero(self._key(flat, by) >= tau)[0]
-                if sel.size == 0:
-                    continue
-                flat, ids = flat[sel], ids[sel]
-            best_v = xp.concatenate([best_v, flat])
-            best_i = xp.concatenate([best_i, ids])
-            keep = best(self._key(best_v, by), best_i, pool, xp)
-            best_v, best_i = best_v[keep], best_i[keep]
-            if best_v.size == pool:
-                tau = self._key(best_v, by)[-1]
-        p = self.shape[1]
-        rows, cols = best_i // p, best_i % p
+            if not verify:
+                return Entries(empty, empty, xp.empty(0))
+            return Entries(empty, empty, xp.empty(0), xp.empty(0), True, 0.0, self.noise(),
+                           float(failure_probability), 0)
         if not verify:
-            return Entries(rows[:k], cols[:k], best_v[:k])
-        exact = self.exact(rows, cols)
-        order = best(self._key(exact, by), best_i, k, xp)
-        return Entries(rows[order], cols[order], best_v[order], exact[order])
+            got = query.scan(self, by, k, progress=progress)
+            p = self.shape[1]
+            return Entries(got.ids // p, got.ids % p, got.values)
+        budget = int(min(size, candidates or max(16 * k, 4096)))
+        found, ok, mg, sigma, advice = self._certified(lambda: query.search(
+            self, query.Target(by, k=k), delta=failure_probability, candidates=budget,
+            rounds=rounds, first_pool=min(budget, 4 * k + 64), progress=progress))
+        order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
+        if not ok:
+            query.warn_uncertified(f"top_k({k})", advice)
+        return self._answer(found.ids[order], found.exact[order], ok, mg, sigma,
+                            failure_probability, found.ids.size)
 
     def above(self, threshold: float, *, verify: bool = False, by: str = "abs",
-              progress=None) -> Entries:
+              candidates: int | None = None,
+              failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
+              rounds: int = query.DEFAULT_ROUNDS, progress=None) -> Entries:
         """Every entry whose estimate (magnitude with by='abs') is >= threshold, found tile
-        by tile, largest first (ties: smaller row-major index first); ``verify=True`` adds
-        exact values and keeps those whose exact value passes."""
+        by tile, largest first (ties: smaller row-major index first).
+
+        ``verify=True``: every entry whose *exact* value passes, certified as
+        :meth:`top_k` is: the scan keeps the entries whose estimate comes within the margin
+        of the threshold, verifies them, and peels and scans again while the certificate
+        fails (``candidates``: most entries verified, default no limit but memory)."""
         xp = self.backend.xp
-        self._key(xp.zeros(1), by)
-        room = memory.available(self.backend.name)
-        vs, ids, count = [], [], 0
-        for r0, c0, est in self._tiles(progress):
-            flat = est.ravel()
-            hit = xp.nonzero(self._key(flat, by) >= threshold)[0]
-            count += int(hit.size)
-            if room is not None and 32 * count > room // 2:
-                raise memory.InsufficientMemoryError(
-                    f"threshold={threshold!r} admits more than {count} entries, more than the memory "
-                    f"available ({memory.gib(room)}) holds; raise the threshold or use top_k",
-                    need=32 * count, available=room, device=self.backend.name,
-                    hint="raise the threshold")
-            vs.append(flat[hit])
-            ids.append(self._flat_ids(r0, c0, est)[hit])
-        v = xp.concatenate(vs) if vs else xp.empty(0)
-        ix = xp.concatenate(ids) if ids else xp.empty(0, xp.int64)
-        order = xp.lexsort(xp.stack([ix, -self._key(v, by)])) if v.size else xp.arange(0)
-        v, ix = v[order], ix[order]
-        p = self.shape[1]
-        rows, cols = ix // p, ix % p
+        self._check_query(by, candidates if verify else None, failure_probability, rounds, 1)
+        try:
+            threshold = float(threshold)
+        except (TypeError, ValueError):
+            raise TypeError(f"threshold={threshold!r} must be a number") from None
+        if not math.isfinite(threshold):
+            raise ValueError(f"threshold={threshold!r} must be finite")
+        size = self.shape[0] * self.shape[1]
         if not verify:
-            return Entries(rows, cols, v)
-        exact = self.exact(rows, cols)
-        keep = self._key(exact, by) >= threshold
-        return Entries(rows[keep], cols[keep], v[keep], exact[keep])
+            got = query.scan(self, by, size, threshold, progress=progress,
+                             what=f"above({threshold!r})")
+            p = self.shape[1]
+            return Entries(got.ids // p, got.ids % p, got.values)
+        budget = int(min(size, candidates or size))
+        found, ok, mg, sigma, advice = self._certified(lambda: query.search(
+            self, query.Target(by, threshold=threshold), delta=failure_probability,
+            candidates=budget, rounds=rounds, first_pool=budget, progress=progress))
+        key = query.key_of(found.exact, by, xp)
+        keep = xp.nonzero(key >= threshold)[0]
+        order = keep[xp.lexsort(xp.stack([found.ids[keep], -key[keep]]))]
+        if not ok:
+            query.warn_uncertified(f"above({threshold!r})", advice)
+        return self._answer(found.ids[order], found.exact[order], ok, mg, sigma,
+                            failure_probability, found.ids.size)
+
+    def top_k_per_row(self, n: int, *, threshold: float | None = None, verify: bool = False,
+                      by: str = "abs", candidates: int | None = None,
+                      failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
+                      rounds: int = query.DEFAULT_ROUNDS, format: str = "csr", progress=None):
+        """The ``n`` largest entries of every row (by magnitude or value), keeping only those
+        >= ``threshold`` when given: ``sparse_dot_topn.sp_matmul_topn(A, B, n, threshold)``'s
+        answer, without forming A @ B.  Returns an m x p CSR matrix (SciPy for NumPy sketches,
+        cupyx for CuPy ones) holding the estimates, or the exact values with ``verify=True``;
+        ``format="entries"`` returns :class:`Entries` instead (row by row, largest first),
+        which carries the certificate.
+
+        ``verify=True`` certifies every row as :meth:`top_k` does: no entry left out of a
+        row is larger than the row's smallest reported value (or reaches the threshold when
+        the row has fewer than n such entries).  A row of pure noise cannot be certified
+        without a threshold that separates it."""
+        xp = self.backend.xp
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
+            raise ValueError(f"n={n!r} must be an integer >= 1")
+        if format not in ("csr", "entries"):
+            raise ValueError(f"format={format!r}; choose 'csr' or 'entries'")
+        if threshold is not None:
+            threshold = float(threshold)
+            if not math.isfinite(threshold):
+                raise ValueError(f"threshold={threshold!r} must be finite")
+        self._check_query(by, candidates if verify else None, failure_probability, rounds, 1)
+        m, p = self.shape
+        n = int(min(n, max(p, 1)))
+        target = query.Target(by, k=n, threshold=threshold)
+        if not verify:
+            cuts = xp.full(m, -math.inf if threshold is None else threshold)
+            PK, PV, PI, _ = query.scan_rows(self, by, n, cuts, progress=progress)
+            r, q = xp.nonzero(PK > -xp.inf)
+            ids, vals, ex = r * p + PI[r, q], PV[r, q], None
+            info = (None, None, None, None, None)
+        else:
+            budget = int(min(m * p, candidates or max(16 * n * m, 4096)))
+            found, ok, mg, sigma, advice = self._certified(lambda: query.search_rows(
+                self, target, delta=failure_probability, candidates=budget, rounds=rounds,
+                width=min(p, 2 * n + 8), progress=progress))
+            if not ok:
+                query.warn_uncertified(f"top_k_per_row({n})", advice)
+            key = query.key_of(found.exact, by, xp)
+            row = found.ids // p
+            order = xp.lexsort(xp.stack([found.ids, -key, row]))
+            row, ids, ex, key = row[order], found.ids[order], found.exact[order], key[order]
+            first = xp.searchsorted(row, xp.arange(m))
+            rank = xp.arange(row.size) - first[row]
+            keep = rank < n
+            if threshold is not None:
+                keep &= key >= threshold
+            ids, ex = ids[keep], ex[keep]
+            vals = self.estimate(ids // p, ids % p)
+            info = (bool(ok), float(mg), float(sigma), float(failure_probability),
+                    int(found.ids.size))
+        if format == "entries":
+            return Entries(ids // p, ids % p, vals, ex, *info)
+        data = ex if verify else vals
+        return self.backend.sp.csr_matrix((data, (ids // p, ids % p)), shape=(m, p))
 
     # --- exact values ------------------------------------------------------------------
     def exact(self, rows, cols):
@@ -279,7 +315,7 @@ class CompressedProduct:
         xp = self.backend.xp
         integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
         n = A.shape[1]
-        step = max(1, TILE_BUDGET // (3 * 8 * max(n, 1)))
+        step = max(1, query.TILE_BUDGET // (3 * 8 * max(n, 1)))
         vals, bounds = [], []
         for q0 in range(0, r.size, step):
             rq, cq = r[q0:q0 + step], c[q0:q0 + step]
@@ -330,8 +366,17 @@ class CompressedProduct:
         """Estimated standard deviation of one repetition's estimate: median_t ||c_t|| / sqrt(b)
         (E ||c_t||^2 = ||A B||_F^2)."""
         xp = self.backend.xp
-        norms = xp.sqrt((self.sketch ** 2).sum(axis=1))
+        norms = xp.sqrt(row_sums(self.sketch * self.sketch, xp))     # fixed order: same bits
         return float(xp.median(norms)) / np.sqrt(self.buckets)
+
+    def describe(self) -> str:
+        """One line: the shape, buckets and reps (and why, when chosen automatically), and
+        the expected error of one repetition's estimate of an entry."""
+        why = f" ({self.chosen.reason})" if self.chosen is not None and \
+            self.chosen.reason.startswith("auto") else ""
+        return (f"{self.shape[0]} x {self.shape[1]} product, buckets={self.buckets}, "
+                f"reps={self.reps}{why}; error per entry and repetition: standard deviation "
+                f"<= ||AB||_F / sqrt(buckets) ~ {self.noise():.4g}")
 
     def frobenius_estimate(self) -> float:
         """Estimate of ||A @ B||_F (median over repetitions of ||c_t||)."""
@@ -354,7 +399,7 @@ class CompressedProduct:
         factors = self.factors + other.factors if self.factors and other.factors else []
         return CompressedProduct(self.sketch + other.sketch, self.params, self.shape, self.log2b,
                                  self.method, self.dtype, self.algorithm, self.stabilizer,
-                                 self.backend, factors)
+                                 self.backend, factors, self.chosen)
 
     def to(self, device: str) -> "CompressedProduct":
         """A copy of the sketch on 'cpu' or 'gpu'.  The factors stay where they are: they come
@@ -365,7 +410,7 @@ class CompressedProduct:
         sk = be.xp.asarray(self.backend.asnumpy(self.sketch))
         factors = list(self.factors) if be.gpu == self.backend.gpu else []
         return CompressedProduct(sk, self.params, self.shape, self.log2b, self.method, self.dtype,
-                                 self.algorithm, self.stabilizer, be, factors)
+                                 self.algorithm, self.stabilizer, be, factors, self.chosen)
 
     def save(self, path) -> None:
         """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 2: every hash

@@ -10,7 +10,8 @@ import fwht_gpu.dtypes as _fdt
 from fwht_gpu import memory
 
 from . import backend as _be
-from . import hashing, sketchfile
+from . import auto, certificate, hashing, sketchfile
+from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
 from .sketch import Side, canonical
@@ -78,10 +79,14 @@ def _int_arg(value, name: str, lo: int, hint: str = "") -> int:
     return int(value)
 
 
+def _is_auto(value) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
 def check_buckets(buckets) -> int:
     """log2 of a valid bucket count (a power of two, 2 .. 2**40)."""
     if isinstance(buckets, (bool, np.bool_)) or not isinstance(buckets, numbers.Integral):
-        raise TypeError(f"buckets={buckets!r} must be an integer power of two")
+        raise TypeError(f"buckets={buckets!r} must be an integer power of two or 'auto'")
     b = int(buckets)
     if b < 2 or b & (b - 1) or b > 1 << MAX_LOG2B:
         nxt = 1 << max(1, b.bit_length()) if 0 < b < 1 << MAX_LOG2B else None
@@ -103,9 +108,10 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
                          f"columns, B has {B.shape[0]} rows")
     if max(A.shape[0], B.shape[1]) >= hashing.MAX_KEY:
         raise ValueError("A.shape[0] and B.shape[1] must be below 2**32")
-    log2b = check_buckets(buckets)
-    reps = _int_arg(reps, "reps", 1, " (odd, so that the median is one of the estimates; even: "
-                    "the mean of the two middle ones)")
+    log2b = None if _is_auto(buckets) else check_buckets(buckets)
+    if not _is_auto(reps):
+        reps = _int_arg(reps, "reps", 1, " (odd, so that the median is one of the estimates; even: "
+                        "the mean of the two middle ones), or 'auto'")
     if method not in METHODS:
         raise ValueError(f"method={method!r}; choose 'fwht' or 'fft'")
     hashing.check_family(hash)
@@ -114,14 +120,14 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
                               for M in (A, B)))
         dtype = np.float32 if rt.kind == "f" and rt.itemsize <= 4 else np.float64
     dtype = _fdt.resolve(dtype, "dtype")
-    fwht_gpu.make_plan(1 << log2b, dtype, algorithm, stabilizer)     # validates both
+    fwht_gpu.make_plan(1 << (log2b or auto.MIN_LOG2B), dtype, algorithm, stabilizer)     # validates both
     problem = sketchfile.settings_problem(method, _fdt.short_name(dtype), algorithm, stabilizer)
     if problem:
         raise ValueError(problem)
     if method == "fft" and (algorithm != "folklore" or stabilizer is not None):
         raise ValueError("algorithm and stabilizer choose how the FWHT is computed; method='fft' "
                          "uses numpy/cupy.fft instead: leave them at their defaults")
-    if be.gpu and reps > GPU_MAX_REPS:
+    if be.gpu and not _is_auto(reps) and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
     if memory_budget is not None:
         memory_budget = _int_arg(memory_budget, "memory_budget", 1)
@@ -187,12 +193,20 @@ def _block_cost(sides, B, per_index, d) -> int:
 
 # --- compression ----------------------------------------------------------------------------
 
-def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: str = "fwht",
-             dtype=None, algorithm: str = "folklore", stabilizer: str | None = None,
-             hash: str = hashing.DEFAULT_FAMILY, check_finite: bool = True,
-             memory_budget: int | None = None, progress=None,
+def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: int | None = None,
+             k: int | None = None, threshold: float | None = None,
+             failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
+             method: str = "fwht", dtype=None, algorithm: str = "folklore",
+             stabilizer: str | None = None, hash: str = hashing.DEFAULT_FAMILY,
+             check_finite: bool = True, memory_budget: int | None = None, progress=None,
              profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
+
+    ``buckets="auto"`` (default) sizes the sketch for the query you state: ``k`` for the
+    top-k entries, or ``threshold`` for the entries above it, so that a certified query
+    (``verify=True``) with ``failure_probability`` succeeds in one scan (the rule and its
+    assumptions: :mod:`pagh_mm.auto`); without either, 8 (m + p) buckets.  ``reps="auto"``
+    is 5.  What was chosen, and why: :attr:`CompressedProduct.chosen`.
 
     A (m x n) and B (n x p): NumPy/CuPy arrays (or array-likes NumPy accepts) or sparse
     matrices of any SciPy/cupyx format (converted once to CSC/CSR), on one device (the
@@ -226,6 +240,12 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     A, B, be, dt, log2b, reps, memory_budget = _validate(
         A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite, memory_budget)
     seed = hashing.check_seed(seed)
+    _check_query_hint(k, threshold, failure_probability)
+    chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
+                         delta=failure_probability, seed=seed)
+    log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
+    if be.gpu and reps > GPU_MAX_REPS:
+        raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
     b = 1 << log2b     # before drawing d sets of hash parameters: d x b must fit at all
     memory.check(reps * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
                  f"{reps} repetitions of {b} buckets", "lower reps or buckets",
@@ -259,7 +279,22 @@ def compress(A, B, *, buckets: int, reps: int, seed: int | None = None, method: 
     sketch = acc.finish()
     clock("inverse")
     return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)])
+                             algorithm, stabilizer, be, [(A, B)], chosen)
+
+
+def _check_query_hint(k, threshold, failure_probability) -> None:
+    """Validate the query a caller states to size the sketch (compress's k, threshold)."""
+    if k is not None:
+        _int_arg(k, "k", 1, " (the number of largest entries you will ask for)")
+    if threshold is not None:
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, numbers.Real) \
+                or not np.isfinite(threshold) or threshold == 0:
+            raise ValueError(f"threshold={threshold!r} must be a finite non-zero number")
+    if k is not None and threshold is not None:
+        raise ValueError("give k= or threshold= (the query the sketch is sized for), not both")
+    if isinstance(failure_probability, (bool, np.bool_)) or not isinstance(
+            failure_probability, numbers.Real) or not 0 < failure_probability < 1:
+        raise ValueError(f"failure_probability={failure_probability!r} must be a number in (0, 1)")
 
 
 def _live(sides, n: int, be):
@@ -299,12 +334,6 @@ class _Clock:
         now = self.time()
         self.profile[stage] = self.profile.get(stage, 0.0) + now - self.t
         self.t = now
-
-
-def default_buckets(m: int, p: int) -> int:
-    """Default for approx_matmul: the power of two >= 8 (m + p), at least 1024, at most 2**24."""
-    want = max(1024, 8 * (m + p))
-    return min(1 << 24, 1 << (want - 1).bit_length())
 
 
 def approx_matmul(A, B, *, buckets: int | None = None, reps: int | None = None,

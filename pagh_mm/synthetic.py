@@ -60,3 +60,33 @@ def recall(rows, cols, found_rows, found_cols) -> float:
     want = set(zip(np.asarray(rows).tolist(), np.asarray(cols).tolist()))
     got = set(zip(np.asarray(found_rows).tolist(), np.asarray(found_cols).tolist()))
     return len(want & got) / max(1, len(want))
+
+
+def sparse_planted(n: int, per_vector: int = 16, planted: int = 100, magnitude: int = 256, *,
+                   seed: int = 0) -> Planted:
+    """Sparse n x n factors (CSR) with ``per_vector`` random +-1 values in every column of A
+    and every row of B, plus ``planted`` entries of about +-``magnitude``: for each, A's row
+    i_l and B's column j_l share ``magnitude`` inner indices (a co-occurrence screen's
+    strong pairs).  The product's background entries are small integers."""
+    import scipy.sparse as sps
+    if planted > n or magnitude > n:
+        raise ValueError(f"planted={planted} and magnitude={magnitude} must be <= n={n}")
+    rng = np.random.default_rng(seed)
+    inner = np.repeat(np.arange(n), per_vector)
+    a_rows = rng.integers(0, n, n * per_vector)
+    b_cols = rng.integers(0, n, n * per_vector)
+    sa = rng.choice([-1.0, 1.0], n * per_vector)
+    sb = rng.choice([-1.0, 1.0], n * per_vector)
+    rows = rng.choice(n, planted, replace=False)
+    cols = rng.choice(n, planted, replace=False)
+    signs = rng.choice([-1.0, 1.0], planted)
+    ks = np.concatenate([rng.choice(n, magnitude, replace=False) for _ in range(planted)]) \
+        if planted else np.zeros(0, np.int64)
+    A = sps.coo_matrix((np.concatenate([sa, np.ones(planted * magnitude)]),
+                        (np.concatenate([a_rows, np.repeat(rows, magnitude)]),
+                         np.concatenate([inner, ks]))), shape=(n, n)).tocsr()
+    B = sps.coo_matrix((np.concatenate([sb, np.repeat(signs, magnitude)]),
+                        (np.concatenate([inner, ks]),
+                         np.concatenate([b_cols, np.repeat(cols, magnitude)]))), shape=(n, n)).tocsr()
+    background = float(np.sqrt(per_vector * per_vector / n))
+    return Planted(A, B, rows, cols, float(magnitude), background)

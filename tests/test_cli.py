@@ -81,7 +81,7 @@ def test_compress_top_query(files):
     entries = json.loads(text)
     assert len(entries) == 5 and all(C[e["i"], e["j"]] == e["estimate"] for e in entries)
     code, text = run(pagh_main, ["top", "--sketch", sk, p["A.npy"], p["B.csv"], "-k", 3, "--verify",
-                                 "--output-format", "csv"])
+                                 "--output-format", "csv", "-q"])
     assert code == 0 and text.splitlines()[0] == "i,j,estimate,exact"
     for line in text.splitlines()[1:]:
         i, j, e, x = line.split(",")

@@ -184,14 +184,14 @@ def test_top_k_and_above_match_the_dense_estimate():
     A, B = rng.standard_normal((80, 30)), rng.standard_normal((30, 90))
     sk = pagh_mm.compress(A, B, buckets=512, reps=5, seed=2)
     D = sk.to_dense()
-    old = pagh_mm.compressed.TILE_BUDGET
-    pagh_mm.compressed.TILE_BUDGET = 5 * 8 * 90 * 3 * 7          # force 7-row tiles
+    old = pagh_mm.query.TILE_BUDGET
+    pagh_mm.query.TILE_BUDGET = 5 * 8 * 90 * 3 * 7          # force 7-row tiles
     try:
         top = sk.top_k(25)
         ab = sk.above(5.0)
         topv = sk.top_k(10, by="value")
     finally:
-        pagh_mm.compressed.TILE_BUDGET = old
+        pagh_mm.query.TILE_BUDGET = old
     assert np.allclose(np.sort(np.abs(D).ravel())[::-1][:25], np.abs(top.estimates))
     assert (D[top.rows, top.cols] == top.estimates).all()
     assert set(zip(*np.nonzero(np.abs(D) >= 5.0))) == set(zip(ab.rows.tolist(), ab.cols.tolist()))

@@ -202,14 +202,14 @@ def test_top_k_ties_do_not_depend_on_tiles():
     assert (np.abs(ref.estimates[:150]) > 0).all() and (ref.estimates[150:] == 0).all()
     zero_ids = ref.rows[150:] * 50 + ref.cols[150:]
     assert zero_ids.tolist() == sorted(zero_ids.tolist())     # ties: smaller index first
-    old = pagh_mm.compressed.TILE_BUDGET
+    old = pagh_mm.query.TILE_BUDGET
     try:
         for budget in (3000, 20000, 70000):
-            pagh_mm.compressed.TILE_BUDGET = budget
+            pagh_mm.query.TILE_BUDGET = budget
             t = sk.top_k(160)
             assert (t.rows == ref.rows).all() and (t.cols == ref.cols).all()
     finally:
-        pagh_mm.compressed.TILE_BUDGET = old
+        pagh_mm.query.TILE_BUDGET = old
 
 
 # --- 6./14. parameters validated everywhere ------------------------------------------------

@@ -1,0 +1,122 @@
+"""Automatic sketch parameters (``buckets="auto"``, ``reps="auto"``).
+
+The rule: a certified query should succeed in one scan of the sketch.  That needs the
+cut tau (the k-th largest |C[i, j]|, or the threshold) to clear the certificate's margin
+lam sigma plus the largest noise among the m p scanned medians (about 4.5 sigma), where
+sigma = ||A B||_F / sqrt(b) (:mod:`pagh_mm.certificate`).  So
+
+    b = ((lam + 4.5) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
+
+with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B||_F / sqrt(s) for a
+Gaussian s x m matrix G, costing s (nnz(A) + nnz(B)) operations), 1.15 the slack for its
+error and for the largest-repetition noise estimate, tau the threshold when one is stated,
+else F / sqrt(2 k) for a top-k query (exact when the product is k equal entries plus a
+background of the same mass; smaller cuts need more buckets, and the query then peels and
+scans again, or says which ``buckets`` to use).  Without a stated query: 8 (m + p)
+buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="auto"`` is 5.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from fwht_gpu import memory
+
+from . import certificate
+from .backend import is_sparse
+
+AUTO = "auto"
+DEFAULT_REPS = 5
+MIN_LOG2B = 10
+#: Gaussian rows of the Frobenius-norm estimate (relative standard deviation sqrt(2 / s) of
+#: the squared norm: 25%).
+JL_ROWS = 32
+#: Sketch bytes per bucket and repetition the memory cap allows for (the sums, the block
+#: temporaries of one inner index, the queries' residual).
+BYTES_PER_BUCKET = 320
+
+
+def default_buckets(m: int, p: int) -> int:
+    """Buckets without a stated query: the power of two >= 8 (m + p), at least 1024, at most
+    2**24."""
+    want = max(1024, 8 * (m + p))
+    return min(1 << 24, 1 << (want - 1).bit_length())
+
+
+def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS) -> float:
+    """||A @ B||_F estimated as ||G A B||_F / sqrt(s), G an s x m standard Gaussian matrix
+    drawn from ``seed`` (unbiased for the square), in O(s (nnz(A) + nnz(B))) and float64."""
+    xp = be.xp
+    m = A.shape[0]
+    if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
+        return 0.0
+    G = xp.asarray(np.random.default_rng(np.random.SeedSequence([seed, 0x4A4C])).standard_normal(
+        (rows, m)))
+    if is_sparse(A):
+        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T)
+    else:
+        GA = G @ xp.asarray(A, dtype=xp.float64)
+    if is_sparse(B):
+        Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
+    else:
+        Y = GA @ xp.asarray(B, dtype=xp.float64)
+    return float(xp.sqrt((Y * Y).sum() / rows))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What ``"auto"`` chose, and why (reported by :attr:`CompressedProduct.chosen`)."""
+
+    buckets: int
+    reps: int
+    frobenius: float | None = None       # the estimate of ||A B||_F used
+    cut: float | None = None             # the cut the buckets were sized for
+    reason: str = "given"
+
+    def describe(self) -> str:
+        return f"buckets={self.buckets}, reps={self.reps} ({self.reason})"
+
+
+def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int) -> Choice:
+    """Resolve ``"auto"`` buckets and reps (given values pass through unchanged)."""
+    d = DEFAULT_REPS if reps == AUTO else int(reps)
+    if buckets != AUTO:
+        return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
+    m, p = A.shape[0], B.shape[1]
+    if k is None and threshold is None:
+        b = default_buckets(m, p)
+        return Choice(b, d, reason=f"auto: no query stated, 8 (m + p) = {8 * (m + p)} rounded up; "
+                      "pass k= or threshold= to size the sketch for a certified query")
+    F = frobenius_estimate(A, B, be, seed)
+    cut = abs(float(threshold)) if threshold is not None else F / math.sqrt(2 * k)
+    what = f"threshold {threshold:g}" if threshold is not None else f"top-{k}"
+    if F == 0 or cut == 0:
+        b = 1 << MIN_LOG2B
+        reason = f"auto: ||AB||_F estimate {F:.4g}"
+    else:
+        count = min(m * p, (F / cut) ** 2)
+        lam = certificate.multiplier(d, count, delta)
+        want = ((lam + 4.5) * 1.15 * F / cut) ** 2
+        b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want, 2))))
+        reason = (f"auto: one-scan certificate for {what} at ||AB||_F ~ {F:.4g}, "
+                  f"failure probability {delta:g}")
+    most = 1 << max(MIN_LOG2B, (4 * m * p - 1).bit_length())    # beyond: rarely any collision
+    if b > most:
+        b = most
+        reason += f"; at most 4 m p rounded up ({most})"
+    cap = _memory_cap(d, be)
+    if cap is not None and b > cap:
+        b = cap
+        reason += f"; capped by the memory available to {b} (certificates may need more)"
+    b = min(b, 1 << 30)
+    return Choice(b, d, F, cut, reason)
+
+
+def _memory_cap(d: int, be) -> int | None:
+    have = memory.available(be.name)
+    if have is None:
+        return None
+    most = have // (2 * BYTES_PER_BUCKET * d)
+    return 1 << max(1, most.bit_length() - 1)

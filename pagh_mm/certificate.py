@@ -1,0 +1,89 @@
+"""The error margin behind a certified query, and the model it rests on.
+
+Model.  Let R be the part of C = A @ B not yet verified (C minus the entries found and
+subtracted from the sketch: peeling), and r_t its sketch in repetition t.  For an entry
+(i, j) the estimate of repetition t is R[i, j] + N_t with E[N_t] = 0 and
+Var[N_t] <= ||R||_F^2 / b (Pagh 2013; it needs the combined bucket h1(i) XOR h2(j) and the
+sign s1(i) s2(j) to be pairwise independent, which the strongly universal families give),
+and the d repetitions are independent (independent hash functions).  We treat R as fixed
+(the found set is a function of the sketch, a dependence the bound ignores) and estimate
+||R||_F^2 from above by the largest ||r_t||^2 (each is unbiased; rounding errors of FP32/FP16
+transforms add to it as noise).
+
+Per repetition (Cantelli, one-sided): P[N_t <= -lam sigma] <= 1 / (1 + lam^2) =: q.
+The median of d estimates lies more than lam sigma below R[i, j] (towards zero) only when at
+least h = ceil(d / 2) of them do: probability at most T(q) = P[Binomial(d, q) >= h].
+
+A certificate for a cut tau (the k-th exact value found, or a threshold) says: no
+unreported entry has |C[i, j]| >= tau (by value: C[i, j] >= tau).  An unreported entry
+above tau whose median stayed below tau - margin was underestimated by more than the
+margin.  At most N = ||R||_F^2 / tau^2 unreported entries can be that large, so with
+margin = lam sigma and N T(q) <= delta, the certificate is wrong with probability at most
+delta (the ``failure_probability`` of the queries).
+"""
+from __future__ import annotations
+
+import math
+
+#: Failure probability of a certificate unless the query says otherwise.
+DEFAULT_FAILURE_PROBABILITY = 1e-3
+
+
+def median_votes(d: int) -> int:
+    """How many of d estimates must fall below a value for their median to fall below it:
+    ceil(d / 2) (with an even d the median is the mean of the two middle ones)."""
+    return (d + 1) // 2
+
+
+def binomial_tail(d: int, h: int, q: float) -> float:
+    """P[Binomial(d, q) >= h]."""
+    return math.fsum(math.comb(d, j) * q ** j * (1 - q) ** (d - j) for j in range(h, d + 1))
+
+
+def multiplier(d: int, count: float, delta: float) -> float:
+    """lam such that ``count`` entries, each missed when the median of its d estimates falls
+    lam standard deviations low, are all kept with probability >= 1 - delta (the model of
+    this module).  Grows like (count / delta)^(1 / (2h)) with h = ceil(d / 2)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"failure_probability={delta!r} must be in (0, 1)")
+    target = delta / max(1.0, count)
+    h = median_votes(d)
+    lo, hi = 0.0, 0.5                    # T is increasing in q; find the largest q with T <= target
+    if binomial_tail(d, h, hi) <= target:
+        return 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if binomial_tail(d, h, mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    q = lo
+    if q <= 0:
+        return math.inf
+    return math.sqrt(1.0 / q - 1.0)
+
+
+def entries_at_risk(residual_norm2: float, tau: float, unreported: int) -> float:
+    """Most unreported entries that can reach ``tau`` in magnitude: ||R||_F^2 / tau^2 (all of
+    them when tau <= 0), at least 1."""
+    if tau <= 0 or not math.isfinite(residual_norm2 / tau ** 2):
+        return float(max(1, unreported))
+    return float(max(1.0, min(unreported, residual_norm2 / tau ** 2)))
+
+
+def margin(sigma: float, d: int, residual_norm2: float, tau: float, unreported: int,
+           delta: float) -> float:
+    """The margin an unreported entry's residual estimate must stay below ``tau`` by."""
+    if sigma == 0:
+        return 0.0
+    return multiplier(d, entries_at_risk(residual_norm2, tau, unreported), delta) * sigma
+
+
+def buckets_for(b: int, sigma: float, tau: float, lam: float, spread: float = 4.0) -> int:
+    """Buckets at which a cut ``tau`` clears the margin and the noise of the scanned
+    estimates (about ``spread`` standard deviations at the largest): the noise scales as
+    1/sqrt(b), so b ((lam + spread) sigma / tau)^2, as a power of two."""
+    if tau <= 0 or sigma <= 0:
+        return 2 * b
+    want = b * ((lam + spread) * sigma / tau) ** 2
+    return max(2 * b, 1 << max(1, math.ceil(math.log2(want))))

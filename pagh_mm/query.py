@@ -1,0 +1,483 @@
+"""Queries of a CompressedProduct: scanning every entry's estimate tile by tile, peeling
+verified entries off the sketch, and the certified search built on both.
+
+Certified search (``top_k``/``above``/``top_k_per_row`` with ``verify=True``):
+
+1. scan the residual sketch (at first the sketch itself) for the candidates whose estimate
+   can reach the cut tau: the k-th exact value found so far, or the threshold;
+2. compute the candidates' exact values (:meth:`CompressedProduct.exact`);
+3. stop when no unreported entry's residual estimate comes within the margin of tau
+   (:mod:`pagh_mm.certificate`): the answer is certified;
+4. otherwise subtract the verified entries from every repetition's sketch (the sketch is
+   linear: what is left is the sketch of the rest of the product, whose noise is smaller
+   and whose collisions with the large entries are gone) and scan again, until the
+   candidate or round budget runs out (then ``certified=False`` and a warning naming the
+   parameter to raise).
+
+Every step is a fixed-order computation on NumPy or CuPy arrays: the same inputs give the
+same answer, certificate and margin on the CPU and the GPU.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from fwht_gpu import memory
+
+from . import certificate
+from .convolution import combine_index
+from .reduction import row_sums, sparse_row_sums
+
+#: Bytes of temporaries one query tile may use (CPU; 4x on the GPU).
+TILE_BUDGET = 256 << 20
+#: Scans of the (residual) sketch a certified query may make unless told otherwise.
+DEFAULT_ROUNDS = 4
+
+
+class CertificateWarning(UserWarning):
+    """A verified query could not certify its answer within its budget; the message says
+    which parameter to raise."""
+
+
+class Entries(NamedTuple):
+    """Entries (rows[q], cols[q]) of the product with their estimates; ``exact`` when
+    verified.  Verified queries also say whether the answer is ``certified`` (no entry
+    left out belongs in it, with probability at least 1 - ``failure_probability`` under the
+    model of :mod:`pagh_mm.certificate`), the ``margin`` the last scan's estimates stayed
+    below the cut by, the ``noise`` (standard deviation bound of one repetition's estimate
+    on the last residual), and how many entries were ``verified``."""
+
+    rows: object
+    cols: object
+    estimates: object
+    exact: object = None
+    certified: bool | None = None
+    margin: float | None = None
+    noise: float | None = None
+    failure_probability: float | None = None
+    verified: int | None = None
+
+
+def best(key, ids, k: int, xp):
+    """Positions of the ``k`` largest ``key`` values, largest first, ties broken by the
+    smaller ``ids`` (so the answer never depends on tiling or device)."""
+    if key.size > k:
+        kth = -xp.partition(-key, k - 1)[k - 1]
+        above = xp.nonzero(key > kth)[0]
+        tied = xp.nonzero(key == kth)[0]
+        tied = tied[xp.argsort(ids[tied])[:k - above.size]]
+        sel = xp.concatenate([above, tied])
+    else:
+        sel = xp.arange(key.size)
+    return sel[xp.lexsort(xp.stack([ids[sel], -key[sel]]))]
+
+
+def check_by(by: str) -> str:
+    if by not in ("abs", "value"):
+        raise ValueError(f"by={by!r}; choose 'abs' (largest magnitude) or 'value'")
+    return by
+
+
+def key_of(v, by: str, xp):
+    return xp.abs(v) if by == "abs" else v
+
+
+# --- scanning --------------------------------------------------------------------------
+
+def tile_shape(cp):
+    """(rows, cols) of a query tile: column hashes and estimates within the tile budget."""
+    m, p = cp.shape
+    d = cp.reps
+    budget = TILE_BUDGET * (4 if cp.backend.gpu else 1)
+    cols = max(1, min(p, budget // (4 * 16 * d)))
+    per_entry = 8 if cp.backend.gpu else 4 * 8 * d      # CPU: (d, rows, cols) temporaries
+    rows = max(1, min(m, budget // (per_entry * cols)))
+    return rows, cols
+
+
+def tiles(cp, sketch=None, progress=None):
+    """Yield (row0, col0, median estimates of the tile's rows x cols) from ``sketch``
+    (default: the product's own), covering the product.
+
+    On the GPU one kernel computes each tile's medians from the hash values and the
+    sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
+    xp = cp.backend.xp
+    sketch = cp.sketch if sketch is None else sketch
+    m, p = cp.shape
+    rows, cols = tile_shape(cp)
+    done, total = 0, m * p
+    for c0 in range(0, p, cols):
+        c1 = min(p, c0 + cols)
+        h2, s2 = cp._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
+        for r0 in range(0, m, rows):
+            r1 = min(m, r0 + rows)
+            h1, s1 = cp._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
+            if cp.backend.gpu:
+                from .cuda import kernels
+                est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, r1 - r0, cp.log2b,
+                                             cp.method == "fwht")
+            else:
+                est = xp.median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
+                                           s2[:, None, :], sketch), axis=0)
+            yield r0, c0, est
+            done += (r1 - r0) * (c1 - c0)
+            if progress:
+                progress("tiles", done, total)
+
+
+def flat_ids(cp, r0, c0, est):
+    xp = cp.backend.xp
+    r = xp.arange(r0, r0 + est.shape[0], dtype=xp.int64)[:, None]
+    c = xp.arange(c0, c0 + est.shape[1], dtype=xp.int64)[None, :]
+    return (r * cp.shape[1] + c).ravel()
+
+
+def _member(ids, sorted_set, xp):
+    """Whether each of ``ids`` is in the sorted array ``sorted_set``."""
+    if sorted_set is None or sorted_set.size == 0 or ids.size == 0:
+        return xp.zeros(ids.shape, dtype=bool)
+    at = xp.minimum(xp.searchsorted(sorted_set, ids), sorted_set.size - 1)
+    return sorted_set[at] == ids
+
+
+@dataclass
+class Scan:
+    """What one scan found: the candidates (estimates, flat ids; largest key first) and the
+    largest key among the entries it did not return (-inf when there is none)."""
+
+    values: object
+    ids: object
+    next_key: float
+
+
+def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
+         progress=None, what: str = "this query") -> Scan:
+    """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
+    those not in ``exclude`` (sorted flat ids), from ``sketch`` (default: the product's),
+    never holding an m x p array.  ``next_key`` bounds every other entry's key, except
+    excluded ones with a key >= ``cut``."""
+    xp = cp.backend.xp
+    room = memory.available(cp.backend.name)
+    pool_v, pool_i = xp.empty(0, xp.float64), xp.empty(0, xp.int64)
+    parts_v, parts_i, held = [], [], 0
+    floor = -math.inf                   # entries below it cannot enter the pool any more
+    below = None                        # largest key under the cut (device scalar)
+
+    def compact(v, i):
+        keep = best(key_of(v, by, xp), i, cap + 1, xp)
+        return v[keep], i[keep]
+
+    for r0, c0, est in tiles(cp, sketch, progress):
+        flat = est.ravel()
+        key = key_of(flat, by, xp)
+        if cut > -math.inf:
+            low = xp.where(key < cut, key, -xp.inf).max()
+            below = low if below is None else xp.maximum(below, low)
+        lim = max(cut, floor)
+        if lim > -math.inf:
+            sel = xp.nonzero(key >= lim)[0]
+            if sel.size == 0:
+                continue
+            flat, ids = flat[sel], flat_ids(cp, r0, c0, est)[sel]
+        else:
+            ids = flat_ids(cp, r0, c0, est)
+        if exclude is not None and exclude.size:
+            new = ~_member(ids, exclude, xp)
+            flat, ids = flat[new], ids[new]
+        parts_v.append(flat)
+        parts_i.append(ids)
+        held += int(flat.size)
+        if held > 2 * (cap + 1):
+            pool_v, pool_i = compact(xp.concatenate([pool_v] + parts_v),
+                                     xp.concatenate([pool_i] + parts_i))
+            parts_v, parts_i, held = [], [], int(pool_v.size)
+            if pool_v.size == cap + 1:
+                floor = float(key_of(pool_v[-1:], by, xp)[0])
+        if room is not None and 32 * held > room // 2:
+            raise memory.InsufficientMemoryError(
+                f"{what} holds more than {held} candidate entries, more than the memory available "
+                f"({memory.gib(room)}) holds; raise the threshold, or lower candidates=",
+                need=32 * held, available=room, device=cp.backend.name,
+                hint="raise the threshold or lower candidates")
+    pool_v, pool_i = compact(xp.concatenate([pool_v] + parts_v), xp.concatenate([pool_i] + parts_i))
+    next_key = -math.inf if below is None else float(below)
+    if pool_v.size > cap:
+        next_key = max(next_key, float(key_of(pool_v[cap:cap + 1], by, xp)[0]))
+        pool_v, pool_i = pool_v[:cap], pool_i[:cap]
+    return Scan(pool_v, pool_i, next_key)
+
+
+# --- peeling ---------------------------------------------------------------------------
+
+def peel(cp, residual, ids, values):
+    """Subtract the entries (flat ``ids``, exact ``values``) from every repetition of the
+    (d, b) ``residual`` sketch, in place: contributions to one bucket are summed first, in
+    the order of their ids (a pairwise tree), then subtracted once (the same bits on every
+    device)."""
+    xp = cp.backend.xp
+    if ids.size == 0:
+        return residual
+    d, b = residual.shape
+    p = cp.shape[1]
+    h1, s1 = cp._hashes(1, ids // p)
+    h2, s2 = cp._hashes(2, ids % p)
+    bucket = combine_index(cp.method, h1, h2, cp.log2b) + \
+        (xp.arange(d, dtype=xp.int64) * b)[:, None]
+    contrib = (s1 * s2 * values[None].astype(xp.float64)).ravel()
+    bucket = bucket.ravel()
+    order = xp.lexsort(xp.stack([xp.tile(ids, d), bucket]))
+    bucket, contrib = bucket[order], contrib[order]
+    first = xp.concatenate([xp.ones(1, dtype=bool), bucket[1:] != bucket[:-1]])
+    start = xp.nonzero(first)[0]
+    group = xp.cumsum(first) - 1
+    rank = xp.arange(bucket.size, dtype=xp.int64) - start[group]
+    total = sparse_row_sums(bucket, rank, contrib, d * b, xp)
+    residual -= total.reshape(d, b)
+    return residual
+
+
+def norm2_upper(residual, xp) -> float:
+    """An upper estimate of ||R||_F^2 from its sketch: the largest ||r_t||^2 over the
+    repetitions (each unbiased), summed in the fixed pairwise order."""
+    if residual.size == 0:
+        return 0.0
+    return float(row_sums(residual * residual, xp).max())
+
+
+# --- certified search ------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """What a certified query looks for.  ``k``: the k largest (``threshold`` then None),
+    or every entry >= ``threshold``; per row when ``per_row`` (the k largest of each row
+    that are >= threshold)."""
+
+    by: str
+    k: int | None = None
+    threshold: float | None = None
+
+
+@dataclass
+class Found:
+    """Entries verified so far: sorted flat ids and their exact values."""
+
+    ids: object
+    exact: object
+
+    def add(self, ids, exact, xp):
+        ids_all = xp.concatenate([self.ids, ids])
+        ex_all = xp.concatenate([self.exact, exact])
+        order = xp.argsort(ids_all)
+        self.ids, self.exact = ids_all[order], ex_all[order]
+
+
+def _cut(target: Target, found: Found, xp) -> float:
+    """The value no unreported entry may reach: the threshold, or the k-th exact key found
+    (-inf while fewer than k are known)."""
+    if target.k is None:
+        return float(target.threshold)
+    key = key_of(found.exact, target.by, xp)
+    if key.size < target.k:
+        return -math.inf
+    return float(-xp.partition(-key, target.k - 1)[target.k - 1])
+
+
+def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
+           first_pool: int, progress=None):
+    """The certified search of this module's docstring.  Returns (found, certified,
+    margin, sigma, advice) where ``advice`` names what to raise when not certified."""
+    xp = cp.backend.xp
+    m, p = cp.shape
+    d, b = cp.reps, cp.buckets
+    size = m * p
+    found = Found(xp.empty(0, xp.int64), xp.empty(0, xp.float64))
+    residual = cp.sketch
+    peeled = False
+    left = candidates
+    certified, mg, sigma, advice = False, math.inf, 0.0, None
+    for rnd in range(rounds):
+        norm2 = norm2_upper(residual, xp)
+        sigma = math.sqrt(norm2 / b)
+        unreported = size - int(found.ids.size)
+        tau = _cut(target, found, xp)
+        if tau == -math.inf:
+            cut, cap = -math.inf, min(first_pool, left)
+        else:
+            cut = tau - certificate.margin(sigma, d, norm2, tau, unreported, delta)
+            cap = left
+            if rnd >= 1 and target.by == "abs" and cut < 2 * sigma:
+                # peeled, and still noise everywhere near the cut: more buckets
+                lam = certificate.multiplier(
+                    d, certificate.entries_at_risk(norm2, tau, unreported), delta)
+                advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd)
+                break
+        got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
+                   progress=progress, what="a verified query")
+        exact = cp.exact(got.ids // p, got.ids % p)
+        found.add(got.ids, exact, xp)
+        left -= int(got.ids.size)
+        tau = _cut(target, found, xp)
+        unreported = size - int(found.ids.size)
+        if unreported == 0 or got.next_key == -math.inf:
+            certified, mg = True, 0.0
+            break
+        if tau > -math.inf:
+            lam = certificate.multiplier(
+                d, certificate.entries_at_risk(norm2, tau, unreported), delta)
+            mg = lam * sigma
+            if got.next_key + mg < tau:
+                certified = True
+                break
+            advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd)
+        else:
+            advice = ("candidates", f"raise candidates= (now {candidates})", None)
+        if left <= 0 or (rnd >= 1 and advice[0] == "buckets"):
+            break               # out of candidates, or noise that peeling did not lower enough
+        if not peeled:
+            residual = residual.copy()
+            peeled = True
+        peel(cp, residual, got.ids, exact)
+    return found, certified, mg, sigma, advice
+
+
+def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd):
+    """Which parameter to raise when the search stops uncertified: the buckets when the
+    residual noise alone keeps the margin near the cut, else candidates or rounds."""
+    if tau - lam * sigma < 4 * sigma:
+        want = certificate.buckets_for(cp.buckets, sigma, tau, lam)
+        return ("buckets", f"the residual noise ({sigma:.4g} per repetition, margin "
+                f"{lam * sigma:.4g}) is too close to the cut {tau:.6g}: compress with buckets="
+                f"{want} or more (now {cp.buckets})", want)
+    if left <= 0:
+        return ("candidates", f"raise candidates= (now {candidates}; all were verified)", None)
+    return ("rounds", f"raise rounds= (now {rounds})", None)
+
+
+def warn_uncertified(query: str, advice) -> None:
+    what = advice[1] if advice else "raise candidates="
+    warnings.warn(f"{query} is not certified: {what}", CertificateWarning, stacklevel=3)
+
+
+# --- per-row queries -------------------------------------------------------------------
+
+def _top_per_row(K, V, I, w: int, xp):
+    """Per row of the (rows, c) keys K (-inf: no entry), values V and column ids I: the
+    ``w`` largest keys, ties to the smaller column id, as (rows, w) arrays (-inf padded)."""
+    rows, c = K.shape
+    if c <= w:
+        pad = w - c
+        K = xp.concatenate([K, xp.full((rows, pad), -xp.inf)], axis=1)
+        V = xp.concatenate([V, xp.zeros((rows, pad))], axis=1)
+        I = xp.concatenate([I, xp.full((rows, pad), -1, dtype=xp.int64)], axis=1)
+        c = w
+    kth = -xp.partition(-K, w - 1, axis=1)[:, w - 1:w]
+    above = K > kth
+    tied = (K == kth) & ~above
+    room = w - above.sum(axis=1, keepdims=True)
+    rank = xp.cumsum(tied, axis=1)                    # ties in column order (I ascending)
+    take = above | (tied & (rank <= room))
+    r, q = xp.nonzero(take)                           # row-major: w per row
+    order = xp.lexsort(xp.stack([I[r, q], -K[r, q], r]))
+    r, q = r[order], q[order]
+    return (K[r, q].reshape(rows, w), V[r, q].reshape(rows, w), I[r, q].reshape(rows, w))
+
+
+def scan_rows(cp, by: str, width: int, cuts, *, sketch=None, progress=None):
+    """Per row: the ``width`` largest keys >= ``cuts[row]`` (sorted, ties to the smaller
+    column; -inf padded) with estimates and column ids, and ``next_key[row]``, the largest
+    key of the row's other entries.  O(m width) memory."""
+    xp = cp.backend.xp
+    m, p = cp.shape
+    w = width + 1
+    PK = xp.full((m, w), -xp.inf)
+    PV = xp.zeros((m, w))
+    PI = xp.full((m, w), -1, dtype=xp.int64)
+    below = xp.full(m, -xp.inf)
+    for r0, c0, est in tiles(cp, sketch, progress):
+        r1 = r0 + est.shape[0]
+        K = key_of(est, by, xp)
+        cut = cuts[r0:r1, None]
+        below[r0:r1] = xp.maximum(below[r0:r1], xp.where(K < cut, K, -xp.inf).max(axis=1))
+        K = xp.where(K >= cut, K, -xp.inf)
+        cols = xp.broadcast_to(xp.arange(c0, c0 + est.shape[1], dtype=xp.int64), est.shape)
+        PK[r0:r1], PV[r0:r1], PI[r0:r1] = _top_per_row(
+            xp.concatenate([PK[r0:r1], K], axis=1), xp.concatenate([PV[r0:r1], est], axis=1),
+            xp.concatenate([PI[r0:r1], cols], axis=1), w, xp)
+    next_key = xp.maximum(below, PK[:, -1])
+    return PK[:, :width], PV[:, :width], PI[:, :width], next_key
+
+
+def _row_cuts(target: Target, found: Found, m: int, p: int, xp):
+    """Per row: the n-th largest exact key found in the row if at least n are >= the
+    threshold, else the threshold (-inf without one)."""
+    thr = -math.inf if target.threshold is None else float(target.threshold)
+    cuts = xp.full(m, thr)
+    if found.ids.size == 0:
+        return cuts
+    key = key_of(found.exact, target.by, xp)
+    row = found.ids // p
+    order = xp.lexsort(xp.stack([-key, row]))             # by row, largest key first
+    row, key = row[order], key[order]
+    start = xp.searchsorted(row, xp.arange(m))
+    count = xp.bincount(row, minlength=m)
+    has = xp.nonzero(count >= target.k)[0]
+    nth = key[start[has] + target.k - 1]
+    cuts[has] = xp.maximum(nth, thr)
+    return cuts
+
+
+def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: int, width: int,
+                progress=None):
+    """The certified search, per row: each row's answer is its ``target.k`` largest entries
+    among those >= ``target.threshold``.  Returns (found, certified, margin, sigma, advice)."""
+    xp = cp.backend.xp
+    m, p = cp.shape
+    d, b = cp.reps, cp.buckets
+    found = Found(xp.empty(0, xp.int64), xp.empty(0, xp.float64))
+    residual, peeled = cp.sketch, False
+    left = candidates
+    certified, mg, sigma, advice = False, math.inf, 0.0, None
+    for rnd in range(rounds):
+        norm2 = norm2_upper(residual, xp)
+        sigma = math.sqrt(norm2 / b)
+        unreported = m * p - int(found.ids.size)
+        cuts = _row_cuts(target, found, m, p, xp)
+        finite = cuts[xp.isfinite(cuts)]
+        low = float(finite.min()) if finite.size else -math.inf
+        mg = certificate.margin(sigma, d, norm2, low, unreported, delta) \
+            if low > -math.inf else math.inf
+        PK, PV, PI, nxt = scan_rows(cp, target.by, width, cuts - mg, sketch=residual,
+                                    progress=progress)
+        r, q = xp.nonzero(PK > -xp.inf)
+        ids = r * p + PI[r, q]
+        ids = ids[~_member(ids, found.ids, xp)][:max(left, 0)]
+        exact = cp.exact(ids // p, ids % p)
+        found.add(ids, exact, xp)
+        left -= int(ids.size)
+        cuts = _row_cuts(target, found, m, p, xp)
+        finite = cuts[xp.isfinite(cuts)]
+        low = float(finite.min()) if finite.size else -math.inf
+        unreported = m * p - int(found.ids.size)
+        lam = certificate.multiplier(d, certificate.entries_at_risk(norm2, low, unreported), delta) \
+            if low > -math.inf else math.inf
+        mg = lam * sigma
+        ok_rows = (nxt == -xp.inf) | (nxt + mg < cuts)
+        if bool(ok_rows.all()):
+            certified = True
+            break
+        if low == -math.inf:
+            advice = ("threshold", "give a threshold (rows whose n-th largest entry is not "
+                      "separated from the noise cannot be certified without one)", None)
+        else:
+            advice = _advice(cp, target, low, sigma, lam, candidates, left, rounds, rnd)
+        if left <= 0 or (rnd >= 1 and advice[0] == "buckets"):
+            break
+        if not peeled:
+            residual, peeled = residual.copy(), True
+        peel(cp, residual, ids, exact)
+        width = min(cp.shape[1], 2 * width)
+    return found, certified, (mg if math.isfinite(mg) else float("inf")), sigma, advice
