@@ -79,16 +79,21 @@ def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
     """One size and dtype: the compressed product against the exact GEMMs."""
     dt = np.float64 if name == "fp64" else np.float32
     data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=be.xp)
-    b = synthetic.choose_buckets(n, planted, data.magnitude, reps)
     prof: dict = {}
-    t_sk, sk = _wall(be, lambda: compress(data.A, data.B, buckets=b, reps=reps, seed=1,
-                                          dtype=dt), repeats)
-    compress(data.A, data.B, buckets=b, reps=reps, seed=1, dtype=dt, profile=prof)
+    kw = dict(k=planted, seed=1, dtype=dt) if reps is None else dict(k=planted, reps=reps, seed=1,
+                                                                       dtype=dt)
+    t_sk, sk = _wall(be, lambda: compress(data.A, data.B, **kw), repeats)
+    b, reps_used = sk.buckets, sk.reps
+    compress(data.A, data.B, **kw, profile=prof)
     t_top, top = _wall(be, lambda: sk.top_k(planted, verify=True), repeats)
+    t_scan, _ = _wall(be, lambda: sk.top_k(planted), repeats)
     rec = synthetic.recall(data.rows, data.cols, be.asnumpy(top.rows), be.asnumpy(top.cols))
-    floor = reps * (data.A.nbytes + data.B.nbytes) / (bw / 2)
-    row = {"n": n, "dtype": name, "buckets": b, "reps": reps, "planted": planted,
+    floor = reps_used * (data.A.nbytes + data.B.nbytes) / (bw / 2)
+    row = {"n": n, "dtype": name, "buckets": b, "reps": reps_used, "planted": planted,
+           "chosen": sk.chosen.reason if sk.chosen else None,
            "sketch_s": t_sk, "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
+           "certified": bool(top.certified), "verified": int(top.verified),
+           "topk_unverified_s": t_scan, "certificate_overhead": t_top / t_scan - 1,
            "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor, "copy_bandwidth": bw,
            "stages_s": prof}
     sk = top = None
@@ -98,14 +103,15 @@ def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
     row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
     row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
     g = {k: f"{gemm.get(k, float('nan')):9.4f}" for k in ("fp64", "fp32", "fp16")}
-    echo(f"{n:>6} {name:5} {b:>9} {reps:>2} {t_sk:9.4f} {t_top:8.4f} {rec:7.3f} "
+    echo(f"{n:>6} {name:5} {b:>9} {reps_used:>2} {t_sk:9.4f} {t_top:8.4f} {rec:7.3f} "
+         f"{'yes' if row['certified'] else 'NO':>4} {row['certificate_overhead']:+6.0%} "
          f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
          f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
     echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items()))
     return row
 
 
-def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=5,
+def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=None,
         device="auto", repeats=3, echo=print, command: str | None = None) -> dict:
     """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`)."""
     be = gpu() if devices.resolve(device) == "gpu" else cpu()
@@ -113,6 +119,7 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
     bw = _copy_bandwidth(be)
     echo(f"device: {'GPU' if be.gpu else 'CPU'}; copy bandwidth {bw / 1e9:.0f} GB/s (read + write)")
     echo(f"{'n':>6} {'dtype':5} {'buckets':>9} {'d':>2} {'sketch s':>9} {'top-k s':>8} {'recall':>7} "
+         f"{'cert':>4} {'cost':>6} "
          f"{'x floor':>8} | {'GEMM64 s':>9} {'GEMM32 s':>9} {'GEMM16 s':>9} {'vs 64':>6} {'vs 32':>6}")
     rows = []
     for n in sizes:

@@ -208,7 +208,7 @@ def demo(size, planted, reps, seed, device, debug) -> None:
     t_exact = time.perf_counter() - t0
     exact_rec = synthetic.recall(data.rows, data.cols, be.asnumpy(sel // n), be.asnumpy(sel % n))
     click.echo(f"compress + top-{k} (verified): {t_sketch:.3f} s, recall {rec:.3f}, "
-               f"noise estimate {sk.noise():.1f}")
+               f"certified: {'yes' if top.certified else 'no'}, noise estimate {sk.noise():.1f}")
     click.echo(f"exact A @ B + top-{k}:          {t_exact:.3f} s, recall {exact_rec:.3f}")
     click.echo(f"speed-up over the exact product: {t_exact / t_sketch:.2f}x")
 
@@ -219,7 +219,8 @@ def demo(size, planted, reps, seed, device, debug) -> None:
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp64", "fp32"]),
               default=("fp64", "fp32"), show_default=True)
 @click.option("--planted", type=click.IntRange(1, None), default=300, show_default=True)
-@click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
+@click.option("--reps", "-d", type=click.IntRange(1, None), default=None,
+              help="Repetitions (default: automatic, with the buckets).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
               show_default=True, help="Where to write the results.")

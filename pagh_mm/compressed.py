@@ -185,7 +185,7 @@ class CompressedProduct:
         budget = int(min(size, candidates or max(16 * k, 4096)))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, k=k), delta=failure_probability, candidates=budget,
-            rounds=rounds, first_pool=min(budget, 4 * k + 64), progress=progress))
+            rounds=rounds, first_pool=min(budget, 2 * k + 64), progress=progress))
         order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
         if not ok:
             query.warn_uncertified(f"top_k({k})", advice)
@@ -286,7 +286,7 @@ class CompressedProduct:
         if format == "entries":
             return Entries(ids // p, ids % p, vals, ex, *info)
         data = ex if verify else vals
-        return self.backend.sp.csr_matrix((data, (ids // p, ids % p)), shape=(m, p))
+        return self.backend.sp.coo_matrix((data, (ids // p, ids % p)), shape=(m, p)).tocsr()
 
     # --- exact values ------------------------------------------------------------------
     def exact(self, rows, cols):
