@@ -1,0 +1,194 @@
+"""Certified queries' machinery, automatic parameters, per-row results and their CLI (CPU)."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+from click.testing import CliRunner
+
+import pagh_mm
+from pagh_mm import auto, certificate, query
+from pagh_mm.cli import main as pagh_main
+
+
+def heavy_product(seed=0, m=160, n=70, p=140):
+    """Small integer product with a few large entries over a sparse background."""
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-2, 3, (m, n)) * (rng.random((m, n)) < 0.05)
+    B = rng.integers(-2, 3, (n, p)) * (rng.random((n, p)) < 0.05)
+    for r, c, s in ((3, 9, 1), (40, 9, -1), (77, 100, 1), (150, 5, 1)):
+        A[r, :30] += 2
+        B[:30, c] += 2 * s
+    return A.astype(np.float64), B.astype(np.float64)
+
+
+def test_multiplier_matches_the_binomial_tail_of_the_median():
+    for d in (1, 3, 4, 5, 9):
+        for count, delta in ((1, 1e-3), (500, 1e-2), (1e6, 1e-6)):
+            lam = certificate.multiplier(d, count, delta)
+            q = 1 / (1 + lam ** 2)
+            tail = certificate.binomial_tail(d, certificate.median_votes(d), q)
+            assert tail * count <= delta * (1 + 1e-9)
+            q2 = 1 / (1 + (0.99 * lam) ** 2)          # a smaller margin breaks the bound
+            assert certificate.binomial_tail(d, certificate.median_votes(d), q2) * count > delta
+    assert certificate.median_votes(5) == 3 and certificate.median_votes(4) == 2
+    assert certificate.entries_at_risk(100.0, 5.0, 10**6) == 4.0
+    assert certificate.entries_at_risk(100.0, 0.0, 77) == 77.0
+    with pytest.raises(ValueError, match="failure_probability"):
+        certificate.multiplier(5, 1, 1.5)
+
+
+def test_peeling_leaves_the_sketch_of_the_rest():
+    """Subtracting verified entries gives the sketch of C minus those entries, bit for bit
+    on integer data (every value exact in float64)."""
+    A, B = heavy_product(1)
+    C = A @ B
+    kw = dict(buckets=256, reps=5, seed=4)
+    sk = pagh_mm.compress(A, B, **kw)
+    ids = np.array([3 * 140 + 9, 40 * 140 + 9, 77 * 140 + 100])
+    res = query.peel(sk, sk.sketch.copy(), ids, C.ravel()[ids])
+    R = C.copy()
+    R.ravel()[ids] = 0
+    # the sketch of R: compress R itself (A' = R, B' = I has the same hashes for rows/cols)
+    ref = pagh_mm.compress(R, np.eye(140), **kw)
+    assert np.array_equal(res, ref.sketch)
+
+
+def test_certified_top_k_above_and_per_row_on_a_clear_product():
+    A, B = heavy_product(2)
+    C = A @ B
+    sk = pagh_mm.compress(A, B, buckets=1 << 15, reps=5, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pagh_mm.CertificateWarning)
+        top = sk.top_k(4, verify=True)
+        ab = sk.above(100.0, verify=True)
+        rows = sk.top_k_per_row(2, threshold=20.0, verify=True)
+    assert top.certified and top.verified >= 4 and top.margin > 0 and top.noise > 0
+    assert sorted(np.abs(top.exact)) == sorted(np.sort(np.abs(C).ravel())[-4:])
+    assert (top.exact == C[top.rows, top.cols]).all()
+    assert ab.certified and set(zip(ab.rows.tolist(), ab.cols.tolist())) == \
+        set(zip(*np.nonzero(np.abs(C) >= 100.0)))
+    assert sps.isspmatrix_csr(rows) and rows.shape == C.shape
+    for i in range(C.shape[0]):
+        want = np.sort(np.abs(C[i])[np.abs(C[i]) >= 20.0])[::-1][:2]
+        got = np.sort(np.abs(rows[i].data))[::-1]
+        assert np.array_equal(want, got), i
+    ent = sk.top_k_per_row(2, threshold=20.0, verify=True, format="entries")
+    assert ent.certified and (ent.exact == C[ent.rows, ent.cols]).all()
+    est = sk.top_k_per_row(3)                    # estimates, no threshold
+    assert est.nnz == 3 * C.shape[0]
+
+
+def test_uncertified_answers_warn_and_name_the_parameter():
+    A, B = heavy_product(3)
+    sk = pagh_mm.compress(A, B, buckets=64, reps=3, seed=0)
+    with pytest.warns(pagh_mm.CertificateWarning, match="buckets="):
+        top = sk.top_k(4, verify=True)
+    assert top.certified is False
+    with pytest.warns(pagh_mm.CertificateWarning, match="not certified"):
+        sk.top_k_per_row(2, verify=True)
+    big = pagh_mm.compress(A, B, buckets=1 << 14, reps=5, seed=0)
+    with pytest.warns(pagh_mm.CertificateWarning, match="not certified"):
+        assert big.top_k(60, verify=True, candidates=60, rounds=1).certified is False
+
+
+def test_query_arguments_are_validated():
+    A, B = heavy_product(4)
+    sk = pagh_mm.compress(A, B, buckets=64, reps=3, seed=0)
+    for kw, match in ((dict(failure_probability=0), "failure_probability"),
+                      (dict(failure_probability=1.0), "failure_probability"),
+                      (dict(rounds=0), "rounds"), (dict(candidates=2), "candidates")):
+        with pytest.raises(ValueError, match=match):
+            sk.top_k(3, verify=True, **kw)
+    with pytest.raises(ValueError, match="n="):
+        sk.top_k_per_row(0)
+    with pytest.raises(ValueError, match="format="):
+        sk.top_k_per_row(2, format="coo")
+    with pytest.raises(ValueError, match="finite"):
+        sk.above(float("nan"))
+
+
+def test_auto_parameters_are_reported_and_certify():
+    A, B = heavy_product(5)
+    C = A @ B
+    F = auto.frobenius_estimate(A, B, pagh_mm.backend.cpu(), seed=0)
+    assert 0.5 < F / np.linalg.norm(C) < 1.5
+    assert auto.frobenius_estimate(sps.csr_matrix(A), sps.csc_matrix(B), pagh_mm.backend.cpu(),
+                                   seed=0) == pytest.approx(F, rel=1e-12)
+    sk = pagh_mm.compress(A, B, k=4, seed=2)
+    assert sk.chosen.reason.startswith("auto") and sk.buckets == sk.chosen.buckets
+    assert "buckets=" in sk.describe() and sk.reps == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pagh_mm.CertificateWarning)
+        top = sk.top_k(4, verify=True)
+    assert top.certified and sorted(np.abs(top.exact)) == sorted(np.sort(np.abs(C).ravel())[-4:])
+    plain = pagh_mm.compress(A, B, seed=2)              # no query stated: 8 (m + p)
+    assert plain.buckets == auto.default_buckets(*C.shape)
+    assert pagh_mm.compress(A, B, threshold=50.0, seed=2).chosen.cut == 50.0
+    with pytest.raises(ValueError, match="not both"):
+        pagh_mm.compress(A, B, k=3, threshold=1.0)
+    with pytest.raises(TypeError, match="'auto'"):
+        pagh_mm.compress(A, B, buckets="many")
+
+
+def test_an_auto_sketch_grows_when_a_verified_query_needs_it():
+    """A heavy background makes ||AB||_F / sqrt(2k) overestimate the k-th value: the first
+    size is too small, and the query rebuilds the sketch once with the buckets it names."""
+    rng = np.random.default_rng(6)
+    A = np.zeros((160, 140))
+    flat = rng.choice(A.size, 405, replace=False)
+    A.ravel()[flat[:400]] = rng.choice([-50.0, 50.0], 400)
+    A.ravel()[flat[400:]] = 150.0
+    B = np.eye(140)
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    first = sk.buckets
+    top = sk.top_k(5, verify=True)
+    assert top.certified and sk.buckets > first and "grown" in sk.chosen.reason
+    assert (np.abs(top.exact) == 150.0).all()
+    fixed = pagh_mm.compress(A, B, buckets=first, reps=5, seed=3)   # given buckets never grow
+    with pytest.warns(pagh_mm.CertificateWarning):
+        fixed.top_k(5, verify=True)
+    assert fixed.buckets == first
+
+
+def _write(tmp_path):
+    A, B = heavy_product(7)
+    np.save(tmp_path / "A.npy", A)
+    np.save(tmp_path / "B.npy", B)
+    return A @ B
+
+
+def test_cli_certified_top_threshold_and_per_row(tmp_path):
+    C = _write(tmp_path)
+    a, b = str(tmp_path / "A.npy"), str(tmp_path / "B.npy")
+    r = CliRunner().invoke(pagh_main, ["top", a, b, "-k", 3, "--verify", "--output-format", "json"])
+    assert r.exit_code == 0, r.output
+    assert "certified: yes" in r.output and "sketch:" in r.output
+    r = CliRunner().invoke(pagh_main, ["top", a, b, "--threshold", "100", "--verify", "-q",
+                                       "--output-format", "json"])
+    got = json.loads(r.output)
+    assert r.exit_code == 0 and {(e["i"], e["j"]) for e in got} == \
+        set(zip(*np.nonzero(np.abs(C) >= 100)))
+    for ext in ("npz", "mtx", "csv"):
+        out = tmp_path / f"rows.{ext}"
+        r = CliRunner().invoke(pagh_main, ["top", a, b, "--per-row", 2, "--threshold", 20,
+                                           "--verify", "-o", str(out), "-q"])
+        assert r.exit_code == 0, r.output
+        if ext == "csv":
+            lines = out.read_text().splitlines()
+            assert lines[0] == "i,j,estimate,exact" and len(lines) > 1
+            assert all(float(x.split(",")[3]) == C[int(x.split(",")[0]), int(x.split(",")[1])]
+                       for x in lines[1:])
+        else:
+            from fwht_gpu import matrixio
+            M = matrixio.read_matrix(str(out))
+            M = sps.csr_matrix(M)
+            assert M.shape == C.shape and (M.toarray()[M.toarray() != 0] ==
+                                           C[M.toarray() != 0]).all()
+    r = CliRunner().invoke(pagh_main, ["top", a, b, "-k", 3, "-b", 64, "-d", 3, "--verify"])
+    assert r.exit_code == 3 and "not certified" in r.output and "buckets=" in r.output
+    r = CliRunner().invoke(pagh_main, ["top", a, b, "-k", 3, "--threshold", 5])
+    assert r.exit_code == 2
+    r = CliRunner().invoke(pagh_main, ["top", a, b, "--per-row", 2, "-o", str(tmp_path / "x.txt")])
+    assert r.exit_code == 2
