@@ -126,6 +126,20 @@ def pagh_mm(records) -> list[str]:
                    "DGEMM + top-k", "SGEMM + top-k", "FP16 GEMM + top-k", "vs DGEMM / SGEMM"], out)
 
 
+def pagh_mm_certified(records) -> list[str]:
+    """pagh-mm bench with automatic parameters and certified top-k (session 8 on)."""
+    out = []
+    for rec in records:
+        for r in rec["rows"]:
+            out.append([r["n"], r["dtype"], r["buckets"], _s(r["sketch_s"]), _s(r["topk_s"]),
+                        "yes" if r["certified"] else "no", f"{r['certificate_overhead']:+.0%}",
+                        f"{r['recall']:.3f}", _s(r["gemm_fp64_s"]), _s(r["gemm_fp16_s"]),
+                        f"{r['speedup_vs_fp64']:.2f}x"])
+    return _table(["n", "data", "buckets (auto)", "sketch", "certified top-k", "certified",
+                   "certificate cost", "recall", "DGEMM + top-k", "FP16 GEMM + top-k", "vs DGEMM"],
+                  out)
+
+
 #: name -> (renderer, result files under benchmarks/results/, in the order they are merged)
 TABLES = {
     "fwht-single": (fwht_single, ["h200/fwht-bench.json"]),
@@ -133,6 +147,7 @@ TABLES = {
     "fwht-variants": (fwht_variants, ["h100/fwht-variants.json"]),
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
+    "pagh-mm-certified": (pagh_mm_certified, ["h100/session8-bench-auto.json"]),
 }
 
 
