@@ -220,7 +220,8 @@ class CompressedProduct:
         budget = int(min(size, candidates or size))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, threshold=threshold), delta=failure_probability,
-            candidates=budget, rounds=rounds, first_pool=budget, progress=progress))
+            candidates=budget, rounds=rounds, first_pool=min(budget, query.FIRST_POOL_ABOVE),
+            progress=progress))
         key = query.key_of(found.exact, by, xp)
         keep = xp.nonzero(key >= threshold)[0]
         order = keep[xp.lexsort(xp.stack([found.ids[keep], -key[keep]]))]

@@ -36,6 +36,11 @@ from .reduction import row_sums, sparse_row_sums
 TILE_BUDGET = 256 << 20
 #: Scans of the (residual) sketch a certified query may make unless told otherwise.
 DEFAULT_ROUNDS = 4
+#: A later round whose scan is predicted to return more than this many noise entries per
+#: entry that can reach the cut stops and asks for more buckets instead.
+CROWDED = 64
+#: Candidates the first scan of a certified ``above`` verifies (the largest estimates).
+FIRST_POOL_ABOVE = 4096
 
 
 class CertificateWarning(UserWarning):
@@ -286,10 +291,28 @@ def _cut(target: Target, found: Found, xp) -> float:
     return float(-xp.partition(-key, target.k - 1)[target.k - 1])
 
 
+def expected_noise_entries(sigma: float, cut: float, d: int, by: str, unreported: int) -> float:
+    """About how many unreported entries of pure noise (Gaussian, ``sigma`` per repetition)
+    have a median estimate reaching ``cut``: what a scan at that cut would return.  A cost
+    prediction only (the certificate does not rest on it)."""
+    if cut <= 0 or sigma <= 0:
+        return float(unreported) if cut <= 0 else 0.0
+    one = 0.5 * math.erfc(cut / (sigma * math.sqrt(2.0)))
+    tail = certificate.binomial_tail(d, certificate.median_votes(d), one)
+    return unreported * tail * (2.0 if by == "abs" else 1.0)
+
+
 def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
            first_pool: int, progress=None):
     """The certified search of this module's docstring.  Returns (found, certified,
-    margin, sigma, advice) where ``advice`` names what to raise when not certified."""
+    margin, sigma, advice) where ``advice`` names what to raise when not certified.
+
+    The first scan takes the ``first_pool`` largest estimates, whose exact values set the
+    cut and whose peeling lowers the noise; later scans take every entry within the margin
+    of the cut (``candidates`` in all).  A later round whose cut sits so deep in the
+    residual noise that a scan would return mostly noise (more than the candidates left, or
+    ``CROWDED`` times the entries that can reach the cut) stops with the advice to raise
+    the buckets."""
     xp = cp.backend.xp
     m, p = cp.shape
     d, b = cp.reps, cp.buckets
@@ -304,16 +327,18 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
         sigma = math.sqrt(norm2 / b)
         unreported = size - int(found.ids.size)
         tau = _cut(target, found, xp)
-        if tau == -math.inf:
-            cut, cap = -math.inf, min(first_pool, left)
-        else:
-            cut = tau - certificate.margin(sigma, d, norm2, tau, unreported, delta)
-            cap = left
-            if rnd >= 1 and target.by == "abs" and cut < 2 * sigma:
-                # peeled, and still noise everywhere near the cut: more buckets
-                lam = certificate.multiplier(
-                    d, certificate.entries_at_risk(norm2, tau, unreported), delta)
-                advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd)
+        cap = int(min(left, first_pool)) if rnd == 0 else left
+        cut = -math.inf
+        if tau > -math.inf:
+            at_risk = certificate.entries_at_risk(norm2, tau, unreported)
+            lam = certificate.multiplier(d, at_risk, delta)
+            mg = lam * sigma
+            cut = tau - mg
+            noise = expected_noise_entries(sigma, cut, d, target.by, unreported)
+            if rnd >= 1 and noise > min(cap, CROWDED * at_risk + first_pool):
+                # peeled, and noise alone would fill the pool at this cut: more buckets
+                advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd,
+                                 crowded=True)
                 break
         got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
                    progress=progress, what="a verified query")
@@ -335,8 +360,8 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
             advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd)
         else:
             advice = ("candidates", f"raise candidates= (now {candidates})", None)
-        if left <= 0 or (rnd >= 1 and advice[0] == "buckets"):
-            break               # out of candidates, or noise that peeling did not lower enough
+        if left <= 0:
+            break               # out of candidates
         if not peeled:
             residual = residual.copy()
             peeled = True
@@ -344,10 +369,14 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
     return found, certified, mg, sigma, advice
 
 
-def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd):
+def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=False):
     """Which parameter to raise when the search stops uncertified: the buckets when the
     residual noise alone keeps the margin near the cut, else candidates or rounds."""
-    if tau - lam * sigma < 4 * sigma:
+    if tau <= 0 and target.by == "value":
+        return ("by", f"the cut {tau:.6g} is not positive: with by='value' every entry may "
+                "reach it, and the margin must cover them all; use by='abs', a positive "
+                "threshold, or more buckets", None)
+    if crowded or tau - lam * sigma < 4 * sigma:
         want = certificate.buckets_for(cp.buckets, sigma, tau, lam)
         return ("buckets", f"the residual noise ({sigma:.4g} per repetition, margin "
                 f"{lam * sigma:.4g}) is too close to the cut {tau:.6g}: compress with buckets="

@@ -1,5 +1,6 @@
 """Certified queries' machinery, automatic parameters, per-row results and their CLI (CPU)."""
 import json
+import math
 import warnings
 
 import numpy as np
@@ -91,6 +92,47 @@ def test_uncertified_answers_warn_and_name_the_parameter():
     big = pagh_mm.compress(A, B, buckets=1 << 14, reps=5, seed=0)
     with pytest.warns(pagh_mm.CertificateWarning, match="not certified"):
         assert big.top_k(60, verify=True, candidates=60, rounds=1).certified is False
+
+
+def test_certified_above_peels_a_dominant_block_instead_of_verifying_everything():
+    # a 6 x 6 block of 400 over a background of 0.01: before peeling the noise puts the
+    # cut below zero; the first pool verifies the largest estimates, peels them, certifies
+    u = np.full(300, 0.1)
+    v = np.full(280, 0.1)
+    u[:6] = v[:6] = 20
+    sk = pagh_mm.compress(u[:, None], v[None, :], buckets=1024, reps=5, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = sk.above(200.0, verify=True)
+    assert got.certified and got.rows.size == 36
+    assert got.verified <= query.FIRST_POOL_ABOVE < u.size * v.size // 4
+    assert sorted(zip(got.rows.tolist(), got.cols.tolist())) == \
+        [(i, j) for i in range(6) for j in range(6)]
+
+
+def test_an_uncertified_answer_reports_the_margin_of_its_last_cut():
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((200, 40)), rng.standard_normal((40, 200))
+    sk = pagh_mm.compress(A, B, buckets=256, reps=5, seed=0)
+    with pytest.warns(pagh_mm.CertificateWarning, match="buckets="):
+        got = sk.top_k(5, verify=True)
+    assert got.certified is False and math.isfinite(got.margin) and got.margin > 0
+    d, sigma = sk.reps, got.noise
+    ex = np.sort(np.abs(got.exact))
+    norm2 = sigma * sigma * sk.buckets
+    unreported = A.shape[0] * B.shape[1] - got.verified
+    lam = certificate.multiplier(d, certificate.entries_at_risk(norm2, ex[0], unreported), 1e-3)
+    assert got.margin == pytest.approx(lam * sigma, rel=1e-12)
+
+
+def test_a_cut_that_is_not_positive_by_value_says_so():
+    rng = np.random.default_rng(0)
+    A = -np.abs(rng.standard_normal((600, 20)))
+    B = np.abs(rng.standard_normal((20, 500)))          # every entry of A @ B is negative
+    sk = pagh_mm.compress(A, B, buckets=1024, reps=5, seed=0)
+    with pytest.warns(pagh_mm.CertificateWarning, match="not positive.*by='abs'"):
+        got = sk.top_k(5, by="value", verify=True)
+    assert got.certified is False
 
 
 def test_query_arguments_are_validated():
