@@ -45,9 +45,10 @@ def default_buckets(m: int, p: int) -> int:
     return min(1 << 24, 1 << (want - 1).bit_length())
 
 
-def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS) -> float:
+def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) -> float:
     """||A @ B||_F estimated as ||G A B||_F / sqrt(s), G an s x m standard Gaussian matrix
-    drawn from ``seed`` (unbiased for the square), in O(s (nnz(A) + nnz(B))) and float64."""
+    drawn from ``seed`` (unbiased for the square), in O(s (nnz(A) + nnz(B))) and float64.
+    With ``diagonal`` (of a square product): ||A @ B - diag||_F, as ||G A B - G D||_F."""
     xp = be.xp
     m = A.shape[0]
     if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
@@ -62,6 +63,8 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS) -> float:
         Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
     else:
         Y = GA @ xp.asarray(B, dtype=xp.float64)
+    if diagonal is not None:
+        Y = Y - G * diagonal[None, :]
     return float(xp.sqrt((Y * Y).sum() / rows))
 
 
@@ -79,8 +82,11 @@ class Choice:
         return f"buckets={self.buckets}, reps={self.reps} ({self.reason})"
 
 
-def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int) -> Choice:
-    """Resolve ``"auto"`` buckets and reps (given values pass through unchanged)."""
+def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int,
+           diagonal=None) -> Choice:
+    """Resolve ``"auto"`` buckets and reps (given values pass through unchanged).  For a
+    Gram product (``diagonal``: its exact diagonal) the noise is that of the off-diagonal
+    part, ||C - diag(C)||_F / sqrt(2 b), and F is its estimate."""
     d = DEFAULT_REPS if reps == AUTO else int(reps)
     if buckets != AUTO:
         return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
@@ -89,8 +95,9 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         b = default_buckets(m, p)
         return Choice(b, d, reason=f"auto: no query stated, 8 (m + p) = {8 * (m + p)} rounded up; "
                       "pass k= or threshold= to size the sketch for a certified query")
-    F = frobenius_estimate(A, B, be, seed)
+    F = frobenius_estimate(A, B, be, seed, diagonal=diagonal)
     cut = abs(float(threshold)) if threshold is not None else F / math.sqrt(2 * k)
+    noise = F / math.sqrt(2) if diagonal is not None else F     # sigma sqrt(b)
     what = f"threshold {threshold:g}" if threshold is not None else f"top-{k}"
     if F == 0 or cut == 0:
         b = 1 << MIN_LOG2B
@@ -98,9 +105,10 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
     else:
         count = min(m * p, (F / cut) ** 2)
         lam = certificate.multiplier(d, count, delta)
-        want = ((lam + 4.5) * 1.15 * F / cut) ** 2
+        want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
         b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want, 2))))
-        reason = (f"auto: one-scan certificate for {what} at ||AB||_F ~ {F:.4g}, "
+        norm = "||AB - diag||_F" if diagonal is not None else "||AB||_F"
+        reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g}, "
                   f"failure probability {delta:g}")
     most = 1 << max(MIN_LOG2B, (4 * m * p - 1).bit_length())    # beyond: rarely any collision
     if b > most:

@@ -14,6 +14,13 @@ Per repetition (Cantelli, one-sided): P[N_t <= -lam sigma] <= 1 / (1 + lam^2) =:
 The median of d estimates lies more than lam sigma below R[i, j] (towards zero) only when at
 least h = ceil(d / 2) of them do: probability at most T(q) = P[Binomial(d, q) >= h].
 
+Gram sketches (one hash function on both sides): a repetition with h(i) = h(j) is blind
+to (i, j) (probability 1/b, independently per repetition) and left out of its median; the
+miss probability is then the mixture over the number j of blind repetitions,
+sum_j C(d, j) b^-j (1 - 1/b)^(d - j) T_(d - j)(q), where an entry no repetition sees is
+always verified (T_0 = 0).  Mirrored entries (i, j) and (j, i) share one estimate: the union
+bound counts unordered pairs.
+
 A certificate for a cut tau (the k-th exact value found, or a threshold) says: no
 unreported entry has |C[i, j]| >= tau (by value: C[i, j] >= tau).  An unreported entry
 above tau whose median stayed below tau - margin was underestimated by more than the
@@ -40,20 +47,30 @@ def binomial_tail(d: int, h: int, q: float) -> float:
     return math.fsum(math.comb(d, j) * q ** j * (1 - q) ** (d - j) for j in range(h, d + 1))
 
 
-def multiplier(d: int, count: float, delta: float) -> float:
+def miss_probability(d: int, q: float, blind: float = 0.0) -> float:
+    """Probability that the median of an entry's estimates falls low, each of the d
+    repetitions being low with probability q, and blind (left out) with probability
+    ``blind``; an entry no repetition sees counts as kept (it is always verified)."""
+    if blind == 0.0:
+        return binomial_tail(d, median_votes(d), q)
+    return math.fsum(math.comb(d, j) * blind ** j * (1 - blind) ** (d - j)
+                     * binomial_tail(d - j, median_votes(d - j), q) for j in range(d))
+
+
+def multiplier(d: int, count: float, delta: float, blind: float = 0.0) -> float:
     """lam such that ``count`` entries, each missed when the median of its d estimates falls
     lam standard deviations low, are all kept with probability >= 1 - delta (the model of
-    this module).  Grows like (count / delta)^(1 / (2h)) with h = ceil(d / 2)."""
+    this module; ``blind``: the probability a repetition does not see an entry).  Grows like
+    (count / delta)^(1 / (2h)) with h = ceil(d / 2)."""
     if not 0 < delta < 1:
         raise ValueError(f"failure_probability={delta!r} must be in (0, 1)")
     target = delta / max(1.0, count)
-    h = median_votes(d)
     lo, hi = 0.0, 0.5                    # T is increasing in q; find the largest q with T <= target
-    if binomial_tail(d, h, hi) <= target:
+    if miss_probability(d, hi, blind) <= target:
         return 1.0
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        if binomial_tail(d, h, mid) <= target:
+        if miss_probability(d, mid, blind) <= target:
             lo = mid
         else:
             hi = mid
@@ -72,11 +89,11 @@ def entries_at_risk(residual_norm2: float, tau: float, unreported: int) -> float
 
 
 def margin(sigma: float, d: int, residual_norm2: float, tau: float, unreported: int,
-           delta: float) -> float:
+           delta: float, blind: float = 0.0) -> float:
     """The margin an unreported entry's residual estimate must stay below ``tau`` by."""
     if sigma == 0:
         return 0.0
-    return multiplier(d, entries_at_risk(residual_norm2, tau, unreported), delta) * sigma
+    return multiplier(d, entries_at_risk(residual_norm2, tau, unreported), delta, blind) * sigma
 
 
 def buckets_for(b: int, sigma: float, tau: float, lam: float, spread: float = 4.0) -> int:

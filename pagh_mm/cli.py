@@ -10,6 +10,7 @@ Every error is one ``Error: ...`` line on stderr (``--debug``: the traceback).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -83,11 +84,15 @@ def sketch_options(fn):
         click.option("--stabilizer", type=click.Choice(["none", "kahan", "neumaier"]), default="none",
                      show_default=True),
         click.option("--hash", "hash_", type=click.Choice(list(hashing.FAMILIES)),
-                     default=hashing.DEFAULT_FAMILY, show_default=True, help=_HASH_HELP),
+                     default=None, help=_HASH_HELP + " Default: multiply-add-shift; polynomial "
+                     "(4-independent) for a Gram product."),
         click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
                      show_default=True),
         click.option("--transpose-a", is_flag=True,
-                     help="Use the transpose of A (A^T B: covariance of a data matrix A = B = X)."),
+                     help="Use the transpose of A (A^T B).  With the same file as A and B (A = B "
+                          "= X): the Gram product X^T X (covariances, co-occurrences), sketched "
+                          "with one hash on both sides, one transform per row of X and the "
+                          "diagonal exact (pagh_mm.compress_gram)."),
         click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
                      default=None, help="Input format (default: from each file's extension)."),
         click.option("--quiet", "-q", is_flag=True, help="No progress output."),
@@ -98,7 +103,24 @@ def sketch_options(fn):
     return fn
 
 
+def _same_file(a_path, b_path) -> bool:
+    try:
+        return os.path.samefile(a_path, b_path)
+    except OSError:
+        return False
+
+
 def _load_pair(a_path, b_path, fmt, transpose_a, device):
+    """(A, B) from the files; with ``transpose_a`` and one file, (X.T, X): a Gram product,
+    which compress detects."""
+    if transpose_a and _same_file(a_path, b_path):
+        X = io.read_matrix(b_path, fmt)
+        if device == "gpu":
+            from .backend import gpu
+            be = gpu()
+            import scipy.sparse as sps
+            X = be.sp.csr_matrix(X) if sps.issparse(X) else be.xp.asarray(X)
+        return X.T, X
     A = io.read_matrix(a_path, fmt)
     B = io.read_matrix(b_path, fmt)
     if transpose_a:
@@ -331,6 +353,8 @@ def _print_entries(entries, verify, fmt, backend):
               help="Most entries --verify may verify exactly (default: 16 k).")
 @click.option("--by", type=click.Choice(["abs", "value"]), default="abs", show_default=True,
               help="Rank by magnitude or by signed value.")
+@click.option("--exclude-diagonal", is_flag=True,
+              help="Leave the entries (i, i) out (variances, self-similarities).")
 @click.option("--output-format", "out_fmt", type=click.Choice(["table", "csv", "json"]),
               default="table", show_default=True)
 @click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
@@ -339,8 +363,8 @@ def _print_entries(entries, verify, fmt, backend):
 @force_option
 @sketch_options
 @guarded
-def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by, out_fmt, output,
-        force, **o) -> None:
+def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by, exclude_diagonal,
+        out_fmt, output, force, **o) -> None:
     """The largest entries of A @ B: the top k, those above --threshold, or the top N of every
     row (--per-row); i, j, estimate (and exact value with --verify)."""
     if len(files) not in (0, 2):
@@ -371,7 +395,8 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     else:
         sk = _compress_from_files(files[0], files[1], o, k=k if per_row is None else None,
                                   threshold=threshold, failure_probability=delta)
-    kw = dict(verify=verify, by=by, progress=Progress(o["quiet"]))
+    kw = dict(verify=verify, by=by, exclude_diagonal=exclude_diagonal,
+              progress=Progress(o["quiet"]))
     if verify:
         kw.update(failure_probability=delta, candidates=candidates)
     import warnings

@@ -11,9 +11,10 @@ from fwht_gpu import memory
 from . import certificate, hashing, query, sketchfile
 from .backend import Backend, cpu, gpu, is_sparse
 from .convolution import combine_index
-from .exact import _EXACT_FLOAT, ExactValueWarning, _dense, _exact_integers, select  # noqa: F401
+from .exact import ExactValueWarning, exact_pair  # noqa: F401
 from .query import CertificateWarning, Entries, check_by  # noqa: F401
-from .reduction import row_sums, sparse_row_sums
+from .query import masked_median
+from .reduction import row_sums
 
 @dataclass
 class CompressedProduct:
@@ -35,6 +36,13 @@ class CompressedProduct:
     backend: Backend
     factors: list = field(default_factory=list)
     chosen: object = None         # pagh_mm.auto.Choice: how buckets and reps were chosen
+    diagonal: object = None       # Gram sketches: the exact diagonal of C (m,), float64
+
+    @property
+    def gram(self) -> bool:
+        """Whether this is a Gram sketch (:func:`pagh_mm.compress_gram`): one hash function
+        on both sides, off-diagonal estimates halved, the diagonal exact."""
+        return self.diagonal is not None
 
     # --- sizes and hashes --------------------------------------------------------
     @property
@@ -48,16 +56,30 @@ class CompressedProduct:
     def _hashes(self, which: int, keys):
         """(buckets (d, ...), signs (d, ...)) of row (which=1) or column (which=2) indices."""
         xp = self.backend.xp
+        if self.gram:
+            which = 1                   # one hash function on both sides
         return (hashing.bucket_table(self.params, which, keys, self.log2b, xp),
                 hashing.sign_table(self.params, which, keys, xp))
 
     def _values(self, h1, s1, h2, s2, sketch=None):
         """(d, ...) per-repetition estimates s1 s2 c_t[h1 op h2] from broadcastable hashes
-        (of ``sketch``, default the product's own)."""
+        (of ``sketch``, default the product's own).  Gram sketches: halved (the bucket holds
+        C[i, j] and C[j, i]), NaN where h1 = h2 (bucket 0: the repetition is blind)."""
         xp = self.backend.xp
         idx = combine_index(self.method, h1, h2, self.log2b)
         t = xp.arange(self.reps).reshape((-1,) + (1,) * (idx.ndim - 1))
-        return s1 * s2 * (self.sketch if sketch is None else sketch)[t, idx]
+        v = s1 * s2 * (self.sketch if sketch is None else sketch)[t, idx]
+        if self.gram:
+            v = xp.where(idx == 0, xp.nan, v * 0.5)
+        return v
+
+    def _median(self, v):
+        """Median over the repetitions (axis 0); Gram sketches: of the repetitions that see
+        the entry (NaN: blind), 0.0 when none does."""
+        xp = self.backend.xp
+        if not self.gram:
+            return xp.median(v, axis=0)
+        return masked_median(v, xp)
 
     def _per_rep(self, i, j):
         """(d, ...) per-repetition estimates of entries (i, j) (equal shapes)."""
@@ -86,10 +108,15 @@ class CompressedProduct:
         """Median-of-d estimate of C[i, j]; ``i``, ``j`` integer arrays (broadcast).  With an
         even number of repetitions the median is the mean of the two middle estimates."""
         i, j = self._entries(i, j)
-        return self.backend.xp.median(self._per_rep(i, j), axis=0)
+        est = self._median(self._per_rep(i, j))
+        if self.gram:
+            xp = self.backend.xp
+            est = xp.where(i == j, self.diagonal[xp.minimum(i, self.shape[0] - 1)], est)
+        return est
 
     def estimate_reps(self, i, j):
-        """The d single-repetition (unbiased) estimates of C[i, j], shape (d, ...)."""
+        """The d single-repetition (unbiased) estimates of C[i, j], shape (d, ...) (Gram
+        sketches: NaN for the repetitions blind to the entry, all of them on the diagonal)."""
         return self._per_rep(*self._entries(i, j))
 
     def to_dense(self, progress=None):
@@ -103,6 +130,13 @@ class CompressedProduct:
         for r0, c0, est in query.tiles(self, progress=progress):
             out[r0:r0 + est.shape[0], c0:c0 + est.shape[1]] = est
         return out
+
+    def _size(self, exclude_diagonal: bool) -> int:
+        """Entries a query ranges over."""
+        if not isinstance(exclude_diagonal, (bool, np.bool_)):
+            raise TypeError(f"exclude_diagonal={exclude_diagonal!r} must be True or False")
+        m, p = self.shape
+        return m * p - (min(m, p) if exclude_diagonal else 0)
 
     def _check_query(self, by, candidates, failure_probability, rounds, least: int):
         check_by(by)
@@ -131,7 +165,7 @@ class CompressedProduct:
         try:
             new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
                            method=self.method, dtype=self.dtype_object(), algorithm=self.algorithm,
-                           stabilizer=self.stabilizer, hash=self.params.family,
+                           stabilizer=self.stabilizer, hash=self.params.family, gram=self.gram,
                            check_finite=False)
         except MemoryError:
             return out
@@ -155,7 +189,8 @@ class CompressedProduct:
 
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
               failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
-              rounds: int = query.DEFAULT_ROUNDS, progress=None) -> Entries:
+              rounds: int = query.DEFAULT_ROUNDS, exclude_diagonal: bool = False,
+              progress=None) -> Entries:
         """The k entries with the largest estimates (``by="abs"``: magnitude, or ``"value"``),
         never holding an m x p array; ties go to the smaller row-major index.
 
@@ -165,11 +200,14 @@ class CompressedProduct:
         probability >= 1 - ``failure_probability`` under the model of
         :mod:`pagh_mm.certificate`), or until ``candidates`` entries (default
         max(16 k, 4096)) were verified or ``rounds`` scans made: then the answer is the best
-        found, ``certified=False``, with a :class:`CertificateWarning` naming what to raise."""
+        found, ``certified=False``, with a :class:`CertificateWarning` naming what to raise.
+
+        ``exclude_diagonal``: leave the entries C[i, i] out (the variances of a covariance,
+        the self-similarities of a Gram product)."""
         xp = self.backend.xp
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
             raise ValueError(f"k={k!r} must be an integer >= 1")
-        size = self.shape[0] * self.shape[1]
+        size = self._size(exclude_diagonal)
         k = int(min(k, size))
         self._check_query(by, candidates if verify else None, failure_probability, rounds, k)
         if k == 0:
@@ -179,12 +217,13 @@ class CompressedProduct:
             return Entries(empty, empty, xp.empty(0), xp.empty(0), True, 0.0, self.noise(),
                            float(failure_probability), 0)
         if not verify:
-            got = query.scan(self, by, k, progress=progress)
+            got = query.scan(self, by, k, skip_diagonal=exclude_diagonal, progress=progress)
             p = self.shape[1]
             return Entries(got.ids // p, got.ids % p, got.values)
         budget = int(min(size, candidates or max(16 * k, 4096)))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
-            self, query.Target(by, k=k), delta=failure_probability, candidates=budget,
+            self, query.Target(by, k=k, exclude_diagonal=exclude_diagonal),
+            delta=failure_probability, candidates=budget,
             rounds=rounds, first_pool=min(budget, 2 * k + 64), progress=progress))
         order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
         if not ok:
@@ -195,9 +234,11 @@ class CompressedProduct:
     def above(self, threshold: float, *, verify: bool = False, by: str = "abs",
               candidates: int | None = None,
               failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
-              rounds: int = query.DEFAULT_ROUNDS, progress=None) -> Entries:
+              rounds: int = query.DEFAULT_ROUNDS, exclude_diagonal: bool = False,
+              progress=None) -> Entries:
         """Every entry whose estimate (magnitude with by='abs') is >= threshold, found tile
-        by tile, largest first (ties: smaller row-major index first).
+        by tile, largest first (ties: smaller row-major index first); ``exclude_diagonal``
+        as in :meth:`top_k`.
 
         ``verify=True``: every entry whose *exact* value passes, certified as
         :meth:`top_k` is: the scan keeps the entries whose estimate comes within the margin
@@ -211,15 +252,16 @@ class CompressedProduct:
             raise TypeError(f"threshold={threshold!r} must be a number") from None
         if not math.isfinite(threshold):
             raise ValueError(f"threshold={threshold!r} must be finite")
-        size = self.shape[0] * self.shape[1]
+        size = self._size(exclude_diagonal)
         if not verify:
-            got = query.scan(self, by, size, threshold, progress=progress,
-                             what=f"above({threshold!r})")
+            got = query.scan(self, by, max(size, 1), threshold, skip_diagonal=exclude_diagonal,
+                             progress=progress, what=f"above({threshold!r})")
             p = self.shape[1]
             return Entries(got.ids // p, got.ids % p, got.values)
         budget = int(min(size, candidates or size))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
-            self, query.Target(by, threshold=threshold), delta=failure_probability,
+            self, query.Target(by, threshold=threshold, exclude_diagonal=exclude_diagonal),
+            delta=failure_probability,
             candidates=budget, rounds=rounds, first_pool=min(budget, query.FIRST_POOL_ABOVE),
             progress=progress))
         key = query.key_of(found.exact, by, xp)
@@ -233,7 +275,8 @@ class CompressedProduct:
     def top_k_per_row(self, n: int, *, threshold: float | None = None, verify: bool = False,
                       by: str = "abs", candidates: int | None = None,
                       failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
-                      rounds: int = query.DEFAULT_ROUNDS, format: str = "csr", progress=None):
+                      rounds: int = query.DEFAULT_ROUNDS, format: str = "csr",
+                      exclude_diagonal: bool = False, progress=None):
         """The ``n`` largest entries of every row (by magnitude or value), keeping only those
         >= ``threshold`` when given: ``sparse_dot_topn.sp_matmul_topn(A, B, n, threshold)``'s
         answer, without forming A @ B.  Returns an m x p CSR matrix (SciPy for NumPy sketches,
@@ -244,7 +287,7 @@ class CompressedProduct:
         ``verify=True`` certifies every row as :meth:`top_k` does: no entry left out of a
         row is larger than the row's smallest reported value (or reaches the threshold when
         the row has fewer than n such entries).  A row of pure noise cannot be certified
-        without a threshold that separates it."""
+        without a threshold that separates it.  ``exclude_diagonal`` as in :meth:`top_k`."""
         xp = self.backend.xp
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
             raise ValueError(f"n={n!r} must be an integer >= 1")
@@ -257,10 +300,11 @@ class CompressedProduct:
         self._check_query(by, candidates if verify else None, failure_probability, rounds, 1)
         m, p = self.shape
         n = int(min(n, max(p, 1)))
-        target = query.Target(by, k=n, threshold=threshold)
+        target = query.Target(by, k=n, threshold=threshold, exclude_diagonal=exclude_diagonal)
         if not verify:
             cuts = xp.full(m, -math.inf if threshold is None else threshold)
-            PK, PV, PI, _ = query.scan_rows(self, by, n, cuts, progress=progress)
+            PK, PV, PI, _ = query.scan_rows(self, by, n, cuts, skip_diagonal=exclude_diagonal,
+                                            progress=progress)
             r, q = xp.nonzero(PK > -xp.inf)
             ids, vals, ex = r * p + PI[r, q], PV[r, q], None
             info = (None, None, None, None, None)
@@ -309,48 +353,8 @@ class CompressedProduct:
         r, c = rows.ravel(), cols.ravel()
         total = xp.zeros(r.shape, dtype=xp.float64)
         for A, B in self.factors:
-            total += self._exact_pair(A, B, r, c)
+            total += exact_pair(self.backend, A, B, r, c)
         return total.reshape(rows.shape)
-
-    def _exact_pair(self, A, B, r, c):
-        xp = self.backend.xp
-        integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
-        n = A.shape[1]
-        step = max(1, query.TILE_BUDGET // (3 * 8 * max(n, 1)))
-        vals, bounds = [], []
-        for q0 in range(0, r.size, step):
-            rq, cq = r[q0:q0 + step], c[q0:q0 + step]
-            vals.append(self._dots(A, B, rq, cq, absolute=False))
-            if integer:
-                bounds.append(self._dots(A, B, rq, cq, absolute=True))
-        val = xp.concatenate(vals) if vals else xp.zeros(0)
-        if integer and bounds:
-            big = xp.nonzero(xp.concatenate(bounds) > _EXACT_FLOAT)[0]
-            if big.size:
-                val[big] = xp.asarray(_exact_integers(self.backend, A, B, r[big], c[big]))
-        return val
-
-    def _dots(self, A, B, r, c, absolute: bool):
-        """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``): the
-        pairwise tree over the inner index, dense or over the stored values of sparse rows
-        (the same bits).  Only the rows and columns asked for are read."""
-        xp = self.backend.xp
-        if is_sparse(A) and is_sparse(B):
-            Ar = select(A, r, self.backend, np.float64)           # q x n, from A's CSC
-            Bc = select(B, c, self.backend, np.float64)           # q x n, from B's CSR
-            if absolute:
-                Ar, Bc = abs(Ar), abs(Bc)
-            P = Ar.multiply(Bc).tocsr()
-            P.sum_duplicates()
-            P.sort_indices()
-            row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
-            return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
-                                   P.shape[0], xp)
-        f = xp.abs if absolute else (lambda a: a)
-        Ar = select(A, r, self.backend, np.float64) if is_sparse(A) else A[r]
-        Bc = select(B, c, self.backend, np.float64) if is_sparse(B) else B[:, c].T
-        prod = f(_dense(Ar, xp)) * f(_dense(Bc, xp))
-        return row_sums(prod, xp)
 
     def attach(self, A, B) -> "CompressedProduct":
         """Attach the factors (after ``load``) so that ``verify=True`` works."""
@@ -363,25 +367,55 @@ class CompressedProduct:
         self.factors = [(canonical(A, 1, self.backend), canonical(B, 2, self.backend))]
         return self
 
+    def _norms2(self, sketch):
+        """Per repetition, an unbiased estimate of ||R||_F^2 for the product R a (residual)
+        sketch holds (Gram: of its off-diagonal part, from the buckets other than 0), summed
+        in the fixed pairwise order (the same bits on every device)."""
+        xp = self.backend.xp
+        sq = sketch * sketch
+        if self.gram:           # E sum_{beta != 0} r^2 = 2 ||R - diag||_F^2 (1 - 1/b)
+            sq[:, 0] = 0.0
+            return row_sums(sq, xp) * (self.buckets / (2.0 * (self.buckets - 1)))
+        return row_sums(sq, xp)
+
+    def noise_model(self, sketch=None):
+        """(norm2, sigma, pairs, blind) of a (residual) sketch: an upper estimate of
+        ||R||_F^2 (the largest repetition's), the standard deviation bound of one
+        repetition's estimate (||R||_F / sqrt(b); Gram: ||R - diag||_F / sqrt(2 b)), the
+        entries per independent estimate (2 for Gram: C[i, j] and C[j, i] share it) and the
+        probability a repetition is blind to an entry (Gram: 1/b)."""
+        norm2 = float(self._norms2(self.sketch if sketch is None else sketch).max()) \
+            if self.sketch.size else 0.0
+        if self.gram:
+            return norm2, math.sqrt(norm2 / (2.0 * self.buckets)), 2, 1.0 / self.buckets
+        return norm2, math.sqrt(norm2 / self.buckets), 1, 0.0
+
     def noise(self) -> float:
         """Estimated standard deviation of one repetition's estimate: median_t ||c_t|| / sqrt(b)
-        (E ||c_t||^2 = ||A B||_F^2)."""
+        (E ||c_t||^2 = ||A B||_F^2; Gram sketches: ||C - diag||_F / sqrt(2 b))."""
         xp = self.backend.xp
-        norms = xp.sqrt(row_sums(self.sketch * self.sketch, xp))     # fixed order: same bits
-        return float(xp.median(norms)) / np.sqrt(self.buckets)
+        norms = xp.sqrt(self._norms2(self.sketch))
+        scale = 2.0 if self.gram else 1.0
+        return float(xp.median(norms)) / np.sqrt(scale * self.buckets)
 
     def describe(self) -> str:
         """One line: the shape, buckets and reps (and why, when chosen automatically), and
         the expected error of one repetition's estimate of an entry."""
         why = f" ({self.chosen.reason})" if self.chosen is not None and \
             self.chosen.reason.startswith("auto") else ""
+        if self.gram:
+            return (f"{self.shape[0]} x {self.shape[1]} Gram product, buckets={self.buckets}, "
+                    f"reps={self.reps}{why}; diagonal exact; off-diagonal error per entry and "
+                    f"repetition: standard deviation <= ||C - diag||_F / sqrt(2 buckets) ~ "
+                    f"{self.noise():.4g}")
         return (f"{self.shape[0]} x {self.shape[1]} product, buckets={self.buckets}, "
                 f"reps={self.reps}{why}; error per entry and repetition: standard deviation "
                 f"<= ||AB||_F / sqrt(buckets) ~ {self.noise():.4g}")
 
     def frobenius_estimate(self) -> float:
-        """Estimate of ||A @ B||_F (median over repetitions of ||c_t||)."""
-        return self.noise() * np.sqrt(self.buckets)
+        """Estimate of ||A @ B||_F (median over repetitions of ||c_t||; Gram sketches:
+        ||C - diag||_F)."""
+        return self.noise() * np.sqrt((2.0 if self.gram else 1.0) * self.buckets)
 
     # --- combination, persistence --------------------------------------------------------
     def _meta(self):
@@ -390,17 +424,20 @@ class CompressedProduct:
     def __add__(self, other: "CompressedProduct") -> "CompressedProduct":
         if not isinstance(other, CompressedProduct):
             return NotImplemented
-        if self._meta() != other._meta() or not self.params.same_as(other.params):
+        if self._meta() != other._meta() or not self.params.same_as(other.params) or \
+                self.gram != other.gram:
             raise ValueError("only sketches made with identical shape, buckets, reps, seed, hash, "
-                             "method, dtype, algorithm and stabilizer can be added")
+                             "method, dtype, algorithm and stabilizer (both Gram or neither) can "
+                             "be added")
         if self.backend.gpu != other.backend.gpu:
             raise ValueError("one sketch is on the GPU and the other on the CPU; use .to('cpu')")
         # exact values need the factors of every part: a part without them (loaded from a
         # file) leaves the sum without any, rather than with some
         factors = self.factors + other.factors if self.factors and other.factors else []
+        diagonal = self.diagonal + other.diagonal if self.gram else None
         return CompressedProduct(self.sketch + other.sketch, self.params, self.shape, self.log2b,
                                  self.method, self.dtype, self.algorithm, self.stabilizer,
-                                 self.backend, factors, self.chosen)
+                                 self.backend, factors, self.chosen, diagonal)
 
     def to(self, device: str) -> "CompressedProduct":
         """A copy of the sketch on 'cpu' or 'gpu'.  The factors stay where they are: they come
@@ -410,16 +447,20 @@ class CompressedProduct:
         be = {"cpu": cpu, "gpu": gpu}[device]()
         sk = be.xp.asarray(self.backend.asnumpy(self.sketch))
         factors = list(self.factors) if be.gpu == self.backend.gpu else []
+        diagonal = None if not self.gram else be.xp.asarray(self.backend.asnumpy(self.diagonal))
         return CompressedProduct(sk, self.params, self.shape, self.log2b, self.method, self.dtype,
-                                 self.algorithm, self.stabilizer, be, factors, self.chosen)
+                                 self.algorithm, self.stabilizer, be, factors, self.chosen,
+                                 diagonal)
 
     def save(self, path) -> None:
-        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 2: every hash
+        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 3: every hash
         parameter, a checksum), atomically."""
         sketchfile.write(path, {"sketch": self.backend.asnumpy(self.sketch), "shape": self.shape,
                                 "log2b": self.log2b, "method": self.method, "dtype": self.dtype,
                                 "algorithm": self.algorithm, "stabilizer": self.stabilizer,
-                                "hash": self.params})
+                                "hash": self.params,
+                                "diagonal": None if not self.gram else
+                                self.backend.asnumpy(self.diagonal)})
 
     @staticmethod
     def load(path, device: str = "cpu") -> "CompressedProduct":
@@ -429,5 +470,7 @@ class CompressedProduct:
             raise ValueError(f"device={device!r}; choose 'cpu' or 'gpu'")
         f = sketchfile.read(path)
         be = {"cpu": cpu, "gpu": gpu}[device]()
+        diagonal = None if f["diagonal"] is None else be.xp.asarray(f["diagonal"])
         return CompressedProduct(be.xp.asarray(f["sketch"]), f["hash"], tuple(f["shape"]), f["log2b"],
-                                 f["method"], f["dtype"], f["algorithm"], f["stabilizer"], be)
+                                 f["method"], f["dtype"], f["algorithm"], f["stabilizer"], be,
+                                 diagonal=diagonal)

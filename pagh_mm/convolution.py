@@ -64,10 +64,18 @@ class Accumulator:
     def add_block(self, k0: int, PA, PB, clock=lambda stage: None, pos=None) -> None:
         """PA, PB: (nb, d, b) float64 sketches of inner indices k0 .. k0 + nb - 1 (an aligned
         block, see :class:`pagh_mm.reduction.PairwiseSum`), or of the inner indices k0 + pos
-        when the others of the block are empty."""
+        when the others of the block are empty.  ``PB`` None: a Gram product, whose two
+        sketches are equal: one transform, squared (FWHT only)."""
         xp = self.xp
         if self.method == "fwht":
             FA = self.transform(self._to_dtype(PA, "A"))
+            if PB is None:
+                clock("transform")
+                FA = FA.astype(self.acc_dtype, copy=False)
+                self.sum.add(k0, FA * FA, pos)
+                del FA
+                clock("accumulate")
+                return
             FB = self.transform(self._to_dtype(PB, "B"))
             clock("transform")
             terms = FA.astype(self.acc_dtype, copy=False) * FB.astype(self.acc_dtype, copy=False)
@@ -97,12 +105,13 @@ class Accumulator:
                                 "NaN/Inf and check_finite=False was passed")
         return c.astype(xp.float64)
 
-    def bytes_per_index(self) -> int:
-        """Temporaries one inner index adds to a block (both sides): the float64 sketches,
-        their cast, the transforms and the engine's copies, the products."""
+    def bytes_per_index(self, sides: int = 2) -> int:
+        """Temporaries one inner index adds to a block (``sides`` sketched: 1 for a Gram
+        product): the float64 sketches, their cast, the transforms and the engine's copies,
+        the products."""
         item, acc = self.dtype.itemsize, self.value_dtype.itemsize
         per_side = 8 + (4 if item == 2 else 0) + 4 * item
-        return self.reps * self.b * (2 * per_side + 3 * acc)
+        return self.reps * self.b * (sides * per_side + 3 * acc)
 
 
 def combine_index(method: str, h1, h2, log2b: int):

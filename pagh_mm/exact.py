@@ -6,7 +6,9 @@ import warnings
 
 import numpy as np
 
+from . import query
 from .backend import is_sparse
+from .reduction import row_sums, sparse_row_sums
 
 #: Integer dot products whose magnitude bound stays below this are exact in float64.
 _EXACT_FLOAT = float(2**53) * (1 - 2.0**-20)
@@ -66,3 +68,46 @@ def _exact_integers(be, A, B, r, c):
                       f"(largest |C| = {max(abs(float(v)) for v in over):.6g}); they are returned as "
                       "the nearest float64 (relative error <= 2**-53)", ExactValueWarning, stacklevel=5)
     return np.array([float(v) for v in exact], dtype=np.float64)
+
+
+def exact_pair(be, A, B, r, c):
+    """Exact C[r[q], c[q]] of one factor pair (see CompressedProduct.exact)."""
+    xp = be.xp
+    integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
+    n = A.shape[1]
+    step = max(1, query.TILE_BUDGET // (3 * 8 * max(n, 1)))
+    vals, bounds = [], []
+    for q0 in range(0, r.size, step):
+        rq, cq = r[q0:q0 + step], c[q0:q0 + step]
+        vals.append(_dots(be, A, B, rq, cq, absolute=False))
+        if integer:
+            bounds.append(_dots(be, A, B, rq, cq, absolute=True))
+    val = xp.concatenate(vals) if vals else xp.zeros(0)
+    if integer and bounds:
+        big = xp.nonzero(xp.concatenate(bounds) > _EXACT_FLOAT)[0]
+        if big.size:
+            val[big] = xp.asarray(_exact_integers(be, A, B, r[big], c[big]))
+    return val
+
+
+def _dots(be, A, B, r, c, absolute: bool):
+    """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``): the
+    pairwise tree over the inner index, dense or over the stored values of sparse rows
+    (the same bits).  Only the rows and columns asked for are read."""
+    xp = be.xp
+    if is_sparse(A) and is_sparse(B):
+        Ar = select(A, r, be, np.float64)           # q x n, from A's CSC
+        Bc = select(B, c, be, np.float64)           # q x n, from B's CSR
+        if absolute:
+            Ar, Bc = abs(Ar), abs(Bc)
+        P = Ar.multiply(Bc).tocsr()
+        P.sum_duplicates()
+        P.sort_indices()
+        row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
+        return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),
+                               P.shape[0], xp)
+    f = xp.abs if absolute else (lambda a: a)
+    Ar = select(A, r, be, np.float64) if is_sparse(A) else A[r]
+    Bc = select(B, c, be, np.float64) if is_sparse(B) else B[:, c].T
+    prod = f(_dense(Ar, xp)) * f(_dense(Bc, xp))
+    return row_sums(prod, xp)

@@ -20,6 +20,16 @@ Families offered (``hash=``):
 * ``"tabulation"``: simple tabulation, the XOR of four byte-indexed tables of random
   64-bit words (3-independent, so strongly universal); four lookups per key.
 
+* ``"polynomial"``: a random polynomial of degree 3 over GF(2^61 - 1) (Carter and Wegman
+  1979), 4-independent; the top bits of its value are the bucket, a second polynomial's
+  top bit the sign.  Three multiplications modulo 2^61 - 1 per key, in 32-bit limbs.
+  Gram products (:func:`pagh_mm.compress_gram`) need it: with one hash function on both
+  sides an entry's bucket h(i) XOR h(j) must collide with another entry's h(k) XOR h(l)
+  with probability 1/b for *four* distinct keys, which 3-independent families do not give
+  (simple tabulation puts (i, j) and (k, l) in one bucket, with one sign, whenever the
+  four keys form a rectangle of bytes; multiply-add-shift crowds the entries (i, i + s)
+  of a band into a few hundred buckets).
+
 Signs always come from a strongly universal function of their own (multiply-add-shift's
 top bit, or the tabulation tables of roles s1/s2), independent of the buckets.
 
@@ -38,13 +48,17 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Families offered for new sketches; the first is the default.
-FAMILIES = ("multiply-add-shift", "tabulation")
+FAMILIES = ("multiply-add-shift", "tabulation", "polynomial")
+#: Families whose functions are 4-independent (what Gram sketches need).
+FOUR_INDEPENDENT = ("polynomial",)
 DEFAULT_FAMILY = FAMILIES[0]
 #: Families that old sketch files may use; they load, but are not offered for new sketches.
 LEGACY_FAMILIES = ("multiply-shift",)
 ALL_FAMILIES = FAMILIES + LEGACY_FAMILIES
 #: Part of every parameter draw (fixed forever: it keeps old sketches reproducible).
-_FAMILY_ID = {"multiply-shift": 0, "multiply-add-shift": 1, "tabulation": 2}
+_FAMILY_ID = {"multiply-shift": 0, "multiply-add-shift": 1, "tabulation": 2, "polynomial": 3}
+#: The Mersenne prime of the polynomial family.
+P61 = (1 << 61) - 1
 #: The four functions of a repetition, in the order their parameters are drawn.
 ROLES = ("h1", "h2", "s1", "s2")
 MAX_KEY = 1 << 32
@@ -83,8 +97,9 @@ def check_seed(seed, name: str = "seed") -> int:
 
 @dataclass(frozen=True)
 class HashParams:
-    """Parameters of the 4 x reps functions: ``a``, ``c`` (reps, 4) uint64 and, for
-    tabulation, ``tables`` (reps, 4, 4, 256) uint64 (role, byte, value)."""
+    """Parameters of the 4 x reps functions: ``a``, ``c`` (reps, 4) uint64; for
+    tabulation, ``tables`` (reps, 4, 4, 256) uint64 (role, byte, value); for the polynomial
+    family, ``coefficients`` (reps, 4, 4) uint64 below 2^61 - 1 (role, power 0..3)."""
 
     family: str
     seed: int
@@ -92,6 +107,7 @@ class HashParams:
     a: np.ndarray
     c: np.ndarray
     tables: np.ndarray | None
+    coefficients: np.ndarray | None = None
 
     @staticmethod
     def draw(family: str, seed: int, reps: int) -> "HashParams":
@@ -100,6 +116,7 @@ class HashParams:
         a = np.empty((reps, 4), np.uint64)
         c = np.empty((reps, 4), np.uint64)
         tables = np.empty((reps, 4, 4, 256), np.uint64) if family == "tabulation" else None
+        coef = np.empty((reps, 4, 4), np.uint64) if family == "polynomial" else None
         for t in range(reps):
             rng = np.random.default_rng(np.random.SeedSequence([seed, t, _FAMILY_ID[family]]))
             words = rng.integers(0, 2**64, size=(4, 2), dtype=np.uint64, endpoint=False)
@@ -107,7 +124,9 @@ class HashParams:
             c[t] = words[:, 1]
             if tables is not None:
                 tables[t] = rng.integers(0, 2**64, size=(4, 4, 256), dtype=np.uint64)
-        return HashParams(family, seed, reps, a, c, tables)
+            if coef is not None:
+                coef[t] = rng.integers(0, P61, size=(4, 4), dtype=np.uint64)
+        return HashParams(family, seed, reps, a, c, tables, coef)
 
     def to_arrays(self) -> dict:
         """The arrays a sketch file stores (the seed as decimal text: it may exceed 64 bits)."""
@@ -115,22 +134,26 @@ class HashParams:
                "hash_a": self.a, "hash_c": self.c}
         if self.tables is not None:
             out["hash_tables"] = self.tables
+        if self.coefficients is not None:
+            out["hash_coefficients"] = self.coefficients
         return out
 
     @staticmethod
     def from_arrays(d) -> "HashParams":
         """Inverse of :meth:`to_arrays` (also reads format-1 files, whose seed is an int64)."""
         tables = np.asarray(d["hash_tables"], np.uint64) if "hash_tables" in d else None
+        coef = np.asarray(d["hash_coefficients"], np.uint64) if "hash_coefficients" in d else None
         a = np.asarray(d["hash_a"], np.uint64)
         return HashParams(str(d["hash_family"]), int(str(d["hash_seed"])), a.shape[0], a,
-                          np.asarray(d["hash_c"], np.uint64), tables)
+                          np.asarray(d["hash_c"], np.uint64), tables, coef)
 
     def same_as(self, other: "HashParams") -> bool:
-        same_tables = (self.tables is None) == (other.tables is None) and (
-            self.tables is None or np.array_equal(self.tables, other.tables))
+        def same(x, y):
+            return (x is None) == (y is None) and (x is None or np.array_equal(x, y))
         return (self.family == other.family and self.seed == other.seed and self.reps == other.reps
                 and np.array_equal(self.a, other.a) and np.array_equal(self.c, other.c)
-                and same_tables)
+                and same(self.tables, other.tables)
+                and same(self.coefficients, other.coefficients))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, HashParams) and self.same_as(other)
@@ -142,6 +165,12 @@ def _raw(params: HashParams, role: int, keys, xp, affine: bool, reps=None):
     """64 hash bits of each key for repetitions ``reps`` (default all): (len(reps), *keys.shape)."""
     t = np.arange(params.reps) if reps is None else np.atleast_1d(np.asarray(reps))
     expand = (slice(None),) + (None,) * keys.ndim
+    if params.family == "polynomial":                           # top 61 bits: the value
+        coef = xp.asarray(params.coefficients[t, role])         # (r, 4)
+        v = xp.broadcast_to(coef[:, 3][expand], (t.size,) + keys.shape)
+        for power in (2, 1, 0):
+            v = _addmod61(_mulmod61(v, keys[None], xp), coef[:, power][expand], xp)
+        return v << np.uint64(3)
     if params.family == "tabulation":
         tab = xp.asarray(params.tables[t, role])                # (r, 4, 256)
         out = xp.zeros((t.size,) + keys.shape, dtype=xp.uint64)
@@ -153,6 +182,31 @@ def _raw(params: HashParams, role: int, keys, xp, affine: bool, reps=None):
     if affine:
         return keys[None] * a + xp.asarray(params.c[t, role])[expand]
     return keys[None] * a
+
+
+_M29, _M32, _P61 = np.uint64((1 << 29) - 1), np.uint64((1 << 32) - 1), np.uint64(P61)
+
+
+def _reduce61(s, xp):
+    """s mod 2^61 - 1 for s < 2^63 (two folds and a conditional subtraction)."""
+    s = (s & _P61) + (s >> np.uint64(61))
+    return xp.where(s >= _P61, s - _P61, s)
+
+
+def _mulmod61(x, y, xp):
+    """x y mod 2^61 - 1 for x, y < 2^61, in 32-bit limbs of uint64 words (the same bits on
+    NumPy and CuPy): 2^64 = 8 and 2^61 = 1 modulo 2^61 - 1."""
+    x0, x1 = x & _M32, x >> np.uint64(32)
+    y0, y1 = y & _M32, y >> np.uint64(32)
+    lo = x0 * y0                                   # < 2^64
+    mid = x1 * y0 + x0 * y1                        # < 2^62
+    s = ((x1 * y1) << np.uint64(3)) + (mid >> np.uint64(29)) + ((mid & _M29) << np.uint64(32)) \
+        + (lo & _P61) + (lo >> np.uint64(61))      # < 2^63
+    return _reduce61(s, xp)
+
+
+def _addmod61(x, y, xp):
+    return _reduce61(x + y, xp)
 
 
 def _keys(keys, xp):

@@ -153,7 +153,7 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
     """(block size, budget): the aligned block size within the memory budget, after checking
     that the whole compression fits the memory available (InsufficientMemoryError if not)."""
     d, b = acc.reps, acc.b
-    per_index = acc.bytes_per_index() + sum(8 * s.keys for s in sides if not s.sparse)
+    per_index = acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
     term = d * b * acc.value_dtype.itemsize
     hint = (f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})"
             + ("" if memory_budget is None else " or memory_budget"))
@@ -197,7 +197,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
              k: int | None = None, threshold: float | None = None,
              failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
              method: str = "fwht", dtype=None, algorithm: str = "folklore",
-             stabilizer: str | None = None, hash: str = hashing.DEFAULT_FAMILY,
+             stabilizer: str | None = None, hash: str | None = None, gram: bool | None = None,
              check_finite: bool = True, memory_budget: int | None = None, progress=None,
              profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
@@ -232,17 +232,29 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     a ``MemoryError`` naming need, availability and what to change).  Sparse inputs
     cost O(reps nnz) time and memory, whatever their number of empty rows or columns.
 
+    Gram products (``gram``; None: detected when ``A`` is a transposed view of ``B``, as
+    ``compress(X.T, X)``): see :func:`compress_gram`.  ``hash`` None: "multiply-add-shift",
+    or "polynomial" for a Gram product.
+
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b).  ``seed``: any non-negative
     integer (None: a random one).  ``progress(stage, done, total)`` is called after
     each block.  ``profile``, a dict, receives the seconds spent in each stage
     (synchronizing the GPU between stages).
     """
+    if gram is None:
+        gram = method == "fwht" and hash in (None,) + hashing.FOUR_INDEPENDENT and \
+            _is_transpose(A, B)
+    elif not isinstance(gram, (bool, np.bool_)):
+        raise TypeError(f"gram={gram!r} must be True, False or None (detect A = B.T)")
+    if hash is None:
+        hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
     A, B, be, dt, log2b, reps, memory_budget = _validate(
         A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite, memory_budget)
     seed = hashing.check_seed(seed)
     _check_query_hint(k, threshold, failure_probability)
+    diagonal = _gram_diagonal(A, B, be, method, hash) if gram else None
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
-                         delta=failure_probability, seed=seed)
+                         delta=failure_probability, seed=seed, diagonal=diagonal)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     if be.gpu and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
@@ -253,7 +265,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     params = hashing.HashParams.draw(hash, seed, reps)
     m, n = A.shape
     p = B.shape[1]
-    sides = (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
+    sides = (Side(A, 1, params, log2b, be),) if gram else \
+        (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
     acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
     block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget)
     acc.begin(block)
@@ -268,7 +281,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
             if int(pos.size) == k1 - k0:
                 pos = None
         ks = None if pos is None else k0 + pos
-        PA, PB = sides[0].block(k0, k1, ks), sides[1].block(k0, k1, ks)
+        PA = sides[0].block(k0, k1, ks)
+        PB = sides[1].block(k0, k1, ks) if len(sides) == 2 else None
         clock("scatter")
         acc.add_block(k0, PA, PB, clock, pos)
         del PA, PB
@@ -279,7 +293,82 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     sketch = acc.finish()
     clock("inverse")
     return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen)
+                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal)
+
+
+def compress_gram(X, **options) -> CompressedProduct:
+    """Compress the Gram product C = X.T @ X (covariances, co-occurrences, similarities of
+    the columns of the n x m ``X``; center or normalize the columns first for covariances
+    or cosines).  The same as ``compress(X.T, X, gram=True, **options)``.
+
+    One hash function on both sides (the 4-independent "polynomial" family: the variance
+    bound then holds for off-diagonal entries): the two Count-Sketches of each inner index
+    are equal, so each needs one forward transform (its square is the Hadamard-domain
+    term), and every diagonal entry falls in bucket 0 with sign +1, leaving the other
+    buckets.  An off-diagonal estimate is s(i) s(j) c_t[h(i) XOR h(j)] / 2 (the bucket
+    holds C[i, j] and C[j, i]), with variance at most ||C - diag(C)||_F^2 / (2 b) per
+    repetition; a repetition with h(i) = h(j) sees only bucket 0 and is left out of the
+    median.  The diagonal is computed exactly (O(nnz(X))) and reported as it is; queries
+    take ``exclude_diagonal=True`` to leave it out."""
+    if isinstance(X, (list, tuple)):
+        X = np.asarray(X)
+    if getattr(X, "ndim", None) != 2:
+        raise ValueError("X must be a 2-d matrix (n samples x m features)")
+    return compress(X.T, X, gram=True, **options)
+
+
+def _is_transpose(A, B) -> bool:
+    """Whether ``A`` is the transpose of ``B`` by construction (a view of the same memory,
+    as ``X.T`` and ``X``): checked without reading the values."""
+    if getattr(A, "shape", None) != tuple(reversed(getattr(B, "shape", ()))) or A.ndim != 2:
+        return False
+    if _be.is_sparse(A) and _be.is_sparse(B):
+        pairs = {("csc", "csr"), ("csr", "csc")}
+        return (A.format, B.format) in pairs and all(
+            _address(getattr(A, a)) == _address(getattr(B, a)) is not None and
+            getattr(A, a).shape == getattr(B, a).shape for a in ("data", "indices", "indptr"))
+    if _be.is_sparse(A) or _be.is_sparse(B):
+        return False
+    if getattr(A, "dtype", None) != getattr(B, "dtype", None):
+        return False
+    return _address(A) == _address(B) is not None and \
+        tuple(A.strides) == tuple(reversed(B.strides))
+
+
+def _address(a):
+    """The address of an array's first element (NumPy or CuPy), None for other objects."""
+    face = getattr(a, "__cuda_array_interface__", None) or getattr(a, "__array_interface__", None)
+    return face["data"][0] if face else None
+
+
+def _gram_diagonal(A, B, be, method: str, hash: str):
+    """Check that a Gram sketch can be made of A @ B (A = B.T, the FWHT, a 4-independent
+    hash family) and return the exact diagonal of the product."""
+    if method != "fwht":
+        raise ValueError("gram=True needs method='fwht' (the XOR convolution sends the diagonal "
+                         "to bucket 0; the cyclic one does not)")
+    if hash not in hashing.FOUR_INDEPENDENT:
+        raise ValueError(f"gram=True with hash={hash!r}: one hash function on both sides needs a "
+                         f"4-independent family; use hash={hashing.FOUR_INDEPENDENT[0]!r} (the "
+                         "default for Gram products)")
+    if A.shape != B.shape[::-1]:
+        raise ValueError(f"gram=True needs A = B.T; got shapes {A.shape} and {B.shape}")
+    if not _is_transpose(A, B) and not _equal_transpose(A, B, be):
+        raise ValueError("gram=True needs A = B.T (a Gram product X.T @ X); A differs from B.T")
+    from .exact import exact_pair
+    m = A.shape[0]
+    idx = be.xp.arange(m, dtype=be.xp.int64)
+    return exact_pair(be, A, B, idx, idx)
+
+
+def _equal_transpose(A, B, be) -> bool:
+    if _be.is_sparse(A) or _be.is_sparse(B):
+        As = A if _be.is_sparse(A) else be.sp.csr_matrix(A)
+        Bs = B if _be.is_sparse(B) else be.sp.csr_matrix(B)
+        return (As != Bs.T).nnz == 0
+    step = max(1, (4 << 20) // max(1, A.shape[1]))
+    return all(bool((A[r:r + step] == B[:, r:r + step].T).all())
+               for r in range(0, A.shape[0], step))
 
 
 def _check_query_hint(k, threshold, failure_probability) -> None:

@@ -93,6 +93,26 @@ def key_of(v, by: str, xp):
 
 # --- scanning --------------------------------------------------------------------------
 
+def masked_median(v, xp):
+    """Median over axis 0 of the values that are not NaN ((a + b) / 2 of the two middle ones
+    for an even count, the middle one (as (a + a) / 2, the same bits) for an odd count),
+    0.0 where all are NaN: what the GPU kernel computes for Gram sketches."""
+    s = xp.sort(v, axis=0)                              # NaN last
+    c = v.shape[0] - xp.isnan(v).sum(axis=0)
+    lo = xp.maximum(c - 1, 0) // 2
+    hi = xp.minimum(c // 2, v.shape[0] - 1)
+    a = xp.take_along_axis(s, lo[None], axis=0)[0]
+    b = xp.take_along_axis(s, hi[None], axis=0)[0]
+    return xp.where(c == 0, 0.0, (a + b) * 0.5)
+
+
+def _diagonal_in_tile(r0, c0, shape):
+    """(rows, cols) positions of the product's diagonal inside a tile at (r0, c0)."""
+    lo, hi = max(r0, c0), min(r0 + shape[0], c0 + shape[1])
+    i = np.arange(lo, max(lo, hi))
+    return i - r0, i - c0
+
+
 def tile_shape(cp):
     """(rows, cols) of a query tile: column hashes and estimates within the tile budget."""
     m, p = cp.shape
@@ -124,10 +144,14 @@ def tiles(cp, sketch=None, progress=None):
             if cp.backend.gpu:
                 from .cuda import kernels
                 est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, r1 - r0, cp.log2b,
-                                             cp.method == "fwht")
+                                             cp.method == "fwht", cp.gram)
             else:
-                est = xp.median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
-                                           s2[:, None, :], sketch), axis=0)
+                est = cp._median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
+                                            s2[:, None, :], sketch))
+            if cp.gram:                                 # the diagonal is known exactly
+                a, b = _diagonal_in_tile(r0, c0, est.shape)
+                if a.size:
+                    est[xp.asarray(a), xp.asarray(b)] = cp.diagonal[r0 + a[0]:r0 + a[-1] + 1]
             yield r0, c0, est
             done += (r1 - r0) * (c1 - c0)
             if progress:
@@ -159,12 +183,21 @@ class Scan:
     next_key: float
 
 
+def _skip_diagonal(key, r0, c0, shape, xp):
+    """``key`` (a flat tile) with the diagonal's entries set to -inf (a copy)."""
+    a, b = _diagonal_in_tile(r0, c0, shape)
+    key = key.copy()
+    if a.size:
+        key[xp.asarray(a * shape[1] + b)] = -xp.inf
+    return key
+
+
 def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
-         progress=None, what: str = "this query") -> Scan:
+         skip_diagonal: bool = False, progress=None, what: str = "this query") -> Scan:
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
-    those not in ``exclude`` (sorted flat ids), from ``sketch`` (default: the product's),
-    never holding an m x p array.  ``next_key`` bounds every other entry's key, except
-    excluded ones with a key >= ``cut``."""
+    those not in ``exclude`` (sorted flat ids) nor on the diagonal (``skip_diagonal``), from
+    ``sketch`` (default: the product's), never holding an m x p array.  ``next_key`` bounds
+    every other entry's key, except excluded ones with a key >= ``cut``."""
     xp = cp.backend.xp
     room = memory.available(cp.backend.name)
     pool_v, pool_i = xp.empty(0, xp.float64), xp.empty(0, xp.int64)
@@ -179,12 +212,14 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     for r0, c0, est in tiles(cp, sketch, progress):
         flat = est.ravel()
         key = key_of(flat, by, xp)
+        if skip_diagonal:
+            key = _skip_diagonal(key, r0, c0, est.shape, xp)
         if cut > -math.inf:
             low = xp.where(key < cut, key, -xp.inf).max()
             below = low if below is None else xp.maximum(below, low)
         lim = max(cut, floor)
-        if lim > -math.inf:
-            sel = xp.nonzero(key >= lim)[0]
+        if lim > -math.inf or skip_diagonal:
+            sel = xp.nonzero(key >= lim)[0] if lim > -math.inf else xp.nonzero(key > lim)[0]
             if sel.size == 0:
                 continue
             flat, ids = flat[sel], flat_ids(cp, r0, c0, est)[sel]
@@ -245,14 +280,6 @@ def peel(cp, residual, ids, values):
     return residual
 
 
-def norm2_upper(residual, xp) -> float:
-    """An upper estimate of ||R||_F^2 from its sketch: the largest ||r_t||^2 over the
-    repetitions (each unbiased), summed in the fixed pairwise order."""
-    if residual.size == 0:
-        return 0.0
-    return float(row_sums(residual * residual, xp).max())
-
-
 # --- certified search ------------------------------------------------------------------
 
 @dataclass
@@ -264,6 +291,7 @@ class Target:
     by: str
     k: int | None = None
     threshold: float | None = None
+    exclude_diagonal: bool = False
 
 
 @dataclass
@@ -278,6 +306,56 @@ class Found:
         ex_all = xp.concatenate([self.exact, exact])
         order = xp.argsort(ids_all)
         self.ids, self.exact = ids_all[order], ex_all[order]
+
+
+def blind_pairs(cp):
+    """Flat ids (sorted, both orientations) of the off-diagonal entries of a Gram sketch
+    that every repetition is blind to (h_t(i) = h_t(j) for all t: about m^2 / b^d of them),
+    whose estimates carry no information: certified queries always verify them."""
+    xp = cp.backend.xp
+    m = cp.shape[0]
+    if not cp.gram or m < 2:
+        return xp.empty(0, xp.int64)
+    h = cp.backend.asnumpy(cp._hashes(1, xp.arange(m, dtype=xp.int64))[0])     # (d, m)
+    order = np.lexsort(h[::-1])
+    hs = h[:, order]
+    start = np.concatenate([[True], (hs[:, 1:] != hs[:, :-1]).any(axis=0)])
+    group = np.cumsum(start) - 1
+    sizes = np.bincount(group)
+    ids = []
+    for g in np.flatnonzero(sizes > 1):
+        members = order[group == g]
+        for i in members:
+            for j in members:
+                if i != j:
+                    ids.append(int(i) * m + int(j))
+    return xp.asarray(np.sort(np.array(ids, dtype=np.int64)))
+
+
+def _start(cp, target: Target) -> Found:
+    """What a certified search knows before its first scan: on a Gram sketch, the diagonal
+    (exact, unless excluded) and the entries no repetition sees (verified)."""
+    xp = cp.backend.xp
+    found = Found(xp.empty(0, xp.int64), xp.empty(0, xp.float64))
+    if cp.gram:
+        m = cp.shape[0]
+        if not target.exclude_diagonal:
+            found.add(xp.arange(m, dtype=xp.int64) * (m + 1), cp.diagonal, xp)
+        blind = blind_pairs(cp)
+        if blind.size:
+            found.add(blind, cp.exact(blind // m, blind % m), xp)
+    return found
+
+
+def _new_ids(cp, ids, found: Found):
+    """The scanned ``ids`` to verify: on a Gram sketch with their mirrors (C[j, i] = C[i, j]
+    share one estimate and one bucket: both are verified and peeled together), without
+    those already found; sorted."""
+    xp = cp.backend.xp
+    if cp.gram and ids.size:
+        m = cp.shape[0]
+        ids = xp.unique(xp.concatenate([ids, (ids % m) * m + ids // m]))
+    return ids[~_member(ids, found.ids, xp)]
 
 
 def _cut(target: Target, found: Found, xp) -> float:
@@ -315,23 +393,22 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
     the buckets."""
     xp = cp.backend.xp
     m, p = cp.shape
-    d, b = cp.reps, cp.buckets
-    size = m * p
-    found = Found(xp.empty(0, xp.int64), xp.empty(0, xp.float64))
+    d = cp.reps
+    size = m * p - (min(m, p) if target.exclude_diagonal else 0)
+    found = _start(cp, target)
     residual = cp.sketch
     peeled = False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
     for rnd in range(rounds):
-        norm2 = norm2_upper(residual, xp)
-        sigma = math.sqrt(norm2 / b)
+        norm2, sigma, pairs, blind = cp.noise_model(residual)
         unreported = size - int(found.ids.size)
         tau = _cut(target, found, xp)
         cap = int(min(left, first_pool)) if rnd == 0 else left
         cut = -math.inf
         if tau > -math.inf:
-            at_risk = certificate.entries_at_risk(norm2, tau, unreported)
-            lam = certificate.multiplier(d, at_risk, delta)
+            at_risk = certificate.entries_at_risk(norm2 / pairs, tau, unreported)
+            lam = certificate.multiplier(d, at_risk, delta, blind)
             mg = lam * sigma
             cut = tau - mg
             noise = expected_noise_entries(sigma, cut, d, target.by, unreported)
@@ -341,10 +418,12 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
                                  crowded=True)
                 break
         got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
-                   progress=progress, what="a verified query")
-        exact = cp.exact(got.ids // p, got.ids % p)
-        found.add(got.ids, exact, xp)
-        left -= int(got.ids.size)
+                   skip_diagonal=target.exclude_diagonal, progress=progress,
+                   what="a verified query")
+        ids = _new_ids(cp, got.ids, found)
+        exact = cp.exact(ids // p, ids % p)
+        found.add(ids, exact, xp)
+        left -= int(ids.size)
         tau = _cut(target, found, xp)
         unreported = size - int(found.ids.size)
         if unreported == 0 or got.next_key == -math.inf:
@@ -352,7 +431,7 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
             break
         if tau > -math.inf:
             lam = certificate.multiplier(
-                d, certificate.entries_at_risk(norm2, tau, unreported), delta)
+                d, certificate.entries_at_risk(norm2 / pairs, tau, unreported), delta, blind)
             mg = lam * sigma
             if got.next_key + mg < tau:
                 certified = True
@@ -365,7 +444,7 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
         if not peeled:
             residual = residual.copy()
             peeled = True
-        peel(cp, residual, got.ids, exact)
+        peel(cp, residual, ids, exact)
     return found, certified, mg, sigma, advice
 
 
@@ -415,7 +494,8 @@ def _top_per_row(K, V, I, w: int, xp):
     return (K[r, q].reshape(rows, w), V[r, q].reshape(rows, w), I[r, q].reshape(rows, w))
 
 
-def scan_rows(cp, by: str, width: int, cuts, *, sketch=None, progress=None):
+def scan_rows(cp, by: str, width: int, cuts, *, sketch=None, skip_diagonal: bool = False,
+              progress=None):
     """Per row: the ``width`` largest keys >= ``cuts[row]`` (sorted, ties to the smaller
     column; -inf padded) with estimates and column ids, and ``next_key[row]``, the largest
     key of the row's other entries.  O(m width) memory."""
@@ -429,6 +509,8 @@ def scan_rows(cp, by: str, width: int, cuts, *, sketch=None, progress=None):
     for r0, c0, est in tiles(cp, sketch, progress):
         r1 = r0 + est.shape[0]
         K = key_of(est, by, xp)
+        if skip_diagonal:
+            K = _skip_diagonal(K.ravel(), r0, c0, est.shape, xp).reshape(est.shape)
         cut = cuts[r0:r1, None]
         below[r0:r1] = xp.maximum(below[r0:r1], xp.where(K < cut, K, -xp.inf).max(axis=1))
         K = xp.where(K >= cut, K, -xp.inf)
@@ -465,34 +547,35 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
     among those >= ``target.threshold``.  Returns (found, certified, margin, sigma, advice)."""
     xp = cp.backend.xp
     m, p = cp.shape
-    d, b = cp.reps, cp.buckets
-    found = Found(xp.empty(0, xp.int64), xp.empty(0, xp.float64))
+    d = cp.reps
+    size = m * p - (min(m, p) if target.exclude_diagonal else 0)
+    found = _start(cp, target)
     residual, peeled = cp.sketch, False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
     for rnd in range(rounds):
-        norm2 = norm2_upper(residual, xp)
-        sigma = math.sqrt(norm2 / b)
-        unreported = m * p - int(found.ids.size)
+        norm2, sigma, pairs, blind = cp.noise_model(residual)
+        unreported = size - int(found.ids.size)
         cuts = _row_cuts(target, found, m, p, xp)
         finite = cuts[xp.isfinite(cuts)]
         low = float(finite.min()) if finite.size else -math.inf
-        mg = certificate.margin(sigma, d, norm2, low, unreported, delta) \
+        mg = certificate.margin(sigma, d, norm2 / pairs, low, unreported, delta, blind) \
             if low > -math.inf else math.inf
         PK, PV, PI, nxt = scan_rows(cp, target.by, width, cuts - mg, sketch=residual,
-                                    progress=progress)
+                                    skip_diagonal=target.exclude_diagonal, progress=progress)
         r, q = xp.nonzero(PK > -xp.inf)
-        ids = r * p + PI[r, q]
-        ids = ids[~_member(ids, found.ids, xp)][:max(left, 0)]
+        ids = _new_ids(cp, r * p + PI[r, q], found)[:max(left, 0)]
+        if cp.gram:             # keep mirrors together when the budget cuts the list
+            ids = _new_ids(cp, ids, found)
         exact = cp.exact(ids // p, ids % p)
         found.add(ids, exact, xp)
         left -= int(ids.size)
         cuts = _row_cuts(target, found, m, p, xp)
         finite = cuts[xp.isfinite(cuts)]
         low = float(finite.min()) if finite.size else -math.inf
-        unreported = m * p - int(found.ids.size)
-        lam = certificate.multiplier(d, certificate.entries_at_risk(norm2, low, unreported), delta) \
-            if low > -math.inf else math.inf
+        unreported = size - int(found.ids.size)
+        lam = certificate.multiplier(d, certificate.entries_at_risk(norm2 / pairs, low, unreported),
+                                     delta, blind) if low > -math.inf else math.inf
         mg = lam * sigma
         ok_rows = (nxt == -xp.inf) | (nxt + mg < cuts)
         if bool(ok_rows.all()):

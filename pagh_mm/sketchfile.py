@@ -4,8 +4,10 @@ every read.
 A sketch file is an ``.npz`` archive (uncompressed, no pickles) holding exactly the arrays
 of :data:`SCHEMA`.  Version 2 (written now) adds ``checksum``: the SHA-256 hex digest of
 every other array in a canonical serialization (:func:`checksum`), and stores the hash
-seed as decimal text (seeds may be any non-negative integer).  Version 1 files (no
-checksum, the seed as int64) still load.
+seed as decimal text (seeds may be any non-negative integer).  Version 3 (written now)
+adds ``gram`` (1 for a Gram sketch, :func:`pagh_mm.compress_gram`, which then holds its
+exact ``diagonal``) and the ``hash_coefficients`` of the polynomial family.  Version 1
+files (no checksum, the seed as int64) and version 2 files still load.
 
 :func:`read` checks everything it can before anything is used: that the file is a
 readable archive whose array headers match their bytes, the format name and version,
@@ -32,7 +34,7 @@ from . import hashing
 from .convolution import METHODS
 
 FORMAT = "pagh_mm.CompressedProduct"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: The transform dtypes a sketch records, by their short names.
 DTYPES = ("fp64", "fp32", "fp16", "bf16")
 #: Largest log2(buckets) a file may hold (2**40 buckets: 8 TiB per repetition).
@@ -62,14 +64,15 @@ class Field(NamedTuple):
     dtype: str
     shape: tuple
     values: tuple | None
-    present: str            # "always", "v2" (version >= 2), "tabulation" (iff hash_family is)
+    present: str            # "always", "v2"/"v3" (version >= 2/3), "tabulation"/"polynomial"
+                            # (iff hash_family is), "gram" (iff gram is 1)
     doc: str
 
 
 #: The format, one array per entry, in the order they are checked.
 SCHEMA: dict[str, Field] = {
     "format": Field("text", (), (FORMAT,), "always", "the format's name"),
-    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1 or 2"),
+    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1, 2 or 3"),
     "checksum": Field("text", (), None, "v2", "SHA-256 hex digest of the other arrays"),
     "log2b": Field("int", (), (1, MAX_LOG2B), "always", "log2 of the buckets b"),
     "sketch": Field("float64", ("d", "b"), None, "always", "the d sketches c_t, all finite"),
@@ -85,7 +88,14 @@ SCHEMA: dict[str, Field] = {
     "hash_c": Field("uint64", ("d", 4), None, "always", "increments of h1, h2, s1, s2"),
     "hash_tables": Field("uint64", ("d", 4, 4, 256), None, "tabulation",
                          "tabulation tables (role, byte, value)"),
+    "hash_coefficients": Field("uint64", ("d", 4, 4), None, "polynomial",
+                               "polynomial coefficients (role, power), below 2**61 - 1"),
+    "gram": Field("int", (), (0, 1), "v3", "1: a Gram sketch of X.T @ X (one hash on both sides)"),
+    "diagonal": Field("float64", ("m",), None, "gram", "the exact diagonal of a Gram product"),
 }
+#: When a conditional array is present, and what to say when it is missing.
+_WHEN = {"tabulation": "hash_family 'tabulation' needs it",
+         "polynomial": "hash_family 'polynomial' needs it", "gram": "gram = 1 needs it"}
 
 _SEED = re.compile(r"[0-9]{1,4300}")        # 4300: Python's limit for int(str)
 
@@ -183,15 +193,24 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
     family = arrays.get("hash_family")
     family = _text(family) if family is not None and family.dtype.kind == "U" else None
     tabulation = family == "tabulation"
+    g = arrays.get("gram")
+    gram = version >= 3 and g is not None and g.shape == () and g.dtype.kind in "iu" and int(g) == 1
     for name, field in SCHEMA.items():
-        needed = {"always": True, "v2": version >= 2, "tabulation": tabulation}[field.present]
+        needed = {"always": True, "v2": version >= 2, "v3": version >= 3,
+                  "tabulation": tabulation, "polynomial": family == "polynomial",
+                  "gram": gram}[field.present]
         if needed and name not in arrays:
-            why = " (hash_family 'tabulation' needs it)" if field.present == "tabulation" else ""
+            why = f" ({_WHEN[field.present]})" if field.present in _WHEN else ""
             return f"array '{name}' is missing{why}"
         if not needed and name in arrays:
             if field.present == "tabulation":
                 return (f"array 'hash_tables' is present but hash_family is {family!r}; only "
                         "'tabulation' has tables")
+            if field.present == "polynomial":
+                return (f"array 'hash_coefficients' is present but hash_family is {family!r}; "
+                        "only 'polynomial' has coefficients")
+            if field.present == "gram" and version >= 3:
+                return "array 'diagonal' is present but gram is 0; only Gram sketches have one"
             return f"array '{name}' does not belong in format version {version}"
     for name in sorted(arrays):
         if name not in SCHEMA:
@@ -215,6 +234,9 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
             if s == "b":
                 want.append(1 << int(arrays["log2b"][()]))
                 notes.append("2**log2b")
+            elif s == "m":
+                want.append(int(arrays["shape"][0]))
+                notes.append("m, the product's rows")
             elif s == "d":
                 if d is None:
                     if a.ndim != len(field.shape) or a.shape[0] < 1:
@@ -237,6 +259,16 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
     bad_values = int(sketch.size - np.count_nonzero(np.isfinite(sketch)))
     if bad_values:
         return f"array 'sketch' holds {bad_values} NaN or Inf values"
+    if gram:
+        diag = arrays["diagonal"]
+        if not np.isfinite(diag).all():
+            return "array 'diagonal' holds NaN or Inf values"
+        shape = tuple(int(v) for v in arrays["shape"])
+        if shape[0] != shape[1] or _text(arrays["method"]) != "fwht" or \
+                family not in hashing.FOUR_INDEPENDENT:
+            return (f"gram = 1 needs a square product (shape {shape}), method 'fwht' and a "
+                    f"4-independent hash family ({', '.join(hashing.FOUR_INDEPENDENT)}), not "
+                    f"{_text(arrays['method'])!r} with {family!r}")
     even = int(np.count_nonzero((arrays["hash_a"] & np.uint64(1)) == 0))
     if even:
         return f"array 'hash_a' holds {even} even multipliers; they must all be odd"
@@ -246,7 +278,8 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
         return bad
     params = hashing.HashParams.from_arrays(arrays)
     if not params.same_as(hashing.HashParams.draw(params.family, params.seed, params.reps)):
-        return (f"hash_a, hash_c{', hash_tables' if tabulation else ''} are not the parameters "
+        extra = {"tabulation": ", hash_tables", "polynomial": ", hash_coefficients"}.get(family, "")
+        return (f"hash_a, hash_c{extra} are not the parameters "
                 f"hash_seed {params.seed} gives for {params.family!r}: the file was edited")
     return None
 
@@ -255,7 +288,7 @@ def _arrays(fields: Mapping) -> dict:
     """The arrays of a version-2 file holding ``fields`` (see :func:`write`)."""
     keys = ("sketch", "shape", "log2b", "method", "dtype", "algorithm", "stabilizer", "hash")
     missing = [k for k in keys if k not in fields]
-    extra = [k for k in fields if k not in keys and k != "format_version"]
+    extra = [k for k in fields if k not in keys and k not in ("format_version", "diagonal")]
     if missing or extra:
         raise TypeError(f"sketch fields: missing {missing}, unknown {extra}; expected {list(keys)}")
     params = fields["hash"]
@@ -277,16 +310,23 @@ def _arrays(fields: Mapping) -> dict:
         "algorithm": np.array(str(fields["algorithm"])),
         "stabilizer": np.array(str(fields["stabilizer"] or "")), **params.to_arrays(),
     }
+    diagonal = fields.get("diagonal")
+    arrays["gram"] = np.array(0 if diagonal is None else 1, np.int64)
+    if diagonal is not None:
+        if hasattr(diagonal, "get") and not isinstance(diagonal, np.ndarray):
+            diagonal = diagonal.get()
+        arrays["diagonal"] = np.ascontiguousarray(diagonal, dtype=np.float64)
     arrays["checksum"] = np.array(checksum(arrays))
     return arrays
 
 
 def write(path, fields: Mapping) -> None:
-    """Write a sketch file (format version 2) atomically, replacing ``path`` if it exists.
+    """Write a sketch file (format version 3) atomically, replacing ``path`` if it exists.
 
     ``fields``: ``sketch`` (d, b) float64 array, ``shape`` (m, p), ``log2b``, ``method``,
     ``dtype`` ('fp64', 'fp32', 'fp16' or 'bf16'), ``algorithm``, ``stabilizer`` (str or
-    None) and ``hash`` (:class:`pagh_mm.hashing.HashParams`).  The arrays are checked
+    None), ``hash`` (:class:`pagh_mm.hashing.HashParams`) and, for a Gram sketch only,
+    ``diagonal`` (its exact diagonal).  The arrays are checked
     exactly as :func:`read` checks them, so a file that would not load is never written:
     ``ValueError`` (``path: problem``) instead."""
     path = os.fspath(path)
@@ -298,7 +338,7 @@ def write(path, fields: Mapping) -> None:
 
 
 def read(path) -> dict:
-    """Read and check a sketch file (format version 1 or 2).
+    """Read and check a sketch file (format version 1, 2 or 3).
 
     Returns the fields :func:`write` takes (``sketch`` as a float64 NumPy array, ``shape``
     a tuple of ints, ``stabilizer`` None or a name, ``hash`` a HashParams) plus
@@ -326,4 +366,5 @@ def read(path) -> dict:
         "dtype": _text(arrays["dtype"]), "algorithm": _text(arrays["algorithm"]),
         "stabilizer": _text(arrays["stabilizer"]) or None, "hash": params,
         "format_version": int(arrays["format_version"][()]),
+        "diagonal": arrays["diagonal"] if "diagonal" in arrays else None,
     }

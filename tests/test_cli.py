@@ -247,7 +247,7 @@ def test_hash_option(files):
     code, text = run(pagh_main, ["multiply", "--help"])
     text = " ".join(text.split())                         # undo the help's line wrapping
     assert "multiply-add-shift" in text and "tabulation" in text and "variance bound" in text
-    assert "only 2-universal" in text and "[default: multiply-add-shift]" in text
+    assert "only 2-universal" in text and "Default: multiply-add-shift" in text and "polynomial" in text
     code, text = run(pagh_main, ["multiply", p["A.npy"], p["B.csv"], "-o", tmp / "C.npy",
                                  "--hash", "multiply-shift"])
     assert code == 2 and "--hash" in text
@@ -476,11 +476,11 @@ def test_legacy_sketch_prints_one_warning_line(tmp_path):
         assert "UserWarning" not in err and "LegacyHashWarning" not in err
 
 
-def test_compress_writes_a_version2_sketch(sketch):
+def test_compress_writes_a_version3_sketch(sketch):
     """Needs CompressedProduct.save wired to pagh_mm.sketchfile."""
     from pagh_mm import sketchfile
     f = sketchfile.read(sketch)
-    assert f["format_version"] == 2 and f["hash"].family == "multiply-add-shift"
+    assert f["format_version"] == 3 and f["hash"].family == "multiply-add-shift"
 
 
 SIGTERM_CLI = """

@@ -66,8 +66,9 @@ def valid(tmp_path):
 def test_round_trip_and_layout(valid):
     path, arrays = valid
     got = sketchfile.read(path)
-    assert same(got, fields()) and got["format_version"] == 2 and got["stabilizer"] is None
-    assert set(arrays) == set(sketchfile.SCHEMA) - {"hash_tables"}
+    assert same(got, fields()) and got["format_version"] == 3 and got["stabilizer"] is None
+    assert set(arrays) == set(sketchfile.SCHEMA) - {"hash_tables", "hash_coefficients", "diagonal"}
+    assert int(arrays["gram"]) == 0 and got["diagonal"] is None
     assert str(arrays["hash_seed"]) == "3" and arrays["hash_seed"].dtype.kind == "U"
     assert str(arrays["checksum"]) == sketchfile.checksum(arrays)
     assert len(str(arrays["checksum"])) == 64
@@ -84,12 +85,12 @@ def test_round_trip_families_and_huge_seeds(tmp_path, family, seed):
 
 def test_version1_files_load_with_identical_contents(tmp_path, valid):
     _, arrays = valid
-    v1 = {k: v for k, v in arrays.items() if k != "checksum"}
+    v1 = {k: v for k, v in arrays.items() if k not in ("checksum", "gram")}
     v1["format_version"] = np.array(1)
     v1["hash_seed"] = np.array(3, np.int64)
     save_arrays(tmp_path / "v1.npz", v1)
     a, b = sketchfile.read(tmp_path / "v1.npz"), sketchfile.read(valid[0])
-    assert a["format_version"] == 1 and b["format_version"] == 2 and same(a, b)
+    assert a["format_version"] == 1 and b["format_version"] == 3 and same(a, b)
     v1["hash_seed"] = np.array(-3, np.int64)                  # negative seeds never were valid
     save_arrays(tmp_path / "neg.npz", v1)
     assert "non-negative" in one_error(tmp_path / "neg.npz")
@@ -144,10 +145,11 @@ def _other_c(a):
 # (id, edit of the arrays, text the one-line error must contain); checksums recomputed, so
 # each edit reaches the check that names it.
 EDITS = [(f"missing-{n}", _drop(n), f"array '{n}' is missing")
-         for n in sketchfile.SCHEMA if n not in ("format", "hash_tables")] + [
+         for n in sketchfile.SCHEMA
+         if n not in ("format", "hash_tables", "hash_coefficients", "diagonal")] + [
     ("missing-format", _drop("format"), "not a pagh_mm sketch file"),
     ("format-other", _set("format", "numpy.savez"), "not a pagh_mm sketch file"),
-    ("newer-version", _set("format_version", 3), "upgrade pagh_mm"),
+    ("newer-version", _set("format_version", 4), "upgrade pagh_mm"),
     ("version-0", _set("format_version", 0), "'format_version' is 0"),
     ("version-text", _set("format_version", "2"), "'format_version' has dtype text"),
     ("sketch-float32", lambda a: {**a, "sketch": a["sketch"].astype(np.float32)},

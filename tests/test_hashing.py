@@ -135,7 +135,8 @@ def test_existing_sketches_keep_their_hash_functions(family):
     got = hashing.bucket_table(p, 1, np.array([0, 1, 12345]), 12)
     pinned = {"multiply-add-shift": [[1983, 1300, 113], [2555, 1510, 655]],
               "tabulation": [[3365, 2159, 3009], [2799, 2448, 3172]],
-              "multiply-shift": [[0, 2560, 3291], [0, 3154, 1597]]}
+              "multiply-shift": [[0, 2560, 3291], [0, 3154, 1597]],
+              "polynomial": [[442, 3756, 383], [1057, 1027, 1984]]}
     assert got.tolist() == pinned[family]
 
 

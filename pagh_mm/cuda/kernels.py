@@ -23,7 +23,8 @@ ESTIMATE_PARAMS = ("const i64*", "const double*", "const i64*", "const double*",
 
 def names():
     """Every template instantiation of ``estimate.cu`` (also compiled by the CI nvcc check)."""
-    return [f"tile_estimates<{d},{x}>" for d in MAXDS for x in ("true", "false")]
+    return [f"tile_estimates<{d},{x},{g}>" for d in MAXDS
+            for x, g in (("true", "false"), ("false", "false"), ("true", "true"))]
 
 
 def compile_unit() -> tuple[str, int]:
@@ -45,16 +46,19 @@ def _grid(total: int, threads: int = THREADS) -> int:
     return int(max(1, min((total + threads - 1) // threads, _grid_cap(cupy().cuda.Device().id))))
 
 
-def tile_estimates(h1, s1, h2, s2, sketch, r0: int, rows: int, log2b: int, xor: bool):
+def tile_estimates(h1, s1, h2, s2, sketch, r0: int, rows: int, log2b: int, xor: bool,
+                   gram: bool = False):
     """(rows, p) median estimates of rows r0 .. r0 + rows - 1 of the rows hashed in h1/s1
-    ((d, m) tables) against the columns hashed in h2/s2 ((d, p)); CuPy in, CuPy out."""
+    ((d, m) tables) against the columns hashed in h2/s2 ((d, p)); CuPy in, CuPy out
+    (``gram``: halved, bucket 0 left out)."""
     cp = cupy()
     d, m = h1.shape
     p = h2.shape[1]
     if d > MAXDS[-1]:
         raise ValueError(f"reps={d}: the GPU query kernel supports at most {MAXDS[-1]} repetitions")
     maxd = next(x for x in MAXDS if x >= d)
-    fn = ESTIMATE.function(f"tile_estimates<{maxd},{'true' if xor else 'false'}>")
+    flag = {True: "true", False: "false"}
+    fn = ESTIMATE.function(f"tile_estimates<{maxd},{flag[bool(xor)]},{flag[bool(gram)]}>")
     out = cp.empty((rows, p), dtype=cp.float64)
     fn((_grid(rows * p),), (THREADS,), (h1, s1, h2, s2, sketch, np.int32(d), np.int64(m), np.int64(p),
                                         np.int32(log2b), np.int64(r0), np.int64(rows), out))
