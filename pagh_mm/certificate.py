@@ -68,7 +68,7 @@ def multiplier(d: int, count: float, delta: float, blind: float = 0.0) -> float:
     lo, hi = 0.0, 0.5                    # T is increasing in q; find the largest q with T <= target
     if miss_probability(d, hi, blind) <= target:
         return 1.0
-    for _ in range(200):
+    for _ in range(64):                  # q to 2^-65: far below any margin's resolution
         mid = 0.5 * (lo + hi)
         if miss_probability(d, mid, blind) <= target:
             lo = mid

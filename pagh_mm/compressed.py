@@ -107,7 +107,10 @@ class CompressedProduct:
     def estimate(self, i, j):
         """Median-of-d estimate of C[i, j]; ``i``, ``j`` integer arrays (broadcast).  With an
         even number of repetitions the median is the mean of the two middle estimates."""
-        i, j = self._entries(i, j)
+        return self._estimate(*self._entries(i, j))
+
+    def _estimate(self, i, j):
+        """:meth:`estimate` of valid int64 indices of equal shapes (not checked again)."""
         est = self._median(self._per_rep(i, j))
         if self.gram:
             xp = self.backend.xp
@@ -184,7 +187,7 @@ class CompressedProduct:
     def _answer(self, ids, exact, certified, margin, sigma, delta, verified) -> Entries:
         p = self.shape[1]
         rows, cols = ids // p, ids % p
-        return Entries(rows, cols, self.estimate(rows, cols), exact, bool(certified),
+        return Entries(rows, cols, self._estimate(rows, cols), exact, bool(certified),
                        float(margin), float(sigma), float(delta), int(verified))
 
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
@@ -325,7 +328,7 @@ class CompressedProduct:
             if threshold is not None:
                 keep &= key >= threshold
             ids, ex = ids[keep], ex[keep]
-            vals = self.estimate(ids // p, ids % p)
+            vals = self._estimate(ids // p, ids % p)
             info = (bool(ok), float(mg), float(sigma), float(failure_probability),
                     int(found.ids.size))
         if format == "entries":
@@ -384,8 +387,14 @@ class CompressedProduct:
         repetition's estimate (||R||_F / sqrt(b); Gram: ||R - diag||_F / sqrt(2 b)), the
         entries per independent estimate (2 for Gram: C[i, j] and C[j, i] share it) and the
         probability a repetition is blind to an entry (Gram: 1/b)."""
-        norm2 = float(self._norms2(self.sketch if sketch is None else sketch).max()) \
-            if self.sketch.size else 0.0
+        sketch = self.sketch if sketch is None else sketch
+        cache = self.__dict__.get("_noise_of")
+        if cache is not None and cache[0] is sketch:          # the sketch itself: once
+            norm2 = cache[1]
+        else:
+            norm2 = float(self._norms2(sketch).max()) if sketch.size else 0.0
+            if sketch is self.sketch:
+                self.__dict__["_noise_of"] = (sketch, norm2)
         if self.gram:
             return norm2, math.sqrt(norm2 / (2.0 * self.buckets)), 2, 1.0 / self.buckets
         return norm2, math.sqrt(norm2 / self.buckets), 1, 0.0
