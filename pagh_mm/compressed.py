@@ -221,8 +221,11 @@ class CompressedProduct:
                            float(failure_probability), 0)
         if not verify:
             got = query.scan(self, by, k, skip_diagonal=exclude_diagonal, progress=progress)
+            values, ids = got.values, got.ids
+            if self.gram:
+                values, ids = query.mirrored(self, values, ids, by, k)
             p = self.shape[1]
-            return Entries(got.ids // p, got.ids % p, got.values)
+            return Entries(ids // p, ids % p, values)
         budget = int(min(size, candidates or max(16 * k, 4096)))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, k=k, exclude_diagonal=exclude_diagonal),
@@ -259,8 +262,11 @@ class CompressedProduct:
         if not verify:
             got = query.scan(self, by, max(size, 1), threshold, skip_diagonal=exclude_diagonal,
                              progress=progress, what=f"above({threshold!r})")
+            values, ids = got.values, got.ids
+            if self.gram:
+                values, ids = query.mirrored(self, values, ids, by)
             p = self.shape[1]
-            return Entries(got.ids // p, got.ids % p, got.values)
+            return Entries(ids // p, ids % p, values)
         budget = int(min(size, candidates or size))
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, threshold=threshold, exclude_diagonal=exclude_diagonal),

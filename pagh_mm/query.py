@@ -124,9 +124,10 @@ def tile_shape(cp):
     return rows, cols
 
 
-def tiles(cp, sketch=None, progress=None):
+def tiles(cp, sketch=None, progress=None, upper: bool = False):
     """Yield (row0, col0, median estimates of the tile's rows x cols) from ``sketch``
-    (default: the product's own), covering the product.
+    (default: the product's own), covering the product (``upper``: only the tiles that
+    hold entries on or above the diagonal; the others are skipped).
 
     On the GPU one kernel computes each tile's medians from the hash values and the
     sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
@@ -140,6 +141,9 @@ def tiles(cp, sketch=None, progress=None):
         h2, s2 = cp._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
         for r0 in range(0, m, rows):
             r1 = min(m, r0 + rows)
+            if upper and r0 >= c1:
+                done += (r1 - r0) * (c1 - c0)
+                continue
             h1, s1 = cp._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
             if cp.backend.gpu:
                 from .cuda import kernels
@@ -183,6 +187,31 @@ class Scan:
     next_key: float
 
 
+def _below_diagonal(key, r0, c0, shape, xp):
+    """``key`` (a flat tile) with the entries below the diagonal (row > column) set to -inf."""
+    if r0 + shape[0] - 1 <= c0:
+        return key
+    r = xp.arange(r0, r0 + shape[0], dtype=xp.int64)[:, None]
+    c = xp.arange(c0, c0 + shape[1], dtype=xp.int64)[None, :]
+    return xp.where((r > c).ravel(), -xp.inf, key)
+
+
+def mirrored(cp, values, ids, by: str, k: int | None = None):
+    """Entries of a Gram sketch's upper-triangle scan as entries of the whole matrix: each
+    off-diagonal (i, j) with its mirror (j, i) (the same estimate), largest key first, ties
+    to the smaller id; the ``k`` largest when given (the k largest of the whole matrix are
+    among the mirrors of the k largest of the upper triangle)."""
+    xp = cp.backend.xp
+    m = cp.shape[0]
+    off = ids // m != ids % m
+    ids = xp.concatenate([ids, (ids[off] % m) * m + ids[off] // m])
+    values = xp.concatenate([values, values[off]])
+    if k is None:
+        k = int(ids.size)
+    sel = best(key_of(values, by, xp), ids, min(k, int(ids.size)), xp)
+    return values[sel], ids[sel]
+
+
 def _skip_diagonal(key, r0, c0, shape, xp):
     """``key`` (a flat tile) with the diagonal's entries set to -inf (a copy)."""
     a, b = _diagonal_in_tile(r0, c0, shape)
@@ -197,7 +226,9 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
     those not in ``exclude`` (sorted flat ids) nor on the diagonal (``skip_diagonal``), from
     ``sketch`` (default: the product's), never holding an m x p array.  ``next_key`` bounds
-    every other entry's key, except excluded ones with a key >= ``cut``."""
+    every other entry's key, except excluded ones with a key >= ``cut``.  On a Gram sketch
+    only the upper triangle (with the diagonal) is scanned: the entries below it are the
+    mirrors of those above, with the same estimates (:func:`mirrored`)."""
     xp = cp.backend.xp
     room = memory.available(cp.backend.name)
     pool_v, pool_i = xp.empty(0, xp.float64), xp.empty(0, xp.int64)
@@ -209,16 +240,19 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
         keep = best(key_of(v, by, xp), i, cap + 1, xp)
         return v[keep], i[keep]
 
-    for r0, c0, est in tiles(cp, sketch, progress):
+    upper = cp.gram
+    for r0, c0, est in tiles(cp, sketch, progress, upper=upper):
         flat = est.ravel()
         key = key_of(flat, by, xp)
         if skip_diagonal:
             key = _skip_diagonal(key, r0, c0, est.shape, xp)
+        if upper:
+            key = _below_diagonal(key, r0, c0, est.shape, xp)
         if cut > -math.inf:
             low = xp.where(key < cut, key, -xp.inf).max()
             below = low if below is None else xp.maximum(below, low)
         lim = max(cut, floor)
-        if lim > -math.inf or skip_diagonal:
+        if lim > -math.inf or skip_diagonal or upper:
             sel = xp.nonzero(key >= lim)[0] if lim > -math.inf else xp.nonzero(key > lim)[0]
             if sel.size == 0:
                 continue
@@ -343,7 +377,7 @@ def _start(cp, target: Target) -> Found:
             found.add(xp.arange(m, dtype=xp.int64) * (m + 1), cp.diagonal, xp)
         blind = blind_pairs(cp)
         if blind.size:
-            found.add(blind, cp.exact(blind // m, blind % m), xp)
+            found.add(blind, exact_of(cp, blind), xp)
     return found
 
 
@@ -356,6 +390,19 @@ def _new_ids(cp, ids, found: Found):
         m = cp.shape[0]
         ids = xp.unique(xp.concatenate([ids, (ids % m) * m + ids // m]))
     return ids[~_member(ids, found.ids, xp)]
+
+
+def exact_of(cp, ids):
+    """Exact values of the entries ``ids`` (flat); on a Gram sketch each pair (i, j), (j, i)
+    is computed once."""
+    xp = cp.backend.xp
+    p = cp.shape[1]
+    if not cp.gram or ids.size == 0:
+        return cp.exact(ids // p, ids % p)
+    r, c = ids // p, ids % p
+    canon = xp.minimum(r, c) * p + xp.maximum(r, c)
+    uniq, back = xp.unique(canon, return_inverse=True)
+    return cp.exact(uniq // p, uniq % p)[back.ravel()]
 
 
 def _cut(target: Target, found: Found, xp) -> float:
@@ -421,7 +468,7 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
                    skip_diagonal=target.exclude_diagonal, progress=progress,
                    what="a verified query")
         ids = _new_ids(cp, got.ids, found)
-        exact = cp.exact(ids // p, ids % p)
+        exact = exact_of(cp, ids)
         found.add(ids, exact, xp)
         left -= int(ids.size)
         tau = _cut(target, found, xp)
@@ -567,7 +614,7 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
         ids = _new_ids(cp, r * p + PI[r, q], found)[:max(left, 0)]
         if cp.gram:             # keep mirrors together when the budget cuts the list
             ids = _new_ids(cp, ids, found)
-        exact = cp.exact(ids // p, ids % p)
+        exact = exact_of(cp, ids)
         found.add(ids, exact, xp)
         left -= int(ids.size)
         cuts = _row_cuts(target, found, m, p, xp)
