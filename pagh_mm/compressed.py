@@ -184,10 +184,23 @@ class CompressedProduct:
         import fwht_gpu.dtypes as fd
         return fd.resolve(self.dtype, "dtype")
 
-    def _answer(self, ids, exact, certified, margin, sigma, delta, verified) -> Entries:
+    def _answer(self, ids, exact, certified, margin, sigma, delta, verified,
+                known=None) -> Entries:
+        """Entries of a certified query; the estimates come from ``known`` (sorted ids and
+        the first scan's estimates) where it has them, else are computed."""
+        xp = self.backend.xp
         p = self.shape[1]
         rows, cols = ids // p, ids % p
-        return Entries(rows, cols, self._estimate(rows, cols), exact, bool(certified),
+        if known is not None and known[0].size and ids.size:
+            at = xp.minimum(xp.searchsorted(known[0], ids), known[0].size - 1)
+            hit = known[0][at] == ids
+            est = known[1][at]
+            if not bool(hit.all()):
+                miss = xp.nonzero(~hit)[0]
+                est[miss] = self._estimate(rows[miss], cols[miss])
+        else:
+            est = self._estimate(rows, cols)
+        return Entries(rows, cols, est, exact, bool(certified),
                        float(margin), float(sigma), float(delta), int(verified))
 
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
@@ -235,7 +248,7 @@ class CompressedProduct:
         if not ok:
             query.warn_uncertified(f"top_k({k})", advice)
         return self._answer(found.ids[order], found.exact[order], ok, mg, sigma,
-                            failure_probability, found.ids.size)
+                            failure_probability, found.ids.size, found.known)
 
     def above(self, threshold: float, *, verify: bool = False, by: str = "abs",
               candidates: int | None = None,
@@ -279,7 +292,7 @@ class CompressedProduct:
         if not ok:
             query.warn_uncertified(f"above({threshold!r})", advice)
         return self._answer(found.ids[order], found.exact[order], ok, mg, sigma,
-                            failure_probability, found.ids.size)
+                            failure_probability, found.ids.size, found.known)
 
     def top_k_per_row(self, n: int, *, threshold: float | None = None, verify: bool = False,
                       by: str = "abs", candidates: int | None = None,

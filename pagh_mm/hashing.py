@@ -166,6 +166,10 @@ def _raw(params: HashParams, role: int, keys, xp, affine: bool, reps=None):
     t = np.arange(params.reps) if reps is None else np.atleast_1d(np.asarray(reps))
     expand = (slice(None),) + (None,) * keys.ndim
     if params.family == "polynomial":                           # top 61 bits: the value
+        if xp is not np:                                        # CuPy: one kernel (hash.cu)
+            from .cuda import kernels
+            out = kernels.poly61(keys, params.coefficients[t, role])
+            return out.reshape((t.size,) + keys.shape)
         coef = xp.asarray(params.coefficients[t, role])         # (r, 4)
         v = xp.broadcast_to(coef[:, 3][expand], (t.size,) + keys.shape)
         for power in (2, 1, 0):

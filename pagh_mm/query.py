@@ -334,6 +334,19 @@ class Found:
 
     ids: object
     exact: object
+    #: (sorted flat ids, estimates) read off the unpeeled sketch by the first scan
+    known: tuple | None = None
+
+    def remember(self, cp, ids, values) -> None:
+        """Keep the first scan's estimates (of the sketch itself) for the answer."""
+        xp = cp.backend.xp
+        if cp.gram and ids.size:
+            m = cp.shape[0]
+            off = ids // m != ids % m
+            ids = xp.concatenate([ids, (ids[off] % m) * m + ids[off] // m])
+            values = xp.concatenate([values, values[off]])
+        order = xp.argsort(ids)
+        self.known = (ids[order], values[order])
 
     def add(self, ids, exact, xp):
         ids_all = xp.concatenate([self.ids, ids])
@@ -467,6 +480,8 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
         got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
                    skip_diagonal=target.exclude_diagonal, progress=progress,
                    what="a verified query")
+        if not peeled:
+            found.remember(cp, got.ids, got.values)
         ids = _new_ids(cp, got.ids, found)
         exact = exact_of(cp, ids)
         found.add(ids, exact, xp)

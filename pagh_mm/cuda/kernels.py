@@ -1,5 +1,5 @@
-"""GPU kernels of pagh_mm (``estimate.cu`` and ``scatter.cu``), compiled per (device, kernel)
-through fwht_gpu's kernel modules."""
+"""GPU kernels of pagh_mm (``estimate.cu``, ``scatter.cu`` and ``hash.cu``), compiled per
+(device, kernel) through fwht_gpu's kernel modules."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +12,7 @@ from fwht_gpu.gpu import KernelModule, cupy, limits
 HERE = os.path.dirname(__file__)
 ESTIMATE = KernelModule(os.path.join(HERE, "estimate.cu"))
 SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"), named=False)   # extern "C" kernels
+HASH = KernelModule(os.path.join(HERE, "hash.cu"), named=False)
 MAXDS = (7, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
@@ -30,7 +31,7 @@ def names():
 def compile_unit() -> tuple[str, int]:
     """One translation unit with every kernel of pagh_mm (the ``fwht_gpu.kernels`` entry point
     of the CI nvcc check) and its number of instantiations."""
-    lines = [f'#include "{ESTIMATE.path}"', f'#include "{SCATTER.path}"']
+    lines = [f'#include "{ESTIMATE.path}"', f'#include "{SCATTER.path}"', f'#include "{HASH.path}"']
     params = ", ".join(ESTIMATE_PARAMS)
     lines += [f"template __global__ void {nm}({params});" for nm in names()]
     return "\n".join(lines) + "\n", len(names())
@@ -92,4 +93,18 @@ def scatter_sparse(ptr, h, w, nb: int, b: int):
         (_grid(nb * d),), (THREADS,),
         (cp.ascontiguousarray(ptr), cp.ascontiguousarray(h), cp.ascontiguousarray(w), np.int64(nnz),
          np.int32(d), np.int64(nb), np.int64(b), out))
+    return out
+
+
+def poly61(keys, coef):
+    """(r, n) uint64 values << 3 of the degree-3 polynomials ``coef`` ((r, 4) uint64, powers
+    0..3) over GF(2^61 - 1) at the uint64 ``keys`` (n): see ``hash.cu``."""
+    cp = cupy()
+    keys = cp.ascontiguousarray(keys.ravel(), dtype=cp.uint64)
+    coef = cp.ascontiguousarray(cp.asarray(coef, dtype=cp.uint64))
+    r, n = coef.shape[0], keys.size
+    out = cp.empty((r, n), dtype=cp.uint64)
+    if out.size:
+        HASH.function("poly61")((_grid(r * n),), (THREADS,),
+                                (keys, np.int64(n), coef, np.int64(r), out))
     return out
