@@ -147,7 +147,7 @@ TABLES = {
     "fwht-variants": (fwht_variants, ["h100/fwht-variants.json"]),
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
-    "pagh-mm-certified": (pagh_mm_certified, ["h100/session8-bench-auto.json"]),
+    "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
 }
 
 
