@@ -243,7 +243,7 @@ class CompressedProduct:
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, k=k, exclude_diagonal=exclude_diagonal),
             delta=failure_probability, candidates=budget,
-            rounds=rounds, first_pool=min(budget, 2 * k + 64), progress=progress))
+            rounds=rounds, first_pool=min(budget, query.first_pool(k)), progress=progress))
         order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
         if not ok:
             query.warn_uncertified(f"top_k({k})", advice)
@@ -366,17 +366,24 @@ class CompressedProduct:
         with Python integers on the host) with an :class:`ExactValueWarning`.  The factors
         are the arrays given to :func:`compress` (kept by reference, not copied: modify them
         and the exact values change; ``attach`` replaces them)."""
-        xp = self.backend.xp
+        self._need_factors()
+        rows, cols = self._entries(rows, cols)
+        return self._exact(rows.ravel(), cols.ravel()).reshape(rows.shape)
+
+    def _need_factors(self) -> None:
         if not self.factors:
             raise ValueError("exact values need A and B: this sketch has none (it was loaded "
                              "from a file, or is a sum with such a sketch); pass them with "
                              "CompressedProduct.attach(A, B)")
-        rows, cols = self._entries(rows, cols)
-        r, c = rows.ravel(), cols.ravel()
+
+    def _exact(self, r, c):
+        """:meth:`exact` of valid flat int64 indices (not checked again)."""
+        self._need_factors()
+        xp = self.backend.xp
         total = xp.zeros(r.shape, dtype=xp.float64)
         for A, B in self.factors:
             total += exact_pair(self.backend, A, B, r, c)
-        return total.reshape(rows.shape)
+        return total
 
     def attach(self, A, B) -> "CompressedProduct":
         """Attach the factors (after ``load``) so that ``verify=True`` works."""

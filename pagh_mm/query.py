@@ -43,6 +43,13 @@ CROWDED = 64
 FIRST_POOL_ABOVE = 4096
 
 
+def first_pool(k: int) -> int:
+    """Candidates the first scan of a certified top-k verifies: the k largest estimates and
+    max(64, k / 4) more, so that entries just below the k-th are verified too and the
+    certificate can hold after one scan."""
+    return k + max(64, k // 4)
+
+
 class CertificateWarning(UserWarning):
     """A verified query could not certify its answer within its budget; the message says
     which parameter to raise."""
@@ -411,11 +418,11 @@ def exact_of(cp, ids):
     xp = cp.backend.xp
     p = cp.shape[1]
     if not cp.gram or ids.size == 0:
-        return cp.exact(ids // p, ids % p)
+        return cp._exact(ids // p, ids % p)
     r, c = ids // p, ids % p
     canon = xp.minimum(r, c) * p + xp.maximum(r, c)
     uniq, back = xp.unique(canon, return_inverse=True)
-    return cp.exact(uniq // p, uniq % p)[back.ravel()]
+    return cp._exact(uniq // p, uniq % p)[back.ravel()]
 
 
 def _cut(target: Target, found: Found, xp) -> float:
