@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import compiled
 from . import dtypes as _dt
 from . import memory
 from .overflow import overflow_error, overflowed_rows, recompute_rows
@@ -244,6 +245,8 @@ def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.n
     if x.ndim != 2 or x.shape[1] != plan.n or x.dtype != plan.dtype:
         raise ValueError(f"execute expects a (batch, {plan.n}) {plan.dtype} array, "
                          f"got {x.shape} {x.dtype}")
+    if compiled.supports(plan, counter):     # the same stages, compiled (the same bits)
+        return compiled.run(plan, x)
     with np.errstate(over="ignore", invalid="ignore"):   # overflow is detected by the caller
         # rows are independent: run every stage on cache-sized blocks of rows (same
         # operations in the same order per row, so the same bits)
@@ -329,6 +332,8 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
             y2[bad] = recompute_rows(plan, x2[bad], factor, _run64, np)
     y = np.moveaxis(y2.reshape(shape), -1, axis)
     if out is None:
+        if y.dtype == x.dtype and y.flags.c_contiguous:
+            return y                            # the engine's fresh output, as it is
         out = np.empty(x.shape, dtype=x.dtype)
     out[...] = y
     return out
