@@ -145,12 +145,12 @@ def supports(plan, counter) -> bool:
     return all(st.kind == "radix2" for p in plan.passes for st in p.stages)
 
 
-def run(plan, x: np.ndarray) -> np.ndarray:
-    """The Plan's stages on a (batch, n) array of the plan's dtype: a new array, the NumPy
-    engine's bits."""
+def run(plan, x: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """The Plan's stages on a (batch, n) array of the plan's dtype: a new array (or ``x``
+    itself, C-contiguous, with ``in_place``), the NumPy engine's bits."""
     blocked, wide, wide2 = _kernels()
     n = plan.n
-    w = np.array(x, dtype=plan.dtype, order="C", copy=True)
+    w = x if in_place else np.array(x, dtype=plan.dtype, order="C", copy=True)
     if w.size == 0 or n == 1:
         return w
     flat = w.reshape(-1)

@@ -17,7 +17,7 @@ import numpy as np
 from . import compiled
 from . import dtypes as _dt
 from . import memory
-from .overflow import overflow_error, overflowed_rows, recompute_rows
+from .overflow import _row_finite, overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
 
 
@@ -308,12 +308,24 @@ def scale(x: np.ndarray, factor: float) -> np.ndarray:
 
 
 def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=None,
-              counter: OpCounter | None = None, recompute: bool = True) -> np.ndarray:
+              counter: OpCounter | None = None, recompute: bool = True,
+              overwrite_x: bool = False) -> np.ndarray:
     """The engine's entry (the GPU engines have the same signature): ``plan`` along ``axis``
     of ``x``, multiplied by ``factor``, written to ``out`` (or a new array).  Overflowed
     transforms of finite input are recomputed in float64 when scaled (``recompute``), else
-    TransformOverflowError."""
+    TransformOverflowError.  ``overwrite_x``: an unscaled compiled transform of a
+    C-contiguous ``x`` along its last axis runs in place and returns ``x``."""
     axis = axis % x.ndim
+    if overwrite_x and out is None and factor == 1.0 and axis == x.ndim - 1 and x.size and \
+            x.flags.c_contiguous and x.flags.writeable and x.dtype == plan.dtype and \
+            compiled.supports(plan, counter):
+        x2 = x.reshape(-1, plan.n)
+        finite_in = _row_finite(x2, np)
+        compiled.run(plan, x2, in_place=True)
+        bad = ~_row_finite(x2, np) & finite_in
+        if bool(bad.any()):
+            raise overflow_error(plan.dtype)        # unscaled: as the copying path
+        return x
     xm = np.moveaxis(x, axis, -1)
     shape = xm.shape
     x2 = xm.reshape(-1, plan.n)

@@ -135,8 +135,11 @@ class FWHT:
             return 0
         return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
 
-    def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None):
-        """The transform (``inverse``: the inverse, as :func:`ifwht`) of ``x`` along ``axis``."""
+    def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None,
+                 overwrite_x: bool = False):
+        """The transform (``inverse``: the inverse, as :func:`ifwht`) of ``x`` along ``axis``.
+        ``overwrite_x``: the contents of ``x`` may be destroyed (as in ``scipy.fft``); the CPU
+        engine then transforms a C-contiguous ``x`` in place, without a copy, when it can."""
         x = _as_array(x)
         on_gpu = _is_cupy(x)
         if on_gpu and self.device != "cuda":
@@ -148,16 +151,16 @@ class FWHT:
             check_length(length, "x")
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
-        return self._execute(x, axis, norm_factor(self.n, norm, inverse), out)
+        return self._execute(x, axis, norm_factor(self.n, norm, inverse), out, bool(overwrite_x))
 
-    def _execute(self, x, axis: int, factor: float, out):
+    def _execute(self, x, axis: int, factor: float, out, overwrite_x: bool = False):
         """The engine call on checked arguments (``axis`` non-negative)."""
         if _is_cupy(x):
             batch, interleave = gpu_arrays.layout(x, axis, out)
             return gpu_arrays.transform(self.plan_for(batch, interleave), x, axis, factor, out)
         if self.device == "cuda":
             return gpu_host.transform(self.plan_for(x.size // max(1, self.n)), x, axis, factor, out)
-        return cpu.transform(self._plans[("base",)], x, axis, factor, out)
+        return cpu.transform(self._plans[("base",)], x, axis, factor, out, overwrite_x=overwrite_x)
 
 
 @functools.lru_cache(maxsize=256)

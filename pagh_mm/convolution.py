@@ -68,7 +68,7 @@ class Accumulator:
         sketches are equal: one transform, squared (FWHT only)."""
         xp = self.xp
         if self.method == "fwht":
-            FA = self.transform(self._to_dtype(PA, "A"))
+            FA = self.transform(self._to_dtype(PA, "A"), overwrite_x=True)   # our temporaries
             if PB is None:
                 clock("transform")
                 FA = FA.astype(self.acc_dtype, copy=False)
@@ -76,7 +76,7 @@ class Accumulator:
                 del FA
                 clock("accumulate")
                 return
-            FB = self.transform(self._to_dtype(PB, "B"))
+            FB = self.transform(self._to_dtype(PB, "B"), overwrite_x=True)
             clock("transform")
             terms = FA.astype(self.acc_dtype, copy=False) * FB.astype(self.acc_dtype, copy=False)
         else:

@@ -19,7 +19,7 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import hashing
+from . import compiled, hashing
 from .backend import Backend
 
 
@@ -35,6 +35,7 @@ class Side:
         self.keys = M.shape[0] if which == 1 else M.shape[1]
         self.M = M
         self._table = None
+        self._hs = None
         self._ptr = None
 
     def most_values(self, block: int) -> int:
@@ -76,8 +77,20 @@ class Side:
             from .cuda import kernels
             indptr, keys, sgn = self._gpu_table()
             return kernels.scatter_dense(X, indptr, keys, sgn, d * b).reshape(nb, d, b)
+        if compiled.ENABLED:                             # the same order, one read of X
+            h, s = self._cpu_hashes()
+            return compiled.scatter_dense(X, h, s, b)
         out = self._cpu_table() @ X                      # SciPy: per row, keys in increasing order
         return np.ascontiguousarray(out.T).reshape(nb, d, b)
+
+    def _cpu_hashes(self):
+        """(buckets (keys, d) int64, signs (keys, d) float64) of every key."""
+        if self._hs is None:
+            keys = np.arange(self.keys, dtype=np.int64)
+            self._hs = (np.ascontiguousarray(
+                hashing.bucket_table(self.params, self.which, keys, self.log2b).T),
+                np.ascontiguousarray(hashing.sign_table(self.params, self.which, keys).T))
+        return self._hs
 
     def _cpu_table(self):
         """The stacked (d b) x keys scatter matrix (CSR, float64; keys increasing in each row)."""

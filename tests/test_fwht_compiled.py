@@ -54,3 +54,19 @@ def test_only_plain_folklore_is_compiled_and_the_api_uses_it():
     x = np.random.default_rng(2).standard_normal((4, 1024))
     H = np.array([[(-1) ** bin(i & j).count("1") for j in range(1024)] for i in range(1024)])
     assert np.allclose(fwht_gpu.fwht(x, device="cpu"), x @ H, rtol=1e-12, atol=1e-9)
+
+
+def test_overwrite_x_transforms_in_place_with_the_same_bits_and_checks():
+    F = fwht_gpu.FWHT(1 << 13, np.float32, device="cpu")
+    x = np.random.default_rng(3).standard_normal((4, 1 << 13)).astype(np.float32)
+    want = F(x)
+    y = x.copy()
+    got = F(y, overwrite_x=True)
+    assert got is y and np.array_equal(got, want)
+    z = x.copy()
+    z[1, 5] = np.nan                                   # NaN input: NaN output, no error
+    assert np.isnan(F(z, overwrite_x=True)[1]).any()
+    big = np.full((2, 1 << 13), 3e38, np.float32)      # finite input that overflows
+    with pytest.raises(fwht_gpu.TransformOverflowError):
+        F(big, overwrite_x=True)
+    assert np.array_equal(F(np.asfortranarray(x), overwrite_x=True), want)
