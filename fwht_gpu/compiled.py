@@ -29,110 +29,19 @@ ENABLED = os.environ.get("PAGH_FWHT_COMPILED", "1") != "0"
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    import numba
+    from . import _cpu_kernels as k
+    return k.blocked, k.wide, k.wide2, k.serial
 
-    @numba.njit(nogil=True, cache=True, inline="always")
-    def _stage(x, base, n, bit):
-        h = 1 << bit
-        for start in range(base, base + n, 2 * h):
-            for i in range(start, start + h):
-                a = x[i]
-                b = x[i + h]
-                x[i] = a + b
-                x[i + h] = a - b
 
-    @numba.njit(nogil=True, cache=True, inline="always")
-    def _first3(x, base, n):
-        """Stages at bits 0, 1, 2 (in that order) on n elements from base, eight values in
-        registers at a time: the same butterflies in the same order as three _stage calls."""
-        for g in range(base, base + n, 8):
-            x0, x1, x2, x3 = x[g], x[g + 1], x[g + 2], x[g + 3]
-            x4, x5, x6, x7 = x[g + 4], x[g + 5], x[g + 6], x[g + 7]
-            x0, x1 = x0 + x1, x0 - x1
-            x2, x3 = x2 + x3, x2 - x3
-            x4, x5 = x4 + x5, x4 - x5
-            x6, x7 = x6 + x7, x6 - x7
-            x0, x2 = x0 + x2, x0 - x2
-            x1, x3 = x1 + x3, x1 - x3
-            x4, x6 = x4 + x6, x4 - x6
-            x5, x7 = x5 + x7, x5 - x7
-            x[g], x[g + 4] = x0 + x4, x0 - x4
-            x[g + 1], x[g + 5] = x1 + x5, x1 - x5
-            x[g + 2], x[g + 6] = x2 + x6, x2 - x6
-            x[g + 3], x[g + 7] = x3 + x7, x3 - x7
+def stage_bits(plan) -> tuple[np.ndarray, int]:
+    """(the plan's stage bits in order, int64; log2 of the cache block) for :func:`serial`."""
+    bits = np.array([st.bit for p in plan.passes for st in p.stages], dtype=np.int64)
+    return bits, min(BLOCK_BITS, plan.n.bit_length() - 1)
 
-    @numba.njit(nogil=True, cache=True, inline="always")
-    def _stage2(x, base, n, bit):
-        """Stages at ``bit`` then ``bit + 1``, four values in registers (the same butterflies
-        in the same order as two _stage calls)."""
-        h = 1 << bit
-        for start in range(base, base + n, 4 * h):
-            for i in range(start, start + h):
-                a, b, c, d = x[i], x[i + h], x[i + 2 * h], x[i + 3 * h]
-                a, b = a + b, a - b
-                c, d = c + d, c - d
-                x[i], x[i + 2 * h] = a + c, a - c
-                x[i + h], x[i + 3 * h] = b + d, b - d
 
-    @numba.njit(nogil=True, cache=True, parallel=True)
-    def blocked(x, bits, block):
-        """Stages ``bits`` (all < log2(block)) on every ``block`` of the flat array x."""
-        nblocks = x.size // block
-        first3 = bits.size >= 3 and block >= 8 and bits[0] == 0 and bits[1] == 1 and bits[2] == 2
-        for k in numba.prange(nblocks):
-            s0 = 0
-            if first3:
-                _first3(x, k * block, block)
-                s0 = 3
-            s = s0
-            while s < bits.size:
-                if s + 1 < bits.size and bits[s + 1] == bits[s] + 1:
-                    _stage2(x, k * block, block, bits[s])
-                    s += 2
-                else:
-                    _stage(x, k * block, block, bits[s])
-                    s += 1
-
-    @numba.njit(nogil=True, cache=True, parallel=True)
-    def wide(x, n, bit):
-        """One stage at ``bit`` over every row of length n of the flat array x: the pairs
-        (i, i + 2^bit) in chunks of 2^BLOCK_BITS / 2 in parallel."""
-        h = 1 << bit
-        rows = x.size // n
-        groups = n // (2 * h)                       # per row: blocks of 2h elements
-        chunk = min(h, 1 << 11)
-        per = h // chunk
-        total = rows * groups * per
-        for q in numba.prange(total):
-            g, c = q // per, q % per
-            start = g * 2 * h + c * chunk            # rows are whole groups: g spans them
-            for i in range(start, start + chunk):
-                a = x[i]
-                b = x[i + h]
-                x[i] = a + b
-                x[i + h] = a - b
-
-    @numba.njit(nogil=True, cache=True, parallel=True)
-    def wide2(x, n, bit):
-        """Stages at ``bit`` then ``bit + 1`` in one pass: four values (i, i + h, i + 2h,
-        i + 3h) in registers, the same butterflies in the same order as two ``wide``."""
-        h = 1 << bit
-        rows = x.size // n
-        groups = n // (4 * h)
-        chunk = min(h, 1 << 11)
-        per = h // chunk
-        total = rows * groups * per
-        for q in numba.prange(total):
-            g, c = q // per, q % per
-            start = g * 4 * h + c * chunk
-            for i in range(start, start + chunk):
-                a, b, c2, d = x[i], x[i + h], x[i + 2 * h], x[i + 3 * h]
-                a, b = a + b, a - b
-                c2, d = c2 + d, c2 - d
-                x[i], x[i + 2 * h] = a + c2, a - c2
-                x[i + h], x[i + 3 * h] = b + d, b - d
-
-    return blocked, wide, wide2
+def serial_kernel():
+    """The compiled single-thread row transform ``serial(x, n, bits, block_bits)``."""
+    return _kernels()[3]
 
 
 def supports(plan, counter) -> bool:
@@ -148,7 +57,7 @@ def supports(plan, counter) -> bool:
 def run(plan, x: np.ndarray, in_place: bool = False) -> np.ndarray:
     """The Plan's stages on a (batch, n) array of the plan's dtype: a new array (or ``x``
     itself, C-contiguous, with ``in_place``), the NumPy engine's bits."""
-    blocked, wide, wide2 = _kernels()
+    blocked, wide, wide2, _ = _kernels()
     n = plan.n
     w = x if in_place else np.array(x, dtype=plan.dtype, order="C", copy=True)
     if w.size == 0 or n == 1:

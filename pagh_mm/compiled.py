@@ -1,10 +1,16 @@
-"""Compiled CPU kernels of pagh_mm (numba), with the NumPy path's summation orders.
+"""Compiled CPU kernels of pagh_mm (numba), with the NumPy path's operations and orders.
 
 * :func:`scatter_dense`: the Count-Sketches of dense vectors for every repetition in one
   read of the input.  Each bucket's value is 0.0 plus the signed values s(i) x_i of its keys,
   added one at a time in increasing key order: the order of the SciPy scatter-matrix product
-  it replaces (and of the GPU kernel), so the bits are the same.  Threads take disjoint
-  vectors: the number of threads never changes a result.
+  it replaces (and of the GPU kernel), so the bits are the same.
+* :class:`Fused`: the whole FWHT compression of a block of inner indices, one inner index
+  at a time in the cache: scatter both sketches (dense or sparse vectors), cast to the
+  transform dtype, run the Plan's stages (:func:`fwht_gpu.compiled.serial`), multiply, and
+  sum the terms in the pairwise tree of :mod:`pagh_mm.reduction`, keeping one partial sum
+  per tree level.  Every term and every addition is the NumPy engine's, so the sketch has
+  its bits.  Threads take disjoint aligned chunks of the tree (nodes of it), which are then
+  combined as the tree combines them: the number of threads never changes a result.
 """
 from __future__ import annotations
 
@@ -13,30 +19,21 @@ import os
 
 import numpy as np
 
+from fwht_gpu import compiled as fcompiled
+
 #: Whether pagh_mm uses these kernels (PAGH_MM_COMPILED=0: the NumPy/SciPy path, e.g. to
 #: compare the two).
 ENABLED = os.environ.get("PAGH_MM_COMPILED", "1") != "0"
 
+#: Inner indices per chunk of the fused kernel (a power of two): its tree keeps
+#: log2(CHUNK) + 2 buffers of d x b values per thread.
+CHUNK = 64
+
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
-    import numba
-
-    @numba.njit(nogil=True, cache=True, parallel=True)
-    def scatter(XT, hT, sT, out):
-        """out[k, t, hT[i, t]] += sT[i, t] XT[k, i] for i = 0, 1, ... (out zeroed): one
-        vector per thread step, its d x b sketch staying in the cache."""
-        nb, keys = XT.shape
-        d = hT.shape[1]
-        for k in numba.prange(nb):
-            o = out[k]
-            x = XT[k]
-            for i in range(keys):
-                v = x[i]
-                for t in range(d):
-                    o[t, hT[i, t]] += sT[i, t] * v
-
-    return scatter
+    from . import _cpu_kernels as k
+    return k.scatter, k.fused
 
 
 def scatter_dense(X, h, s, b: int):
@@ -46,5 +43,76 @@ def scatter_dense(X, h, s, b: int):
     d = h.shape[1]
     out = np.zeros((nb, d, b), dtype=np.float64)
     if nb and keys:
-        _kernels()(np.ascontiguousarray(X.T), h, s, out)
+        _kernels()[0](np.ascontiguousarray(X.T), h, s, out)
     return out
+
+
+def fused_supported(plan) -> bool:
+    """Whether :class:`Fused` computes a compression whose forward transforms follow ``plan``."""
+    return ENABLED and fcompiled.supports(plan, None)
+
+
+_EMPTY_F = np.zeros((1, 1))
+_EMPTY_I = np.zeros(1, dtype=np.int64)
+
+
+class Fused:
+    """The fused FWHT compression of :mod:`pagh_mm.matmul` on the CPU for a plan that
+    :func:`fused_supported` accepts.  ``node(vectors_a, vectors_b, present)``: the tree node
+    (d, b) of a block of inner indices (None when no index has a term)."""
+
+    def __init__(self, plan, reps: int, chunk: int = CHUNK, threads: int | None = None):
+        import numba
+        self.plan, self.d, self.b, self.chunk = plan, reps, plan.n, chunk
+        self.dtype = np.dtype(plan.dtype)
+        self.bits, self.block_bits = fcompiled.stage_bits(plan)
+        self.threads = threads or numba.get_num_threads()
+        nchunk = 1
+        while nchunk < self.threads:
+            nchunk *= 2
+        self.nchunk = nchunk
+
+    @property
+    def block(self) -> int:
+        """Inner indices per call (an aligned block of the pairwise tree)."""
+        return self.nchunk * self.chunk
+
+    def bytes(self) -> int:
+        """Working memory of one call, besides the input vectors."""
+        levels = self.chunk.bit_length() - 1
+        per = (levels + 4) * self.d * self.b * self.dtype.itemsize + \
+            (0 if self.dtype == np.float64 else 8 * self.d * self.b)
+        return self.nchunk * (per + self.d * self.b * self.dtype.itemsize)
+
+    def node(self, va, vb, present, nb: int):
+        """``va``/``vb``: ("dense", (nb, keys) float64, h, s) or ("sparse", ptr, idx, val, h, s)
+        for the nb vectors of the block (``vb`` None: a Gram product); ``present`` (nb,) bool."""
+        fused = _kernels()[1]
+        gram = vb is None
+        A = _args(va)
+        B = A if gram else _args(vb)
+        nodes = np.empty((self.nchunk, self.d, self.b), dtype=self.dtype)
+        flags = np.zeros(self.nchunk, dtype=np.bool_)
+        fused(*A, *B, gram, present, nb, self.chunk, self.bits, self.block_bits,
+              self.dtype == np.float64, nodes, flags)
+        return _tree(nodes, flags)
+
+
+def _args(v):
+    if v[0] == "dense":
+        _, D, h, s = v
+        return D, _EMPTY_I, _EMPTY_I, _EMPTY_F[0], True, h, s
+    _, ptr, idx, val, h, s = v
+    return _EMPTY_F, ptr, idx, val, False, h, s
+
+
+def _tree(nodes, flags):
+    """The pairwise combination of aligned sibling nodes (absent ones skipped)."""
+    items = [nodes[c] if flags[c] else None for c in range(nodes.shape[0])]
+    while len(items) > 1:
+        nxt = []
+        for i in range(0, len(items), 2):
+            left, right = items[i], items[i + 1]
+            nxt.append(right if left is None else left if right is None else left + right)
+        items = nxt
+    return items[0]

@@ -10,7 +10,7 @@ import fwht_gpu.dtypes as _fdt
 from fwht_gpu import memory
 
 from . import backend as _be
-from . import auto, certificate, hashing, sketchfile
+from . import auto, certificate, compiled, hashing, sketchfile
 from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
@@ -186,6 +186,43 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
     return B, budget
 
 
+def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget):
+    """The compiled CPU engine (:class:`pagh_mm.compiled.Fused`) when it computes this
+    compression (FWHT, a plan of plain compiled stages), with chunks whose dense vectors fit
+    the memory budget; None otherwise.  Checks that the whole call fits the memory available."""
+    if be.gpu or acc.method != "fwht" or not compiled.fused_supported(acc.transform.plan):
+        return None
+    d, b = acc.reps, acc.b
+    dense = 8 * sum(s.keys for s in sides if not s.sparse)
+
+    def cost(engine):                          # temporaries of one call
+        return engine.bytes() + engine.block * dense + \
+            sum(s.most_values(engine.block) for s in sides) * (24 + 16 * d)
+
+    chunk = compiled.CHUNK
+    engine = compiled.Fused(acc.transform.plan, d, chunk)
+    budget = MEMORY_BUDGET if memory_budget is None else memory_budget
+    while cost(engine) > budget and engine.block > 1:    # smaller chunks, then fewer threads
+        if chunk > 1:
+            chunk //= 2
+            engine = compiled.Fused(acc.transform.plan, d, chunk)
+        else:
+            engine = compiled.Fused(acc.transform.plan, d, 1, threads=engine.nchunk // 2)
+    if memory_budget is not None and cost(engine) > memory_budget:
+        one = cost(compiled.Fused(acc.transform.plan, d, 1, threads=1))
+        raise memory.InsufficientMemoryError(
+            f"memory_budget={memory.gib(memory_budget)} is below what one inner index needs "
+            f"({memory.gib(one)} for buckets=2**{b.bit_length() - 1}, reps={d}, m={m}, p={p}); "
+            f"raise memory_budget to at least {one} or lower buckets or reps",
+            need=one, available=memory_budget, device="cpu", hint="raise memory_budget")
+    levels = max(1, (max(n, 1) - 1).bit_length() + 1)
+    need = cost(engine) + (levels + 4) * d * b * acc.acc_dtype.itemsize \
+        + sum(s.hash_bytes() for s in sides)
+    memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
+                 f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})", device="cpu")
+    return engine
+
+
 def _block_cost(sides, B, per_index, d) -> int:
     """Bytes of temporaries of the largest aligned block of B inner indices."""
     return B * per_index + sum(s.most_values(B) for s in sides) * SPARSE_BYTES * d
@@ -268,13 +305,23 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     sides = (Side(A, 1, params, log2b, be),) if gram else \
         (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
     acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
-    block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget)
+    fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
+    block = fused.block if fused else _plan_memory(sides, acc, n, m, p, be, memory_budget)[0]
     acc.begin(block)
     clock = _Clock(be, profile)
     live = _live(sides, n, be)
     k1 = 0
     for k0 in _blocks_to_visit(live, n, block, be):
         k1 = min(n, k0 + block)
+        if fused:               # scatter, transform, multiply and sum in one compiled kernel
+            present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
+            acc.sum.add_node(k0, fused.node(*(s.vectors(k0, k1) for s in sides),
+                                            *(() if len(sides) == 2 else (None,)),
+                                            present, k1 - k0))
+            clock("fused")
+            if progress:
+                progress("inner", k1, n)
+            continue
         pos = None
         if live is not None:      # sparse: only the inner indices with values on both sides
             pos = be.xp.nonzero(live[k0:k1])[0]

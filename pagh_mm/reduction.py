@@ -79,6 +79,15 @@ class PairwiseSum:
         self._push(self.level, first >> self.level, node)
         self.next = first + self.block
 
+    def add_node(self, first: int, node) -> None:
+        """The block's own pairwise sum ``node`` (None: no terms), computed by the caller."""
+        if first % self.block or first < self.next:
+            raise ValueError(f"a block from {first} is not aligned to blocks of {self.block} in "
+                             "increasing order")
+        self._absent(first)
+        self._push(self.level, first >> self.level, node)
+        self.next = first + self.block
+
     def _absent(self, upto: int) -> None:
         """Absent nodes for the summands next .. upto - 1 (all zero), in aligned runs."""
         while self.next < upto:

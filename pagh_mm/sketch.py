@@ -83,6 +83,32 @@ class Side:
         out = self._cpu_table() @ X                      # SciPy: per row, keys in increasing order
         return np.ascontiguousarray(out.T).reshape(nb, d, b)
 
+    def vectors(self, k0: int, k1: int):
+        """The vectors k0 .. k1 - 1 for :class:`pagh_mm.compiled.Fused` (CPU): ("dense",
+        (k1 - k0, keys) float64, buckets, signs) or ("sparse", ptr, keys, values, buckets, signs)."""
+        if not self.sparse:
+            h, s = self._cpu_hashes()
+            X = self.M[:, k0:k1].T if self.which == 1 else self.M[k0:k1]
+            return "dense", np.ascontiguousarray(X, dtype=np.float64), h, s
+        lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
+        ptr = self.M.indptr[k0:k1 + 1].astype(np.int64) - lo
+        keys = self.M.indices[lo:hi].astype(np.int64)
+        vals = self.M.data[lo:hi].astype(np.float64)
+        if self.hash_bytes():                          # few keys: hashed once, looked up
+            h, s = self._cpu_hashes()
+            return "sparse", ptr, keys, vals, h, s
+        h = np.ascontiguousarray(hashing.bucket_table(self.params, self.which, keys, self.log2b).T)
+        s = np.ascontiguousarray(hashing.sign_table(self.params, self.which, keys).T)
+        return "sparse", ptr, keys[:0], vals, h, s      # hashes per stored value
+
+    def hash_bytes(self) -> int:
+        """Bytes of the per-key hash tables :meth:`vectors` keeps: dense factors, and sparse
+        ones with fewer keys than stored values (and at most 64 MiB of tables); else 0."""
+        table = 16 * self.params.reps * self.keys
+        if self.sparse and (self.keys > int(self.M.nnz) or table > 64 << 20):
+            return 0
+        return table
+
     def _cpu_hashes(self):
         """(buckets (keys, d) int64, signs (keys, d) float64) of every key."""
         if self._hs is None:

@@ -36,6 +36,10 @@ def _factors(kind, rng):
         A = sps.random(90, 500, density=0.03, random_state=1, format="csc")
         B = sps.random(500, 80, density=0.03, random_state=2, format="csr")
         return A, B
+    if kind == "wide":                      # more keys than stored values: hashes per value
+        A = sps.random(5000, 300, density=0.001, random_state=5, format="csc")
+        B = sps.random(300, 4000, density=0.001, random_state=6, format="csr")
+        return A, B
     if kind == "mixed":
         return rng.standard_normal((40, 130)), sps.random(130, 60, density=0.1, random_state=3)
     X = sps.random(400, 120, density=0.05, random_state=4, format="csr")
@@ -43,7 +47,7 @@ def _factors(kind, rng):
     return X.T, X                                                   # a Gram product
 
 
-@pytest.mark.parametrize("kind", ["dense", "sparse", "mixed", "gram"])
+@pytest.mark.parametrize("kind", ["dense", "sparse", "wide", "mixed", "gram"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_compiled_compression_has_the_specifications_bits(kind, dtype):
     A, B = _factors(kind, np.random.default_rng(0))

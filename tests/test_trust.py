@@ -183,11 +183,17 @@ def test_sketch_bits_do_not_depend_on_memory_budget_or_sparsity(method):
     per_index = pagh_mm.matmul.Accumulator(method, 3, 8, np.float64, "folklore", None,
                                            np).bytes_per_index() + 8 * (A.shape[0] + B.shape[1])
     for blocks in (1, 2, 3, 4, 8, 13, 32):
-        calls = []
-        s = pagh_mm.compress(A, B, memory_budget=blocks * per_index, progress=lambda *a: calls.append(a),
-                             **kw).sketch
-        assert (s == ref).all(), blocks
-        assert len(calls) == -(-45 // (1 << (blocks.bit_length() - 1)))
+        for compiled in (False, True):    # the NumPy engine's blocks, the compiled one's chunks
+            calls = []
+            pagh_mm.compiled.ENABLED = compiled
+            try:
+                s = pagh_mm.compress(A, B, memory_budget=blocks * per_index,
+                                     progress=lambda *a: calls.append(a), **kw).sketch
+            finally:
+                pagh_mm.compiled.ENABLED = True
+            assert (s == ref).all(), blocks
+            if not compiled:
+                assert len(calls) == -(-45 // (1 << (blocks.bit_length() - 1)))
     for fa, fb in ((sps.csc_matrix, sps.csr_matrix), (sps.coo_matrix, sps.csc_matrix)):
         assert (pagh_mm.compress(fa(A), fb(B), **kw).sketch == ref).all()
         assert (pagh_mm.compress(fa(A), fb(B), memory_budget=2 * per_index, **kw).sketch == ref).all()
