@@ -28,12 +28,14 @@ ENABLED = os.environ.get("PAGH_MM_COMPILED", "1") != "0"
 #: Inner indices per chunk of the fused kernel (a power of two): its tree keeps
 #: log2(CHUNK) + 2 buffers of d x b values per thread.
 CHUNK = 64
+#: How many butterflies of a transform cost about as much as one pair's random update.
+PAIR_COST = 8
 
 
 @functools.lru_cache(maxsize=None)
 def _kernels():
     from . import _cpu_kernels as k
-    return k.scatter, k.fused
+    return k.scatter, k.fused, k.tile_estimates
 
 
 def scatter_dense(X, h, s, b: int):
@@ -44,6 +46,17 @@ def scatter_dense(X, h, s, b: int):
     out = np.zeros((nb, d, b), dtype=np.float64)
     if nb and keys:
         _kernels()[0](np.ascontiguousarray(X.T), h, s, out)
+    return out
+
+
+def tile_estimates(h1, s1, h2, s2, sketch, fwht: bool, gram: bool):
+    """(rows, cols) median estimates of a query tile from the (d, rows) and (d, cols) hashes
+    and signs: the NumPy path's values (:mod:`pagh_mm.query`), threads over rows."""
+    out = np.empty((h1.shape[1], h2.shape[1]), dtype=np.float64)
+    if out.size:
+        _kernels()[2](np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
+                      np.ascontiguousarray(h2), np.ascontiguousarray(s2, dtype=np.float64),
+                      np.ascontiguousarray(sketch, dtype=np.float64), fwht, gram, out)
     return out
 
 
@@ -58,10 +71,16 @@ _EMPTY_I = np.zeros(1, dtype=np.int64)
 
 class Fused:
     """The fused FWHT compression of :mod:`pagh_mm.matmul` on the CPU for a plan that
-    :func:`fused_supported` accepts.  ``node(vectors_a, vectors_b, present)``: the tree node
-    (d, b) of a block of inner indices (None when no index has a term)."""
+    :func:`fused_supported` accepts.  ``node(vectors_a, vectors_b, present, nb)``: the tree
+    node (d, b) of a block of inner indices (None when no index has a term).
 
-    def __init__(self, plan, reps: int, chunk: int = CHUNK, threads: int | None = None):
+    ``pairs`` (exact integer products of sparse factors only, see :func:`exact_integers`):
+    an inner index whose stored values form at most :attr:`pair_limit` pairs is added pair by
+    pair to a time-domain table (:meth:`direct`) instead of transformed (the SpGEMM's
+    multiplications without its output): the same exact sum, so the same bits."""
+
+    def __init__(self, plan, reps: int, chunk: int = CHUNK, threads: int | None = None,
+                 sides: int = 2, pairs: bool = False):
         import numba
         self.plan, self.d, self.b, self.chunk = plan, reps, plan.n, chunk
         self.dtype = np.dtype(plan.dtype)
@@ -71,6 +90,11 @@ class Fused:
         while nchunk < self.threads:
             nchunk *= 2
         self.nchunk = nchunk
+        log2b = self.b.bit_length() - 1
+        # a pair costs one random update per repetition; a transform d b log2(b) butterflies
+        # per side, which run about PAIR_COST times faster each
+        self.pair_limit = sides * self.b * max(log2b, 1) // PAIR_COST if pairs else 0
+        self._work = None
 
     @property
     def block(self) -> int:
@@ -78,11 +102,22 @@ class Fused:
         return self.nchunk * self.chunk
 
     def bytes(self) -> int:
-        """Working memory of one call, besides the input vectors."""
+        """Working memory (allocated once), besides the input vectors."""
         levels = self.chunk.bit_length() - 1
         per = (levels + 4) * self.d * self.b * self.dtype.itemsize + \
-            (0 if self.dtype == np.float64 else 8 * self.d * self.b)
+            (0 if self.dtype == np.float64 else 8 * self.d * self.b) + \
+            (8 * self.d * self.b if self.pair_limit else 0)
         return self.nchunk * (per + self.d * self.b * self.dtype.itemsize)
+
+    def _buffers(self):
+        if self._work is None:
+            n, d, b, dt = self.nchunk, self.d, self.b, self.dtype
+            levels = self.chunk.bit_length() - 1
+            self._work = (np.empty((n, levels + 2, d, b), dt), np.empty((n, d, b), dt),
+                          np.empty((n, d, b), dt),
+                          np.empty((n, d, b) if dt != np.float64 else (n, 1, 1), np.float64),
+                          np.zeros((n, d, b) if self.pair_limit else (n, 1, 1), np.float64))
+        return self._work
 
     def node(self, va, vb, present, nb: int):
         """``va``/``vb``: ("dense", (nb, keys) float64, h, s) or ("sparse", ptr, idx, val, h, s)
@@ -91,11 +126,36 @@ class Fused:
         gram = vb is None
         A = _args(va)
         B = A if gram else _args(vb)
+        limit = self.pair_limit if va[0] == "sparse" and (gram or vb[0] == "sparse") else 0
+        most = 1
+        if limit:
+            ptr = (va if gram else vb)[1]
+            most = max(1, int(np.diff(ptr).max(initial=0)))
         nodes = np.empty((self.nchunk, self.d, self.b), dtype=self.dtype)
         flags = np.zeros(self.nchunk, dtype=np.bool_)
         fused(*A, *B, gram, present, nb, self.chunk, self.bits, self.block_bits,
-              self.dtype == np.float64, nodes, flags)
+              self.dtype == np.float64, limit, *self._buffers(), most, nodes, flags)
         return _tree(nodes, flags)
+
+    def direct(self):
+        """The time-domain sum (d, b) of the inner indices added pair by pair (None if none)."""
+        if not self.pair_limit or self._work is None:
+            return None
+        tab = self._work[4]
+        return tab.sum(axis=0) if tab.any() else None
+
+
+def exact_integers(sides, bound: float) -> bool:
+    """Whether every stored value of the sparse ``sides`` is an integer and every sum the
+    compression forms is an integer below 2^53 (``bound``: an upper bound on them), so that
+    it is exact in float64 in any order."""
+    if bound >= 2.0 ** 53:
+        return False
+    for s in sides:
+        data = np.asarray(s.M.data, dtype=np.float64)
+        if not bool((np.trunc(data) == data).all()):
+            return False
+    return True
 
 
 def _args(v):

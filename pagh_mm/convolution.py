@@ -88,8 +88,9 @@ class Accumulator:
         self.sum.add(k0, terms, pos)
         clock("accumulate")
 
-    def finish(self):
-        """The (d, b) sketches c_t of the product, in float64."""
+    def finish(self, direct=None):
+        """The (d, b) sketches c_t of the product, in float64, zeros as +0.0 (``direct``: a
+        time-domain part added after the inverse transform, exact by construction)."""
         xp = self.xp
         acc = self.sum.total()
         if acc is None:
@@ -99,11 +100,12 @@ class Accumulator:
             c = self.inverse(acc, inverse=True)
         else:
             c = xp.fft.irfft(acc, n=self.b, axis=-1)
+        c = c.astype(xp.float64) + (0.0 if direct is None else direct)   # -0.0 + 0.0 = +0.0
         if not bool(xp.isfinite(c).all()):
             raise OverflowError("the sketch of the product has non-finite values: it overflowed "
                                 "(scale the inputs down or use a wider dtype), or the inputs hold "
                                 "NaN/Inf and check_finite=False was passed")
-        return c.astype(xp.float64)
+        return c
 
     def bytes_per_index(self, sides: int = 2) -> int:
         """Temporaries one inner index adds to a block (``sides`` sketched: 1 for a Gram

@@ -90,6 +90,38 @@ def exact_pair(be, A, B, r, c):
     return val
 
 
+def _exact_in_any_order(P, xp) -> bool:
+    """Whether the row sums of the sparse ``P`` are sums of integers whose every partial sum
+    stays below 2**53 in magnitude: exact in float64 in any order, so equal to the pairwise
+    tree's bits (a zero sum is +0.0 either way: x + (-x) = +0.0)."""
+    data = P.data.astype(xp.float64, copy=False)
+    if data.size == 0 or not bool((xp.trunc(data) == data).all()):
+        return False
+    return float(abs(P).sum(axis=1).max()) < _EXACT_FLOAT
+
+
+def gram_diagonal(be, A):
+    """The exact diagonal of the Gram product A @ A.T (A: m x n), C[i, i] = sum_k A[i, k]^2:
+    the values :func:`exact_pair` gives for (i, i), a sparse A read once."""
+    xp = be.xp
+    m = A.shape[0]
+    if not is_sparse(A):
+        idx = xp.arange(m, dtype=xp.int64)
+        return exact_pair(be, A, A.T, idx, idx)
+    R = A.tocsr()
+    if _exact_in_any_order(R.multiply(R).tocsr(), xp):        # integers: any order is exact
+        return xp.asarray(R.multiply(R).sum(axis=1), dtype=xp.float64).ravel()
+    R.sort_indices()
+    row = xp.repeat(xp.arange(m, dtype=xp.int64), xp.diff(R.indptr).astype(xp.int64))
+    v = R.data.astype(xp.float64)
+    out = sparse_row_sums(row, R.indices.astype(xp.int64), v * v, m, xp)
+    if np.dtype(A.dtype).kind in "biu":             # squares: the bound is the value
+        big = xp.nonzero(out > _EXACT_FLOAT)[0]
+        if big.size:
+            out[big] = xp.asarray(_exact_integers(be, A, A.T.tocsr(), big, big))
+    return out
+
+
 def _dots(be, A, B, r, c, absolute: bool):
     """Float64 dot products A[r[q]] . B[:, c[q]] (of |A| and |B| with ``absolute``): the
     pairwise tree over the inner index, dense or over the stored values of sparse rows
@@ -102,6 +134,8 @@ def _dots(be, A, B, r, c, absolute: bool):
             Ar, Bc = abs(Ar), abs(Bc)
         P = Ar.multiply(Bc).tocsr()
         P.sum_duplicates()
+        if _exact_in_any_order(P, xp):
+            return xp.asarray(P.sum(axis=1), dtype=xp.float64).ravel()
         P.sort_indices()
         row = xp.searchsorted(P.indptr[1:], xp.arange(P.nnz), side="right").astype(xp.int64)
         return sparse_row_sums(row, P.indices.astype(xp.int64), P.data.astype(xp.float64),

@@ -199,17 +199,23 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
         return engine.bytes() + engine.block * dense + \
             sum(s.most_values(engine.block) for s in sides) * (24 + 16 * d)
 
+    pairs = acc.dtype == np.float64 and all(s.sparse for s in sides) and \
+        compiled.exact_integers(sides, b * _abs_product_bound(sides))
+
+    def make(chunk, threads=None):
+        return compiled.Fused(acc.transform.plan, d, chunk, threads, len(sides), pairs)
+
     chunk = compiled.CHUNK
-    engine = compiled.Fused(acc.transform.plan, d, chunk)
+    engine = make(chunk)
     budget = MEMORY_BUDGET if memory_budget is None else memory_budget
     while cost(engine) > budget and engine.block > 1:    # smaller chunks, then fewer threads
         if chunk > 1:
             chunk //= 2
-            engine = compiled.Fused(acc.transform.plan, d, chunk)
+            engine = make(chunk)
         else:
-            engine = compiled.Fused(acc.transform.plan, d, 1, threads=engine.nchunk // 2)
+            engine = make(1, engine.nchunk // 2)
     if memory_budget is not None and cost(engine) > memory_budget:
-        one = cost(compiled.Fused(acc.transform.plan, d, 1, threads=1))
+        one = cost(make(1, 1))
         raise memory.InsufficientMemoryError(
             f"memory_budget={memory.gib(memory_budget)} is below what one inner index needs "
             f"({memory.gib(one)} for buckets=2**{b.bit_length() - 1}, reps={d}, m={m}, p={p}); "
@@ -221,6 +227,17 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})", device="cpu")
     return engine
+
+
+def _abs_product_bound(sides) -> float:
+    """sum_k ||A[:, k]||_1 ||B[k, :]||_1 (a Gram product: sum_k ||x_k||_1^2) of sparse sides:
+    a bound on every sum the compression forms before its inverse transform."""
+    norms = []
+    for s in sides:
+        v = abs(s.M).astype(np.float64)
+        norms.append(np.asarray(v.sum(axis=0 if s.which == 1 else 1)).ravel())
+    a = norms[0]
+    return float(a @ (norms[1] if len(norms) == 2 else a))
 
 
 def _block_cost(sides, B, per_index, d) -> int:
@@ -337,7 +354,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
             progress("inner", k1, n)
     if progress and (n == 0 or k1 != n):
         progress("inner", n, n)             # the empty inner indices at the end
-    sketch = acc.finish()
+    sketch = acc.finish(fused.direct() if fused else None)
     clock("inverse")
     return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)], chosen, diagonal)
@@ -402,10 +419,8 @@ def _gram_diagonal(A, B, be, method: str, hash: str):
         raise ValueError(f"gram=True needs A = B.T; got shapes {A.shape} and {B.shape}")
     if not _is_transpose(A, B) and not _equal_transpose(A, B, be):
         raise ValueError("gram=True needs A = B.T (a Gram product X.T @ X); A differs from B.T")
-    from .exact import exact_pair
-    m = A.shape[0]
-    idx = be.xp.arange(m, dtype=be.xp.int64)
-    return exact_pair(be, A, B, idx, idx)
+    from .exact import gram_diagonal
+    return gram_diagonal(be, A)
 
 
 def _equal_transpose(A, B, be) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import certificate
+from . import certificate, compiled
 from .convolution import combine_index
 from .reduction import row_sums, sparse_row_sums
 
@@ -156,6 +156,9 @@ def tiles(cp, sketch=None, progress=None, upper: bool = False):
                 from .cuda import kernels
                 est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, r1 - r0, cp.log2b,
                                              cp.method == "fwht", cp.gram)
+            elif compiled.ENABLED:
+                est = compiled.tile_estimates(h1, s1, h2, s2, sketch, cp.method == "fwht",
+                                              cp.gram)
             else:
                 est = cp._median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
                                             s2[:, None, :], sketch))

@@ -85,3 +85,58 @@ def test_scatter_kernel_matches_the_scatter_matrix():
                 want[k, t, h[i, t]] += s[i, t] * X[i, k]
     assert _same(compiled.scatter_dense(X, h, s, b), want)
     assert _same(compiled.scatter_dense(np.asfortranarray(X), h, s, b), want)
+
+
+@pytest.mark.parametrize("kind", ["dense", "gram"])
+@pytest.mark.parametrize("method", ["fwht", "fft"])
+def test_compiled_query_tiles_equal_the_numpy_estimates(kind, method):
+    if kind == "gram" and method == "fft":
+        pytest.skip("Gram sketches are FWHT only")
+    A, B = _factors(kind, np.random.default_rng(2))
+    for reps in (4, 5):
+        sk = pagh_mm.compress(A, B, buckets=64, reps=reps, seed=3, method=method)
+        m, p = sk.shape
+        ii, jj = np.meshgrid(np.arange(m), np.arange(p), indexing="ij")
+        want = sk.estimate(ii, jj)
+        got = np.empty((m, p))
+        for r0, c0, est in pagh_mm.query.tiles(sk):
+            got[r0:r0 + est.shape[0], c0:c0 + est.shape[1]] = est
+        assert np.array_equal(got, want)      # (the sign of a zero median is not specified)
+        want_top = sk.top_k(7)
+        compiled.ENABLED = False
+        try:
+            spec_top = sk.top_k(7)
+        finally:
+            compiled.ENABLED = True
+        assert np.array_equal(want_top.rows, spec_top.rows)
+        assert np.array_equal(want_top.cols, spec_top.cols)
+        assert np.array_equal(want_top.estimates, spec_top.estimates)
+
+
+def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(7)
+    A = sps.random(60, 400, density=0.05, random_state=8, format="csc")
+    A.data = np.round(A.data * 10) - 4
+    B = sps.random(400, 70, density=0.05, random_state=9, format="csr")
+    B.data = np.round(B.data * 10) - 4
+    X = sps.random(300, 50, density=0.1, random_state=10, format="csr")
+    X.data = rng.integers(1, 4, X.nnz).astype(np.float64)
+    made = []
+    original = compiled.Fused.__init__
+
+    def spy(self, *a, **kw):
+        original(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(compiled.Fused, "__init__", spy)
+    for a, b in ((A, B), (X.T, X)):
+        for buckets in (16, 256):           # pairs everywhere; transforms and pairs mixed
+            made.clear()
+            got = pagh_mm.compress(a, b, buckets=buckets, reps=3, seed=4).sketch
+            assert made and made[-1].pair_limit > 0
+            assert _same(got, _specification(a, b, buckets=buckets, reps=3, seed=4))
+    made.clear()
+    Af = A.copy()
+    Af.data = Af.data + 0.5                  # not integers: no pairs
+    pagh_mm.compress(Af, B, buckets=16, reps=3, seed=4)
+    assert made and made[-1].pair_limit == 0

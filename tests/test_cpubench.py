@@ -1,0 +1,168 @@
+"""pagh_mm.corpus and pagh_mm.cpubench: the co-occurrence corpus and the CPU benchmark on tiny
+sizes (timings are not checked: they belong in benchmarks)."""
+import sys
+import types
+
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+from fwht_gpu import provenance
+from pagh_mm import corpus, cpubench
+
+
+def _tree(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(
+        "import os\n"                     # doc 0: import os
+        "def alpha(beta):\n"              # doc 0
+        "    return beta + gamma\n"       # doc 1: return beta gamma
+        "x = alpha(beta)  # beta\n")      # doc 1: x (one char: not a term) alpha beta
+    (tmp_path / "pkg" / "b.py").write_text(
+        "class Foo:\n"                    # doc 2: Foo
+        "    pass\n"                      # doc 2: (keyword)
+        "\n"                              # doc 3: no identifier at all: dropped
+        "\n"
+        "gamma = 'os beta'\n")            # doc 4: gamma os beta
+    (tmp_path / "pkg" / "notes.txt").write_text("alpha beta gamma\n")  # not a .py file
+    for skipped in ("site-packages", "test", "__pycache__"):
+        (tmp_path / "pkg" / skipped).mkdir()
+        (tmp_path / "pkg" / skipped / "c.py").write_text("alpha beta gamma os Foo\n" * 9)
+    return tmp_path / "pkg"
+
+
+def test_corpus_small_tree(tmp_path):
+    root = _tree(tmp_path)
+    c = corpus.cooccurrence(max_terms=100, min_df=1, lines_per_doc=2, roots=[root])
+    # document frequencies: beta 3, gamma 2, os 2, alpha 2, Foo 1 (ties: by the string)
+    assert c.terms == ["beta", "alpha", "gamma", "os", "Foo"]
+    assert sps.isspmatrix_csr(c.X) and c.X.dtype == np.float64
+    assert c.X.shape == (4, 5)                         # the empty chunk is dropped
+    assert set(np.unique(c.X.data)) == {1.0}           # binary, no duplicates summed
+    dense = c.X.toarray()
+    expect = np.array([[1, 1, 0, 1, 0],                # import os / def alpha(beta)
+                       [1, 1, 1, 0, 0],                # return beta + gamma / x = alpha(beta)
+                       [0, 0, 0, 0, 1],                # class Foo: pass
+                       [1, 0, 1, 1, 0]], float)        # gamma = 'os beta'
+    np.testing.assert_array_equal(dense, expect)
+    d = c.description
+    assert (d["files"], d["docs"], d["terms"], d["nnz"]) == (2, 4, 5, 10)
+    assert d["build_s"] >= 0 and d["python"]
+
+
+def test_corpus_filters_and_determinism(tmp_path):
+    root = _tree(tmp_path)
+    c = corpus.cooccurrence(max_terms=2, min_df=2, lines_per_doc=2, roots=[root])
+    assert c.terms == ["beta", "alpha"]
+    assert c.X.shape == (3, 2)                         # docs left without a kept term dropped
+    c2 = corpus.cooccurrence(max_terms=2, min_df=2, lines_per_doc=2, roots=[str(root)])
+    assert c2.terms == c.terms
+    assert (c2.X != c.X).nnz == 0
+    assert corpus.cooccurrence(min_df=3, lines_per_doc=2, roots=[root]).terms == ["beta"]
+    with pytest.raises(ValueError, match="lines_per_doc"):
+        corpus.cooccurrence(lines_per_doc=0, roots=[root])
+    assert all(not p.endswith(("txt",)) and "site-packages" not in p
+               for p in corpus.source_files([root]))
+
+
+def test_selections():
+    key = np.array([3.0, 5.0, 5.0, 1.0, 5.0])
+    assert cpubench._select(key, 2).tolist() == [1, 2]          # ties: smaller position
+    C = sps.csr_matrix(np.array([[9.0, 2.0, -7.0], [2.0, 8.0, 1.0], [-7.0, 1.0, 9.0]]))
+    r, c, v = cpubench._csr_topk(C, 2, "value", offdiag=True)
+    assert list(zip(r.tolist(), c.tolist(), v.tolist())) == [(0, 1, 2.0), (1, 0, 2.0)]
+    r, c, v = cpubench._csr_topk(C, 3, "abs", offdiag=True)
+    assert list(zip(r.tolist(), c.tolist())) == [(0, 2), (2, 0), (0, 1)]
+    r, c, v = cpubench._merge_topk([(np.array([0, 1]), np.array([1, 1]), np.array([4.0, -1.0])),
+                                    (np.array([2]), np.array([0]), np.array([-6.0]))], 2, "abs", 3)
+    assert list(zip(r.tolist(), c.tolist(), v.tolist())) == [(2, 0, -6.0), (0, 1, 4.0)]
+
+
+def _no_peers(monkeypatch):
+    monkeypatch.setattr(cpubench, "_import_peer",
+                        lambda name: (None, cpubench.PEER_NOTES[name] + " (test)"))
+
+
+TINY = dict(sizes=(64,), planted=4, buckets=1024, reps=3, repeats=1, sparse_n=256,
+            sparse_per_vector=4, sparse_magnitude=64, corpus_terms=50, corpus_lines=2,
+            corpus_min_df=1, k=3)
+
+
+def test_run_without_peers(tmp_path, monkeypatch):
+    _no_peers(monkeypatch)
+    lines = []
+    rec = cpubench.run(**TINY, corpus_roots=[_tree(tmp_path)], isolate=False, echo=lines.append)
+    provenance.validate(rec)
+    assert rec["kind"] == cpubench.KIND and rec["device"]["name"] == "cpu"
+    assert rec["settings"]["peers"] == {"compmatmul": None, "sparse_dot_topn": None}
+    assert "numba_threads" in rec["settings"] and "OMP_NUM_THREADS" in rec["settings"]["thread_env"]
+    assert "BUILD.md" in rec["notes"]
+    got = {(r["case"], r["impl"]): r for r in rec["rows"]}
+    assert set(got) == {("dense", i) for i in ("ours-fwht", "ours-fft", "numpy", "compmatmul-fwht",
+                                                "compmatmul-fft")} | \
+        {("sparse", i) for i in ("ours-fwht", "scipy", "sparse_dot_topn", "compmatmul-fwht")} | \
+        {("cooccurrence", i) for i in ("ours", "scipy", "sparse_dot_topn")}
+    for key, r in got.items():
+        if "compmatmul" in key[1] or key[1] == "sparse_dot_topn":
+            assert r["skipped"] and "not importable" in r["note"]
+            continue
+        assert not r["skipped"], r
+        assert r["total_s"] > 0 and r["recall"] == 1.0
+        peer = {"dense": "numpy", "sparse": "scipy", "cooccurrence": "scipy"}[key[0]]
+        if key[1] != peer:
+            assert r["best_peer"] == peer
+            assert r["ratio_best_peer"] == pytest.approx(r["total_s"] / got[key[0], peer]["total_s"])
+        assert set(r["ratios"]) == {i for (c, i), o in got.items()
+                                    if c == key[0] and i != key[1] and not o["skipped"]}
+    assert got["dense", "ours-fwht"]["ratios"]["ours-fft"] > 0
+    assert got["cooccurrence", "ours"]["same_set"] and got["cooccurrence", "ours"]["values_exact"]
+    assert got["dense", "ours-fwht"]["certified"] in (True, False)
+    text = "\n".join(lines)
+    assert "skipped: compmatmul not importable" in text and "sparse_dot_topn not importable" in text
+
+
+def test_missing_module_is_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "compmatmul", None)         # import fails
+    mod, note = cpubench._import_peer("compmatmul")
+    assert mod is None and "BUILD.md" in note
+
+
+def test_compmatmul_call_convention(monkeypatch):
+    """The compmatmul path with a stand-in that checks the documented conventions."""
+    calls = []
+
+    def matmul(C, AT, B, d, b, seed=None, hash=None):
+        for M in (C, AT, B):
+            assert M.dtype == np.float64 and M.flags.c_contiguous and M.ctypes.data % 64 == 0
+        assert hash == "multiply add shift" and (d, b) == (3, 1024)
+        calls.append(AT.shape)
+        C[...] = AT.T @ B
+
+    fake = types.SimpleNamespace(matmul_fwht=matmul, matmul_fft=matmul, __file__="fake")
+    monkeypatch.setitem(sys.modules, "compmatmul", fake)
+    monkeypatch.setattr(cpubench, "_import_peer", lambda name: (fake, None) if name == "compmatmul"
+                        else (None, cpubench.PEER_NOTES[name]))
+    rec = cpubench.run(**TINY, cases=("dense",), echo=lambda s: None)
+    rows = {r["impl"]: r for r in rec["rows"]}
+    for impl in ("compmatmul-fwht", "compmatmul-fft"):
+        assert not rows[impl]["skipped"] and rows[impl]["recall"] == 1.0
+        assert "compmatmul-" + impl.split("-")[1] in rows["ours-" + impl.split("-")[1]]["sketch_ratios"]
+    assert calls and all(s == (64, 64) for s in calls)
+
+
+def test_isolated_children_measure_memory(tmp_path, monkeypatch):
+    _no_peers(monkeypatch)
+    rec = cpubench.run(**TINY, cases=("cooccurrence",), corpus_roots=[_tree(tmp_path)],
+                       echo=lambda s: None)
+    rows = {r["impl"]: r for r in rec["rows"]}
+    for impl in ("ours", "scipy"):
+        r = rows[impl]
+        assert not r["skipped"], r
+        assert r["recall"] == 1.0 and r["peak_mib"] is not None and r["peak_mib"] >= 0
+        assert r["memory_method"]
+    assert rows["ours"]["certified"] is True
+
+
+def test_bad_case():
+    with pytest.raises(ValueError, match="cases"):
+        cpubench.run(cases=("gpu",), echo=lambda s: None)
