@@ -167,41 +167,102 @@ def fused(DA, pA, iA, vA, denseA, hA, sA, DB, pB, iB, vB, denseB, hB, sB, gram,
             nodes[c] = cpool[root]
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _median_sorted(v, n, gram):
+    """The median of the sorted v[:n] as the NumPy path forms it."""
+    if n == 0:
+        return 0.0
+    if gram:
+        return (v[(n - 1) // 2] + v[n // 2]) * 0.5
+    if n % 2:
+        return v[n // 2]
+    return (v[n // 2 - 1] + v[n // 2]) / 2.0
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _sort2(a, b):
+    """(min, max), compiled to selects (no branches)."""
+    lo = a if a < b else b
+    hi = b if a < b else a
+    return lo, hi
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v):
+    """One entry's median over any number of repetitions (insertion sort)."""
+    n = 0
+    for t in range(hr.size):
+        a = hr[t]
+        b = h2T[c, t]
+        idx = (a ^ b) if fwht else ((a + b) & mask)
+        if gram and idx == 0:
+            continue
+        x = sr[t] * s2T[c, t] * sketch[t, idx]
+        if gram:
+            x = x * 0.5
+        j = n                          # insertion: after the values <= x
+        while j > 0 and v[j - 1] > x:
+            v[j] = v[j - 1]
+            j -= 1
+        v[j] = x
+        n += 1
+    return _median_sorted(v, n, gram)
+
+
 @numba.njit(nogil=True, cache=True, parallel=True)
-def tile_estimates(h1, s1, h2, s2, sketch, fwht, gram, out):
-    """out[r, c] := the median over the repetitions t of s1[t, r] s2[t, c] c_t[h1 op h2]
+def tile_estimates(h1, s1, h2T, s2T, sketch, fwht, gram, out):
+    """out[r, c] := the median over the repetitions t of s1[t, r] s2T[c, t] c_t[h1 op h2]
     (op: XOR for the FWHT, addition mod b for the FFT): the middle value for an odd count,
-    (a + b) * 0.5 of the two middle ones for an even count; Gram sketches: the values are
-    halved, the repetitions with h1 = h2 (bucket 0) left out, and 0.0 when none is left.
-    The NumPy path's operations (pagh_mm.compressed._values, _median), values sorted by
-    insertion (the order of equal values, +0.0 and -0.0, is the only freedom)."""
-    d, rows = h1.shape
-    cols = h2.shape[1]
+    (a + b) / 2 of the two middle ones for an even count; Gram sketches: the values are
+    halved, the repetitions with h1 = h2 (bucket 0) left out, (a + b) * 0.5 of the middle
+    ones, and 0.0 when none is left.  The NumPy path's operations (pagh_mm.compressed._values,
+    _median), values sorted by insertion (the order of equal values, +0.0 and -0.0, is the
+    only freedom)."""
+    rows = h1.shape[1]
+    cols = h2T.shape[0]
     mask = sketch.shape[1] - 1
     for r in numba.prange(rows):
-        v = np.empty(d, dtype=np.float64)
+        v = np.empty(h1.shape[0], dtype=np.float64)
+        hr = h1[:, r].copy()
+        sr = s1[:, r].copy()
         for c in range(cols):
-            n = 0
-            for t in range(d):
-                a = h1[t, r]
-                b = h2[t, c]
-                idx = (a ^ b) if fwht else ((a + b) & mask)
-                if gram and idx == 0:
-                    continue
-                x = s1[t, r] * s2[t, c] * sketch[t, idx]
-                if gram:
-                    x = x * 0.5
-                j = n                          # insertion: after the values <= x
-                while j > 0 and v[j - 1] > x:
-                    v[j] = v[j - 1]
-                    j -= 1
-                v[j] = x
-                n += 1
-            if n == 0:
-                out[r, c] = 0.0
-            elif gram:
-                out[r, c] = (v[(n - 1) // 2] + v[n // 2]) * 0.5
-            elif n % 2:
-                out[r, c] = v[n // 2]
-            else:
-                out[r, c] = (v[n // 2 - 1] + v[n // 2]) / 2.0
+            out[r, c] = _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, out):
+    """:func:`tile_estimates` for five repetitions of an FWHT sketch: the medians through a
+    branch-free sorting network (the same values; Gram entries with a blind repetition go
+    through the general path)."""
+    rows = h1.shape[1]
+    cols = h2T.shape[0]
+    mask = sketch.shape[1] - 1
+    for r in numba.prange(rows):
+        v = np.empty(5, dtype=np.float64)
+        hr = h1[:, r].copy()
+        sr = s1[:, r].copy()
+        a0, a1, a2, a3, a4 = hr[0], hr[1], hr[2], hr[3], hr[4]
+        b0, b1, b2, b3, b4 = sr[0], sr[1], sr[2], sr[3], sr[4]
+        for c in range(cols):
+            i0, i1, i2 = a0 ^ h2T[c, 0], a1 ^ h2T[c, 1], a2 ^ h2T[c, 2]
+            i3, i4 = a3 ^ h2T[c, 3], a4 ^ h2T[c, 4]
+            if gram and (i0 == 0 or i1 == 0 or i2 == 0 or i3 == 0 or i4 == 0):
+                out[r, c] = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
+                continue
+            x0 = b0 * s2T[c, 0] * sketch[0, i0]
+            x1 = b1 * s2T[c, 1] * sketch[1, i1]
+            x2 = b2 * s2T[c, 2] * sketch[2, i2]
+            x3 = b3 * s2T[c, 3] * sketch[3, i3]
+            x4 = b4 * s2T[c, 4] * sketch[4, i4]
+            if gram:
+                x0, x1, x2, x3, x4 = x0 * 0.5, x1 * 0.5, x2 * 0.5, x3 * 0.5, x4 * 0.5
+            x0, x1 = _sort2(x0, x1)
+            x3, x4 = _sort2(x3, x4)
+            x2, x4 = _sort2(x2, x4)
+            x2, x3 = _sort2(x2, x3)
+            x0, x3 = _sort2(x0, x3)
+            x0, x2 = _sort2(x0, x2)
+            x1, x4 = _sort2(x1, x4)
+            x1, x3 = _sort2(x1, x3)
+            x1, x2 = _sort2(x1, x2)
+            out[r, c] = (x2 + x2) * 0.5 if gram else x2

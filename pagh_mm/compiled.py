@@ -35,7 +35,7 @@ PAIR_COST = 8
 @functools.lru_cache(maxsize=None)
 def _kernels():
     from . import _cpu_kernels as k
-    return k.scatter, k.fused, k.tile_estimates
+    return k.scatter, k.fused, k.tile_estimates, k.tile_estimates5
 
 
 def scatter_dense(X, h, s, b: int):
@@ -54,9 +54,13 @@ def tile_estimates(h1, s1, h2, s2, sketch, fwht: bool, gram: bool):
     and signs: the NumPy path's values (:mod:`pagh_mm.query`), threads over rows."""
     out = np.empty((h1.shape[1], h2.shape[1]), dtype=np.float64)
     if out.size:
-        _kernels()[2](np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
-                      np.ascontiguousarray(h2), np.ascontiguousarray(s2, dtype=np.float64),
-                      np.ascontiguousarray(sketch, dtype=np.float64), fwht, gram, out)
+        args = (np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
+                np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
+                np.ascontiguousarray(sketch, dtype=np.float64))
+        if fwht and h1.shape[0] == 5:
+            _kernels()[3](*args, gram, out)
+        else:
+            _kernels()[2](*args, fwht, gram, out)
     return out
 
 
