@@ -210,14 +210,15 @@ def _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v):
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def tile_estimates(h1, s1, h2T, s2T, sketch, fwht, gram, out):
+def tile_estimates(h1, s1, h2T, s2T, sketch, fwht, gram, shift, out):
     """out[r, c] := the median over the repetitions t of s1[t, r] s2T[c, t] c_t[h1 op h2]
     (op: XOR for the FWHT, addition mod b for the FFT): the middle value for an odd count,
     (a + b) / 2 of the two middle ones for an even count; Gram sketches: the values are
     halved, the repetitions with h1 = h2 (bucket 0) left out, (a + b) * 0.5 of the middle
     ones, and 0.0 when none is left.  The NumPy path's operations (pagh_mm.compressed._values,
     _median), values sorted by insertion (the order of equal values, +0.0 and -0.0, is the
-    only freedom)."""
+    only freedom).  Entries with c < r + shift are not computed (0.0): the part of a tile
+    below the diagonal, which a Gram scan skips."""
     rows = h1.shape[1]
     cols = h2T.shape[0]
     mask = sketch.shape[1] - 1
@@ -225,12 +226,14 @@ def tile_estimates(h1, s1, h2T, s2T, sketch, fwht, gram, out):
         v = np.empty(h1.shape[0], dtype=np.float64)
         hr = h1[:, r].copy()
         sr = s1[:, r].copy()
-        for c in range(cols):
+        first = min(max(0, r + shift), cols)
+        out[r, :first] = 0.0
+        for c in range(first, cols):
             out[r, c] = _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, out):
+def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, shift, out):
     """:func:`tile_estimates` for five repetitions of an FWHT sketch: the medians through a
     branch-free sorting network (the same values; Gram entries with a blind repetition go
     through the general path)."""
@@ -243,7 +246,9 @@ def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, out):
         sr = s1[:, r].copy()
         a0, a1, a2, a3, a4 = hr[0], hr[1], hr[2], hr[3], hr[4]
         b0, b1, b2, b3, b4 = sr[0], sr[1], sr[2], sr[3], sr[4]
-        for c in range(cols):
+        first = min(max(0, r + shift), cols)
+        out[r, :first] = 0.0
+        for c in range(first, cols):
             i0, i1, i2 = a0 ^ h2T[c, 0], a1 ^ h2T[c, 1], a2 ^ h2T[c, 2]
             i3, i4 = a3 ^ h2T[c, 3], a4 ^ h2T[c, 4]
             if gram and (i0 == 0 or i1 == 0 or i2 == 0 or i3 == 0 or i4 == 0):
@@ -266,3 +271,71 @@ def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, out):
             x1, x3 = _sort2(x1, x3)
             x1, x2 = _sort2(x1, x2)
             out[r, c] = (x2 + x2) * 0.5 if gram else x2
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def pair_dots(ap, ai, av, bp, bi, bv, r, c, out, bound):
+    """out[q] = sum_k A[r[q], k] B[k, c[q]] over the common inner indices of row r[q] of A
+    (ap, ai, av: CSR rows, sorted) and column c[q] of B (bp, bi, bv: CSC columns, sorted), in
+    increasing k; bound[q] the same sum of |A| |B| (the caller uses out only where it proves
+    every partial sum an exact integer)."""
+    for q in numba.prange(r.size):
+        i, j = r[q], c[q]
+        x, xe = ap[i], ap[i + 1]
+        y, ye = bp[j], bp[j + 1]
+        s = 0.0
+        a = 0.0
+        while x < xe and y < ye:
+            kx, ky = ai[x], bi[y]
+            if kx == ky:
+                p = av[x] * bv[y]
+                s += p
+                a += abs(p)
+                x += 1
+                y += 1
+            elif kx < ky:
+                x += 1
+            else:
+                y += 1
+        out[q] = s
+        bound[q] = a
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _tile_key(est, r, c, gr, gc, by_abs, skip_diag, upper):
+    k = abs(est[r, c]) if by_abs else est[r, c]
+    if (skip_diag and gr == gc) or (upper and gr > gc):
+        k = -np.inf
+    return k
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def select_tile(est, r0, c0, p, by_abs, skip_diag, upper, lim, strict, cut, counts, lows):
+    """Pass 1 of :func:`pagh_mm.compiled.select_tile`: per row, how many keys pass (key > lim
+    with ``strict``, else key >= lim) and the largest key below ``cut``."""
+    rows, cols = est.shape
+    for r in numba.prange(rows):
+        n = 0
+        low = -np.inf
+        for c in range(cols):
+            k = _tile_key(est, r, c, r0 + r, c0 + c, by_abs, skip_diag, upper)
+            if k < cut and k > low:
+                low = k
+            if (k > lim) if strict else (k >= lim):
+                n += 1
+        counts[r] = n
+        lows[r] = low
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def select_fill(est, r0, c0, p, by_abs, skip_diag, upper, lim, strict, starts, values, ids):
+    """Pass 2: the passing entries' estimates and flat ids, in row-major order."""
+    rows, cols = est.shape
+    for r in numba.prange(rows):
+        at = starts[r]
+        for c in range(cols):
+            k = _tile_key(est, r, c, r0 + r, c0 + c, by_abs, skip_diag, upper)
+            if (k > lim) if strict else (k >= lim):
+                values[at] = est[r, c]
+                ids[at] = (r0 + r) * p + c0 + c
+                at += 1

@@ -35,7 +35,8 @@ PAIR_COST = 8
 @functools.lru_cache(maxsize=None)
 def _kernels():
     from . import _cpu_kernels as k
-    return k.scatter, k.fused, k.tile_estimates, k.tile_estimates5
+    return (k.scatter, k.fused, k.tile_estimates, k.tile_estimates5, k.pair_dots,
+            k.select_tile, k.select_fill)
 
 
 def scatter_dense(X, h, s, b: int):
@@ -49,19 +50,52 @@ def scatter_dense(X, h, s, b: int):
     return out
 
 
-def tile_estimates(h1, s1, h2, s2, sketch, fwht: bool, gram: bool):
+def tile_estimates(h1, s1, h2, s2, sketch, fwht: bool, gram: bool, shift: int = -(1 << 62)):
     """(rows, cols) median estimates of a query tile from the (d, rows) and (d, cols) hashes
-    and signs: the NumPy path's values (:mod:`pagh_mm.query`), threads over rows."""
+    and signs: the NumPy path's values (:mod:`pagh_mm.query`), threads over rows; entries
+    (r, c) with c < r + ``shift`` are left 0.0 (not computed)."""
     out = np.empty((h1.shape[1], h2.shape[1]), dtype=np.float64)
     if out.size:
         args = (np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
                 np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
                 np.ascontiguousarray(sketch, dtype=np.float64))
         if fwht and h1.shape[0] == 5:
-            _kernels()[3](*args, gram, out)
+            _kernels()[3](*args, gram, shift, out)
         else:
-            _kernels()[2](*args, fwht, gram, out)
+            _kernels()[2](*args, fwht, gram, shift, out)
     return out
+
+
+def pair_dots(rows, cols, r, c):
+    """(sums, bounds): sum_k A[r, k] B[k, c] and sum_k |A[r, k] B[k, c]| in increasing k, from
+    ``rows`` (A's CSR: indptr, indices, data) and ``cols`` (B's CSC), threads over pairs."""
+    out = np.empty(r.size, dtype=np.float64)
+    bound = np.empty(r.size, dtype=np.float64)
+    if r.size:
+        _kernels()[4](*rows, *cols, np.ascontiguousarray(r, dtype=np.int64),
+                      np.ascontiguousarray(c, dtype=np.int64), out, bound)
+    return out, bound
+
+
+def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool,
+                upper: bool, lim: float, cut: float):
+    """(estimates, flat ids, largest key below ``cut``) of a scan tile's entries whose key
+    (|estimate| or estimate; -inf on the diagonal with ``skip_diagonal`` and below it with
+    ``upper``) is >= ``lim`` (> -inf when ``lim`` is -inf), in row-major order: the NumPy
+    scan's selection (:func:`pagh_mm.query.scan`) in two compiled passes."""
+    ks = _kernels()
+    rows = est.shape[0]
+    counts = np.empty(rows, dtype=np.int64)
+    lows = np.empty(rows, dtype=np.float64)
+    strict = lim == -np.inf
+    args = (est, r0, c0, p, by_abs, skip_diagonal, upper, float(lim), strict)
+    ks[5](*args, float(cut), counts, lows)
+    starts = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    values = np.empty(int(starts[-1]), dtype=np.float64)
+    ids = np.empty(int(starts[-1]), dtype=np.int64)
+    ks[6](*args, starts, values, ids)
+    return values, ids, float(lows.max(initial=-np.inf))
 
 
 def fused_supported(plan) -> bool:

@@ -8,7 +8,7 @@ test suites, which some distributions strip), cuts each file into documents of
 ``pagh_mm.compress_gram(X)`` (term co-occurrence counts ``X.T @ X``)::
 
     from pagh_mm import corpus
-    c = corpus.cooccurrence()          # ~45k documents x 16384 terms on CPython 3.11
+    c = corpus.cooccurrence()          # 41054 documents x 16384 terms on CPython 3.11.7
     sk = pagh_mm.compress_gram(c.X, k=100)
     top = sk.top_k(100, verify=True, exclude_diagonal=True)
     pairs = [(c.terms[i], c.terms[j]) for i, j in zip(top.rows, top.cols)]

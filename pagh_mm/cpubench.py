@@ -31,6 +31,11 @@ compmatmul's transposed, 64-byte-aligned copies is outside).  Ratios: every row'
 same for the first stage), ``best_peer`` / ``ratio_best_peer`` the fastest implementation
 that is not ours (for a peer: the fastest other peer).
 
+Every row records the 1-minute load average before its runs (``loadavg_1m``): on a machine
+whose cores are shared, OpenMP code that spin-waits at barriers (compmatmul) slows down by an
+order of magnitude (``OMP_WAIT_POLICY=passive`` limits that); compare rows measured at a low
+load.
+
 Memory (sparse and co-occurrence, ``isolate=True``): each implementation runs in its own
 child process (``sys.executable``, inputs passed through ``.npz`` files); ``peak_mib`` is the
 resident-set peak of a run above the resident set before it (the inputs and compiled code
@@ -75,8 +80,10 @@ PEER_NOTES = {
                   "and put its build folder on PYTHONPATH",
     "sparse_dot_topn": "sparse_dot_topn not importable: pip install 'sparse_dot_topn>=1.0'",
 }
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-              "NUMBA_THREADING_LAYER")
+THREAD_ENV = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+              "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER")
+#: 1-minute load average above which the run says the cores are shared.
+BUSY_LOAD = 0.5
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -236,8 +243,8 @@ def _sdt(inputs, prm, gram=False):
     if gram:
         X = inputs["X"]
         XT = X.T
-        first = lambda: sp_matmul_topn(XT, X, top_n=k + 1, **kw)  # noqa: E731
-        return first, (lambda C: _answer(*_csr_topk(C, k, "value", True)))
+        return ((lambda: sp_matmul_topn(XT, X, top_n=k + 1, **kw)),
+                (lambda C: _answer(*_csr_topk(C, k, "value", True))))
     A, B = inputs["A"], inputs["B"]
     negA = (-A).tocsr()
     p = B.shape[1]
@@ -333,6 +340,7 @@ def measure(case: str, impl: str, inputs: dict, prm: dict, repeats: int, warmup:
         second(first())
     t1, t2, tot, peaks = [], [], [], []
     ans = size = None
+    load = _load()
     mem_method = None
     for _ in range(max(1, int(repeats))):
         ans = None
@@ -358,10 +366,17 @@ def measure(case: str, impl: str, inputs: dict, prm: dict, repeats: int, warmup:
         tot.append(c - a)
     out = dict(ans)
     out.update(sketch_s=statistics.median(t1), topk_s=statistics.median(t2),
-               total_s=statistics.median(tot), runs_s=tot, result_mib=_mib(size),
+               total_s=statistics.median(tot), runs_s=tot, loadavg_1m=load, result_mib=_mib(size),
                peak_mib=_mib(max(peaks)) if peaks else None, memory_method=mem_method,
                prep_mib=_mib((prep - rss_in) * 1024) if None not in (prep, rss_in) else None)
     return out
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def _mib(nbytes):
@@ -406,7 +421,7 @@ def _row(case, size, impl, res, **extra) -> dict:
         row.update(skipped=True, note=res["error"])
         return row
     keep = ("sketch_s", "topk_s", "total_s", "runs_s", "certified", "verified", "buckets", "reps",
-            "peak_mib", "result_mib", "prep_mib", "memory_method", "stages_s")
+            "peak_mib", "result_mib", "prep_mib", "memory_method", "stages_s", "loadavg_1m")
     row.update({k: res[k] for k in keep if res.get(k) is not None})
     row["skipped"] = False
     if res.get("note"):
@@ -444,7 +459,7 @@ def _fmt(v, fmt: str, width: int) -> str:
 def _echo_rows(rows, echo) -> None:
     """Table rows; ``vs cm``: our first stage over compmatmul's with the same method."""
     for r in rows:
-        head = f"{r['case']:<12} {str(r['size']):>11} {r['impl']:<16}"
+        head = f"{r['case']:<12} {r['size']!s:>11} {r['impl']:<16}"
         if r.get("skipped"):
             echo(f"{head} skipped: {r.get('note')}")
             continue
@@ -500,7 +515,7 @@ def _child_case(case, impls, inputs, prm, repeats, isolate, tmp, peers, skip) ->
             out[impl] = {"skip": skip[impl]}
             continue
         peer = impl.split("-")[0]
-        if peer in peers and peers[peer]:
+        if peers.get(peer):
             out[impl] = {"skip": peers[peer]}
             continue
         if isolate:
@@ -629,6 +644,10 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
     for name, note in peers.items():
         if note:
             echo("note: " + note)
+    load0 = _load()
+    if load0 is not None and load0 > BUSY_LOAD:
+        echo(f"note: load average {load0:.2f} before the run: other processes share the cores, "
+             "times are not clean (OpenMP peers suffer most: spinning threads lose their cores)")
     prm = {"k": planted, "buckets": buckets, "reps": reps, "seed": seed, "threads": threads}
     echo(f"b = {buckets}, d = {reps}, top-{planted} (dense, sparse), top-{k} off-diagonal "
          f"(co-occurrence); median of {repeats} runs")
@@ -669,7 +688,8 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
                 "sparse": {"n": sparse_n, "per_vector": sparse_per_vector,
                            "magnitude": sparse_magnitude},
                 "corpus": corpus_desc, "corpus_repeats": corpus_repeats, "cases": list(cases),
-                "isolate": isolate, "compmatmul_hash": CM_HASH, "numba_threads": threads,
+                "isolate": isolate, "compmatmul_hash": CM_HASH, "loadavg_1m": [load0, _load()],
+                "numba_threads": threads,
                 "thread_env": env, "peers": _peer_versions(mods), "device": "cpu",
                 "method": METHOD}
     notes = "; ".join(n for n in peers.values() if n) or None

@@ -3,6 +3,7 @@ products exact beyond 2**53 through Python integers."""
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -70,8 +71,58 @@ def _exact_integers(be, A, B, r, c):
     return np.array([float(v) for v in exact], dtype=np.float64)
 
 
+#: Per sparse factor (weakly held): its rows (A) or columns (B) as sorted int64/float64 index
+#: arrays and whether every stored value is an integer, for :func:`_integer_dots`.
+_SLICES: dict = {}
+
+
+def _slices(M, rows: bool):
+    entry = _SLICES.get((id(M), rows))
+    got = entry[1] if entry is not None and entry[0]() is M else None
+    if got is None:
+        T = M.tocsr() if rows else M.tocsc()
+        T.sort_indices()
+        val = T.data.astype(np.float64)
+        got = ((T.indptr.astype(np.int64), T.indices.astype(np.int64), val),
+               bool((np.trunc(val) == val).all()))
+        key = (id(M), rows)
+        _SLICES[key] = (weakref.ref(M), got)
+        weakref.finalize(M, _SLICES.pop, key, None)
+    return got
+
+
+def _integer_dots(be, A, B, r, c):
+    """(values, done): exact C[r, c] of integer-valued sparse factors on the CPU where every
+    partial sum is an integer below 2**53 (then exact in any order, so equal to the pairwise
+    tree's bits), one compiled merge per pair; ``done`` marks those; None when not applicable."""
+    from . import compiled
+    if be.gpu or not compiled.ENABLED or not (is_sparse(A) and is_sparse(B)):
+        return None
+    for M, axis in ((A, 0), (B, 1)):       # the converted index: O(nnz), not O(dimension)
+        if M.shape[axis] > max(4 * int(M.nnz), 1 << 16):
+            return None
+    rows, int_a = _slices(A, True)
+    cols, int_b = _slices(B, False)
+    if not (int_a and int_b):
+        return None
+    val, bound = compiled.pair_dots(rows, cols, r, c)
+    return val + 0.0, bound < _EXACT_FLOAT
+
+
 def exact_pair(be, A, B, r, c):
     """Exact C[r[q], c[q]] of one factor pair (see CompressedProduct.exact)."""
+    xp = be.xp
+    fast = _integer_dots(be, A, B, r, c)
+    if fast is not None:
+        val, done = fast
+        if not bool(done.all()):
+            rest = np.nonzero(~done)[0]
+            val[rest] = _exact_pair(be, A, B, r[rest], c[rest])
+        return val
+    return _exact_pair(be, A, B, r, c)
+
+
+def _exact_pair(be, A, B, r, c):
     xp = be.xp
     integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
     n = A.shape[1]

@@ -126,7 +126,8 @@ def tile_shape(cp):
     d = cp.reps
     budget = TILE_BUDGET * (4 if cp.backend.gpu else 1)
     cols = max(1, min(p, budget // (4 * 16 * d)))
-    per_entry = 8 if cp.backend.gpu else 4 * 8 * d      # CPU: (d, rows, cols) temporaries
+    # CPU: (d, rows, cols) temporaries, or the compiled kernel's estimates and the keys
+    per_entry = 8 if cp.backend.gpu else 32 if compiled.ENABLED else 4 * 8 * d
     rows = max(1, min(m, budget // (per_entry * cols)))
     return rows, cols
 
@@ -134,7 +135,8 @@ def tile_shape(cp):
 def tiles(cp, sketch=None, progress=None, upper: bool = False):
     """Yield (row0, col0, median estimates of the tile's rows x cols) from ``sketch``
     (default: the product's own), covering the product (``upper``: only the tiles that
-    hold entries on or above the diagonal; the others are skipped).
+    hold entries on or above the diagonal; the others are skipped, and a tile's entries
+    below the diagonal may be left uncomputed).
 
     On the GPU one kernel computes each tile's medians from the hash values and the
     sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
@@ -156,9 +158,9 @@ def tiles(cp, sketch=None, progress=None, upper: bool = False):
                 from .cuda import kernels
                 est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, r1 - r0, cp.log2b,
                                              cp.method == "fwht", cp.gram)
-            elif compiled.ENABLED:
+            elif compiled.ENABLED:          # (upper: the entries below the diagonal unused)
                 est = compiled.tile_estimates(h1, s1, h2, s2, sketch, cp.method == "fwht",
-                                              cp.gram)
+                                              cp.gram, r0 - c0 if upper else -(1 << 62))
             else:
                 est = cp._median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
                                             s2[:, None, :], sketch))
@@ -231,6 +233,25 @@ def _skip_diagonal(key, r0, c0, shape, xp):
     return key
 
 
+def _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut):
+    """(estimates, flat ids, largest key below ``cut`` (a device scalar, when cut > -inf)) of
+    the tile's entries :func:`scan` keeps (estimates None when none)."""
+    xp = cp.backend.xp
+    flat = est.ravel()
+    key = key_of(flat, by, xp)
+    if skip_diagonal:
+        key = _skip_diagonal(key, r0, c0, est.shape, xp)
+    if upper:
+        key = _below_diagonal(key, r0, c0, est.shape, xp)
+    low = xp.where(key < cut, key, -xp.inf).max() if cut > -math.inf else None
+    if lim > -math.inf or skip_diagonal or upper:
+        sel = xp.nonzero(key >= lim)[0] if lim > -math.inf else xp.nonzero(key > lim)[0]
+        if sel.size == 0:
+            return None, None, low
+        return flat[sel], flat_ids(cp, r0, c0, est)[sel], low
+    return flat, flat_ids(cp, r0, c0, est), low
+
+
 def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
          skip_diagonal: bool = False, progress=None, what: str = "this query") -> Scan:
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
@@ -251,24 +272,22 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
         return v[keep], i[keep]
 
     upper = cp.gram
+    fused = not cp.backend.gpu and compiled.ENABLED
     for r0, c0, est in tiles(cp, sketch, progress, upper=upper):
-        flat = est.ravel()
-        key = key_of(flat, by, xp)
-        if skip_diagonal:
-            key = _skip_diagonal(key, r0, c0, est.shape, xp)
-        if upper:
-            key = _below_diagonal(key, r0, c0, est.shape, xp)
-        if cut > -math.inf:
-            low = xp.where(key < cut, key, -xp.inf).max()
-            below = low if below is None else xp.maximum(below, low)
         lim = max(cut, floor)
-        if lim > -math.inf or skip_diagonal or upper:
-            sel = xp.nonzero(key >= lim)[0] if lim > -math.inf else xp.nonzero(key > lim)[0]
-            if sel.size == 0:
+        if fused:                       # the same selection in two compiled passes
+            flat, ids, low = compiled.select_tile(est, r0, c0, cp.shape[1], by == "abs",
+                                                  skip_diagonal, upper, lim, cut)
+            if cut > -math.inf:
+                below = low if below is None else max(below, low)
+            if flat.size == 0:
                 continue
-            flat, ids = flat[sel], flat_ids(cp, r0, c0, est)[sel]
         else:
-            ids = flat_ids(cp, r0, c0, est)
+            flat, ids, low = _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut)
+            if cut > -math.inf:
+                below = low if below is None else xp.maximum(below, low)
+            if flat is None:
+                continue
         if exclude is not None and exclude.size:
             new = ~_member(ids, exclude, xp)
             flat, ids = flat[new], ids[new]

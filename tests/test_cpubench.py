@@ -83,9 +83,9 @@ def _no_peers(monkeypatch):
                         lambda name: (None, cpubench.PEER_NOTES[name] + " (test)"))
 
 
-TINY = dict(sizes=(64,), planted=4, buckets=1024, reps=3, repeats=1, sparse_n=256,
-            sparse_per_vector=4, sparse_magnitude=64, corpus_terms=50, corpus_lines=2,
-            corpus_min_df=1, k=3)
+TINY = {"sizes": (64,), "planted": 4, "buckets": 1024, "reps": 3, "repeats": 1, "sparse_n": 256,
+        "sparse_per_vector": 4, "sparse_magnitude": 64, "corpus_terms": 50, "corpus_lines": 2,
+        "corpus_min_df": 1, "k": 3}
 
 
 def test_run_without_peers(tmp_path, monkeypatch):
