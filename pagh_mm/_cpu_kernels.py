@@ -339,3 +339,73 @@ def select_fill(est, r0, c0, p, by_abs, skip_diag, upper, lim, strict, starts, v
                 values[at] = est[r, c]
                 ids[at] = (r0 + r) * p + c0 + c
                 at += 1
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def tile_keys(est, r0, c0, by_abs, skip_diag, upper, keys):
+    """keys[r * cols + c]: the scan key of every entry of a tile (see :func:`select_tile`)."""
+    rows, cols = est.shape
+    for r in numba.prange(rows):
+        for c in range(cols):
+            keys[r * cols + c] = _tile_key(est, r, c, r0 + r, c0 + c, by_abs, skip_diag, upper)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip_diag, lim,
+               strict, cut, vals, cols_out, counts, lows):
+    """:func:`tile_estimates5` and :func:`select_tile` in one pass without the tile: per row r
+    the passing entries' estimates and columns go to vals[r, :n], cols_out[r, :n] (their
+    number in counts[r], which may exceed the buffer: the caller then scans the tile the
+    two-pass way), the largest key below ``cut`` to lows[r].  Gram sketches: the diagonal's
+    estimates are its exact values ``diag``."""
+    rows = h1.shape[1]
+    cols = h2T.shape[0]
+    room = vals.shape[1]
+    mask = sketch.shape[1] - 1
+    upper = shift > -(1 << 61)
+    for r in numba.prange(rows):
+        v = np.empty(5, dtype=np.float64)
+        hr = h1[:, r].copy()
+        sr = s1[:, r].copy()
+        a0, a1, a2, a3, a4 = hr[0], hr[1], hr[2], hr[3], hr[4]
+        b0, b1, b2, b3, b4 = sr[0], sr[1], sr[2], sr[3], sr[4]
+        n = 0
+        low = -np.inf
+        for c in range(min(max(0, r + shift), cols), cols):
+            i0, i1, i2 = a0 ^ h2T[c, 0], a1 ^ h2T[c, 1], a2 ^ h2T[c, 2]
+            i3, i4 = a3 ^ h2T[c, 3], a4 ^ h2T[c, 4]
+            if gram and (i0 == 0 or i1 == 0 or i2 == 0 or i3 == 0 or i4 == 0):
+                e = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
+            else:
+                x0 = b0 * s2T[c, 0] * sketch[0, i0]
+                x1 = b1 * s2T[c, 1] * sketch[1, i1]
+                x2 = b2 * s2T[c, 2] * sketch[2, i2]
+                x3 = b3 * s2T[c, 3] * sketch[3, i3]
+                x4 = b4 * s2T[c, 4] * sketch[4, i4]
+                if gram:
+                    x0, x1, x2, x3, x4 = x0 * 0.5, x1 * 0.5, x2 * 0.5, x3 * 0.5, x4 * 0.5
+                x0, x1 = _sort2(x0, x1)
+                x3, x4 = _sort2(x3, x4)
+                x2, x4 = _sort2(x2, x4)
+                x2, x3 = _sort2(x2, x3)
+                x0, x3 = _sort2(x0, x3)
+                x0, x2 = _sort2(x0, x2)
+                x1, x4 = _sort2(x1, x4)
+                x1, x3 = _sort2(x1, x3)
+                x1, x2 = _sort2(x1, x2)
+                e = (x2 + x2) * 0.5 if gram else x2
+            gr, gc = r0 + r, c0 + c
+            if gram and gr == gc:
+                e = diag[gr]
+            k = abs(e) if by_abs else e
+            if (skip_diag and gr == gc) or (upper and gr > gc):
+                k = -np.inf
+            if k < cut and k > low:
+                low = k
+            if (k > lim) if strict else (k >= lim):
+                if n < room:
+                    vals[r, n] = e
+                    cols_out[r, n] = c
+                n += 1
+        counts[r] = n
+        lows[r] = low

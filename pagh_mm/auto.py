@@ -82,11 +82,19 @@ class Choice:
         return f"buckets={self.buckets}, reps={self.reps} ({self.reason})"
 
 
+#: Extra buckets when they cost no compression time (CHEAP_SLACK x the rule's count).
+CHEAP_SLACK = 4
+
+
 def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int,
-           diagonal=None) -> Choice:
+           diagonal=None, cheap: bool = False) -> Choice:
     """Resolve ``"auto"`` buckets and reps (given values pass through unchanged).  For a
     Gram product (``diagonal``: its exact diagonal) the noise is that of the off-diagonal
-    part, ||C - diag(C)||_F / sqrt(2 b), and F is its estimate."""
+    part, ||C - diag(C)||_F / sqrt(2 b), and F is its estimate.  ``cheap``: the compression
+    costs the same at any bucket count (every inner index added pair by pair, see
+    :class:`pagh_mm.compiled.Fused`): a top-k query gets ``CHEAP_SLACK`` times the rule's
+    buckets, sized for a cut half the model's, which spread products (co-occurrences, where
+    the top k hold far less than half of ||C||_F^2) need, instead of a second compression."""
     d = DEFAULT_REPS if reps == AUTO else int(reps)
     if buckets != AUTO:
         return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
@@ -106,10 +114,13 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         count = min(m * p, (F / cut) ** 2)
         lam = certificate.multiplier(d, count, delta)
         want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
-        b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want, 2))))
+        slack = CHEAP_SLACK if cheap and threshold is None else 1
+        b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2))))
         norm = "||AB - diag||_F" if diagonal is not None else "||AB||_F"
         reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g}, "
-                  f"failure probability {delta:g}")
+                  f"failure probability {delta:g}"
+                  + (f", x{slack} (pair-accumulated: buckets cost no compression time)"
+                     if slack > 1 else ""))
     most = 1 << max(MIN_LOG2B, (4 * m * p - 1).bit_length())    # beyond: rarely any collision
     if b > most:
         b = most

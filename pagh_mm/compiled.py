@@ -36,7 +36,7 @@ PAIR_COST = 8
 def _kernels():
     from . import _cpu_kernels as k
     return (k.scatter, k.fused, k.tile_estimates, k.tile_estimates5, k.pair_dots,
-            k.select_tile, k.select_fill)
+            k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5)
 
 
 def scatter_dense(X, h, s, b: int):
@@ -78,7 +78,7 @@ def pair_dots(rows, cols, r, c):
 
 
 def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool,
-                upper: bool, lim: float, cut: float):
+                upper: bool, lim: float, cut: float, most: int | None = None):
     """(estimates, flat ids, largest key below ``cut``) of a scan tile's entries whose key
     (|estimate| or estimate; -inf on the diagonal with ``skip_diagonal`` and below it with
     ``upper``) is >= ``lim`` (> -inf when ``lim`` is -inf), in row-major order: the NumPy
@@ -90,12 +90,48 @@ def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool
     strict = lim == -np.inf
     args = (est, r0, c0, p, by_abs, skip_diagonal, upper, float(lim), strict)
     ks[5](*args, float(cut), counts, lows)
+    if most is not None and int(counts.sum()) > 4 * most:
+        keys = np.empty(est.size, dtype=np.float64)
+        ks[7](est, r0, c0, by_abs, skip_diagonal, upper, keys)
+        kth = float(np.partition(keys, keys.size - most)[keys.size - most])
+        if kth > lim:
+            args = (est, r0, c0, p, by_abs, skip_diagonal, upper, kth, False)
+            ks[5](*args, -np.inf, counts, np.empty(rows, dtype=np.float64))
     starts = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     values = np.empty(int(starts[-1]), dtype=np.float64)
     ids = np.empty(int(starts[-1]), dtype=np.int64)
     ks[6](*args, starts, values, ids)
     return values, ids, float(lows.max(initial=-np.inf))
+
+
+#: Passing entries each row of a one-pass scan tile keeps (more: the tile is scanned again
+#: the two-pass way).
+ROW_ROOM = 8
+
+
+def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int, c0: int,
+              p: int, by_abs: bool, skip_diagonal: bool, lim: float, cut: float):
+    """:func:`tile_estimates` (five repetitions of an FWHT sketch) and :func:`select_tile`
+    in one pass that never holds the tile: (estimates, flat ids, largest key below cut), or
+    None when a row has more than :data:`ROW_ROOM` passing entries."""
+    rows = h1.shape[1]
+    vals = np.empty((rows, ROW_ROOM), dtype=np.float64)
+    cols = np.empty((rows, ROW_ROOM), dtype=np.int64)
+    counts = np.empty(rows, dtype=np.int64)
+    lows = np.empty(rows, dtype=np.float64)
+    diag = np.zeros(1) if diagonal is None else np.ascontiguousarray(diagonal, dtype=np.float64)
+    _kernels()[8](np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
+                  np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
+                  np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
+                  by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut), vals, cols,
+                  counts, lows)
+    if rows and int(counts.max()) > ROW_ROOM:
+        return None
+    keep = np.arange(ROW_ROOM)[None, :] < counts[:, None]          # row-major order
+    r = np.nonzero(keep)[0]
+    ids = (r0 + r) * p + c0 + cols[keep]
+    return vals[keep], ids, float(lows.max(initial=-np.inf))
 
 
 def fused_supported(plan) -> bool:

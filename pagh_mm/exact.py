@@ -160,12 +160,14 @@ def gram_diagonal(be, A):
         idx = xp.arange(m, dtype=xp.int64)
         return exact_pair(be, A, A.T, idx, idx)
     R = A.tocsr()
-    if _exact_in_any_order(R.multiply(R).tocsr(), xp):        # integers: any order is exact
-        return xp.asarray(R.multiply(R).sum(axis=1), dtype=xp.float64).ravel()
-    R.sort_indices()
-    row = xp.repeat(xp.arange(m, dtype=xp.int64), xp.diff(R.indptr).astype(xp.int64))
     v = R.data.astype(xp.float64)
-    out = sparse_row_sums(row, R.indices.astype(xp.int64), v * v, m, xp)
+    S = R.copy()
+    S.data = v * v
+    if _exact_in_any_order(S, xp):                 # integers: any order is exact
+        return xp.asarray(S.sum(axis=1), dtype=xp.float64).ravel() + 0.0
+    S.sort_indices()
+    row = xp.repeat(xp.arange(m, dtype=xp.int64), xp.diff(S.indptr).astype(xp.int64))
+    out = sparse_row_sums(row, S.indices.astype(xp.int64), S.data, m, xp)
     if np.dtype(A.dtype).kind in "biu":             # squares: the bound is the value
         big = xp.nonzero(out > _EXACT_FLOAT)[0]
         if big.size:

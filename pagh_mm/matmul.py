@@ -229,6 +229,16 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
     return engine
 
 
+def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
+    """Whether the compiled CPU engine will add the inner indices pair by pair (both factors
+    sparse with integer values, FP64 plain Folklore transforms): then more buckets cost no
+    compression time (:func:`pagh_mm.auto.choose`'s ``cheap``)."""
+    if be.gpu or method != "fwht" or not compiled.ENABLED or np.dtype(dt) != np.float64 or \
+            algorithm != "folklore" or stabilizer or not (_be.is_sparse(A) and _be.is_sparse(B)):
+        return False
+    return all(bool((np.trunc(M.data) == M.data).all()) for M in (A, B))
+
+
 def _abs_product_bound(sides) -> float:
     """sum_k ||A[:, k]||_1 ||B[k, :]||_1 (a Gram product: sum_k ||x_k||_1^2) of sparse sides:
     a bound on every sum the compression forms before its inverse transform."""
@@ -308,7 +318,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     _check_query_hint(k, threshold, failure_probability)
     diagonal = _gram_diagonal(A, B, be, method, hash) if gram else None
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
-                         delta=failure_probability, seed=seed, diagonal=diagonal)
+                         delta=failure_probability, seed=seed, diagonal=diagonal,
+                         cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer))
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     if be.gpu and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")

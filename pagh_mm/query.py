@@ -132,11 +132,32 @@ def tile_shape(cp):
     return rows, cols
 
 
-def tiles(cp, sketch=None, progress=None, upper: bool = False):
+def _tile_estimates(cp, h1, s1, h2, s2, sketch, r0, c0, upper):
+    """The median estimates of one tile (see :func:`tiles`)."""
+    xp = cp.backend.xp
+    if cp.backend.gpu:
+        from .cuda import kernels
+        est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, h1.shape[1], cp.log2b,
+                                     cp.method == "fwht", cp.gram)
+    elif compiled.ENABLED:          # (upper: the entries below the diagonal unused)
+        est = compiled.tile_estimates(h1, s1, h2, s2, sketch, cp.method == "fwht",
+                                      cp.gram, r0 - c0 if upper else -(1 << 62))
+    else:
+        est = cp._median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
+                                    s2[:, None, :], sketch))
+    if cp.gram:                                 # the diagonal is known exactly
+        a, b = _diagonal_in_tile(r0, c0, est.shape)
+        if a.size:
+            est[xp.asarray(a), xp.asarray(b)] = cp.diagonal[r0 + a[0]:r0 + a[-1] + 1]
+    return est
+
+
+def tiles(cp, sketch=None, progress=None, upper: bool = False, hashes: bool = False):
     """Yield (row0, col0, median estimates of the tile's rows x cols) from ``sketch``
     (default: the product's own), covering the product (``upper``: only the tiles that
     hold entries on or above the diagonal; the others are skipped, and a tile's entries
-    below the diagonal may be left uncomputed).
+    below the diagonal may be left uncomputed).  ``hashes``: yield the tile's (h1, s1, h2,
+    s2) instead of its estimates.
 
     On the GPU one kernel computes each tile's medians from the hash values and the
     sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
@@ -154,21 +175,10 @@ def tiles(cp, sketch=None, progress=None, upper: bool = False):
                 done += (r1 - r0) * (c1 - c0)
                 continue
             h1, s1 = cp._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
-            if cp.backend.gpu:
-                from .cuda import kernels
-                est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, r1 - r0, cp.log2b,
-                                             cp.method == "fwht", cp.gram)
-            elif compiled.ENABLED:          # (upper: the entries below the diagonal unused)
-                est = compiled.tile_estimates(h1, s1, h2, s2, sketch, cp.method == "fwht",
-                                              cp.gram, r0 - c0 if upper else -(1 << 62))
+            if hashes:
+                yield r0, c0, (h1, s1, h2, s2)
             else:
-                est = cp._median(cp._values(h1[:, :, None], s1[:, :, None], h2[:, None, :],
-                                            s2[:, None, :], sketch))
-            if cp.gram:                                 # the diagonal is known exactly
-                a, b = _diagonal_in_tile(r0, c0, est.shape)
-                if a.size:
-                    est[xp.asarray(a), xp.asarray(b)] = cp.diagonal[r0 + a[0]:r0 + a[-1] + 1]
-            yield r0, c0, est
+                yield r0, c0, _tile_estimates(cp, h1, s1, h2, s2, sketch, r0, c0, upper)
             done += (r1 - r0) * (c1 - c0)
             if progress:
                 progress("tiles", done, total)
@@ -233,6 +243,10 @@ def _skip_diagonal(key, r0, c0, shape, xp):
     return key
 
 
+def _excluded(exclude) -> int:
+    return 0 if exclude is None else int(exclude.size)
+
+
 def _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut):
     """(estimates, flat ids, largest key below ``cut`` (a device scalar, when cut > -inf)) of
     the tile's entries :func:`scan` keeps (estimates None when none)."""
@@ -272,12 +286,29 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
         return v[keep], i[keep]
 
     upper = cp.gram
+    sketch = cp.sketch if sketch is None else sketch
     fused = not cp.backend.gpu and compiled.ENABLED
-    for r0, c0, est in tiles(cp, sketch, progress, upper=upper):
+    one_pass = fused and cp.method == "fwht" and cp.reps == 5
+    for r0, c0, est in tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
         lim = max(cut, floor)
-        if fused:                       # the same selection in two compiled passes
+        got = None
+        if one_pass:                    # estimates and selection in one compiled pass
+            h1, s1, h2, s2 = est
+            got = compiled.scan_tile(h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
+                                     r0 - c0 if upper else -(1 << 62), r0, c0, cp.shape[1],
+                                     by == "abs", skip_diagonal, lim, cut)
+            if got is None:             # a crowded tile (the first ones): two passes
+                est = _tile_estimates(cp, h1, s1, h2, s2, sketch, r0, c0, upper)
+        if got is not None:
+            flat, ids, low = got
+            if cut > -math.inf:
+                below = low if below is None else max(below, low)
+            if flat.size == 0:
+                continue
+        elif fused:                     # the same selection in two compiled passes
             flat, ids, low = compiled.select_tile(est, r0, c0, cp.shape[1], by == "abs",
-                                                  skip_diagonal, upper, lim, cut)
+                                                  skip_diagonal, upper, lim, cut,
+                                                  cap + 1 + _excluded(exclude))
             if cut > -math.inf:
                 below = low if below is None else max(below, low)
             if flat.size == 0:

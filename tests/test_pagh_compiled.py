@@ -140,3 +140,23 @@ def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch)
     Af.data = Af.data + 0.5                  # not integers: no pairs
     pagh_mm.compress(Af, B, buckets=16, reps=3, seed=4)
     assert made and made[-1].pair_limit == 0
+
+
+@pytest.mark.parametrize("kind", ["dense", "gram"])
+def test_compiled_scans_give_the_specifications_answers(kind):
+    A, B = _factors(kind, np.random.default_rng(5))
+    sk = pagh_mm.compress(A, B, buckets=256, reps=5, seed=1)
+    queries = [lambda: sk.top_k(9, by=by, exclude_diagonal=ex) for by in ("abs", "value")
+               for ex in (False, True)]
+    queries += [lambda: sk.top_k(5, verify=True), lambda: sk.above(0.5 * float(abs(sk.sketch).max()),
+                                                                    verify=True)]
+    for q in queries:
+        got = q()
+        compiled.ENABLED = False
+        try:
+            want = q()
+        finally:
+            compiled.ENABLED = True
+        assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
+        assert np.array_equal(got.estimates, want.estimates)
+        assert got.certified == want.certified
