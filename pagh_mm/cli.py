@@ -182,62 +182,54 @@ def info(debug) -> None:
 
 
 @main.command()
+@click.option("--workload", type=click.Choice(["auto", "cooccurrence", "planted"]), default="auto",
+              show_default=True,
+              help="cooccurrence: the 100 most frequent identifier pairs of the Python sources on "
+                   "this machine (a Gram screen) against SciPy's exact X^T X; planted: heavy "
+                   "entries planted in a dense product against the exact GEMM.  auto: "
+                   "cooccurrence on the CPU, planted on the GPU or with -n/--planted.")
 @click.option("-n", "--size", type=click.IntRange(64, None), default=None,
-              help="Square size n (default 1024 on the CPU, 8192 on the GPU).")
+              help="planted: square size n (default 1024 on the CPU, 8192 on the GPU).")
 @click.option("--planted", type=click.IntRange(1, None), default=None,
-              help="Number of planted large entries (default n / 16, at most 300).")
+              help="planted: number of planted large entries (default n / 16, at most 300).")
+@click.option("--terms", type=click.IntRange(16, None), default=16384, show_default=True,
+              help="cooccurrence: the most frequent identifiers kept (the product is terms x terms).")
 @click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
 @click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 @debug_option
 @guarded
-def demo(size, planted, reps, seed, device, debug) -> None:
-    """Synthetic end-to-end run: find planted large entries of A @ B without computing it.
+def demo(workload, size, planted, terms, reps, seed, device, quiet, debug) -> None:
+    """End-to-end run against the exact product, on a workload where compression should win.
 
-    Prints the recall of the planted entries, the time of compress + top-k (verified),
-    and the time of the exact product + top-k for comparison.
+    Prints what it reads and chooses as it goes, the noise level, the recall of the exact
+    answer, both times and memory, and which route won and why.
     """
+    from . import demo as _demo
     dev = _device(device)
+    if workload == "auto":           # -n / --planted ask for the planted workload
+        planted_asked = size is not None or planted is not None
+        workload = "planted" if dev == "gpu" or planted_asked else "cooccurrence"
+    prog = Progress(quiet)
+    if workload == "cooccurrence":
+        if dev == "gpu":
+            raise click.UsageError("--workload cooccurrence runs on the CPU (SciPy's exact product "
+                                   "is its peer); use --device cpu")
+        _demo.cooccurrence(click.echo, max_terms=terms, seed=seed, progress=prog)
+        return
     be = backend.gpu() if dev == "gpu" else backend.cpu()
     n = size or (8192 if dev == "gpu" else 1024)
     k = planted or min(300, max(1, n // 16))
     if k > n:
         raise click.UsageError(f"--planted {k} is more than n = {n}: at most one planted entry per "
                                "row; lower --planted or raise -n")
-    data = synthetic.planted_product(n, k, seed=seed, xp=be.xp)
-    b = synthetic.choose_buckets(n, k, data.magnitude, reps)
-    click.echo(f"A, B: {n} x {n} float64 on the {dev.upper()}; A @ B = N(0, 1) background + {k} "
-               f"planted entries of magnitude ~{data.magnitude:.0f}")
-    click.echo(f"sketch: {b} buckets x {reps} repetitions (noise ||AB||_F / sqrt(b) per repetition)")
-
-    def sync():
-        if be.gpu:
-            be.xp.cuda.Device().synchronize()
-
-    pagh_mm.compress(data.A[:64, :64], data.B[:64, :64], buckets=16, reps=1, seed=0)   # warm up kernels
-    sync()
-    t0 = time.perf_counter()
-    sk = pagh_mm.compress(data.A, data.B, buckets=b, reps=reps, seed=seed)
-    top = sk.top_k(k, verify=True)
-    sync()
-    t_sketch = time.perf_counter() - t0
-    rec = synthetic.recall(data.rows, data.cols, be.asnumpy(top.rows), be.asnumpy(top.cols))
-    t0 = time.perf_counter()
-    C = data.A @ data.B
-    flat = be.xp.abs(C.ravel())
-    sel = be.xp.argpartition(-flat, k - 1)[:k]
-    sync()
-    t_exact = time.perf_counter() - t0
-    exact_rec = synthetic.recall(data.rows, data.cols, be.asnumpy(sel // n), be.asnumpy(sel % n))
-    click.echo(f"compress + top-{k} (verified): {t_sketch:.3f} s, recall {rec:.3f}, "
-               f"certified: {'yes' if top.certified else 'no'}, noise estimate {sk.noise():.1f}")
-    click.echo(f"exact A @ B + top-{k}:          {t_exact:.3f} s, recall {exact_rec:.3f}")
-    click.echo(f"speed-up over the exact product: {t_exact / t_sketch:.2f}x")
+    _demo.planted(click.echo, be, n, k, reps, seed, progress=prog)
 
 
 @main.command()
 @click.option("--size", "sizes", multiple=True, type=click.IntRange(64, None), default=None,
-              help="Square sizes n (repeatable; default 4096 .. 32768 on the GPU, 512, 1024 on the CPU).")
+              help="Square sizes n (repeatable; default 4096 .. 32768 on the GPU, 1024 and 4096 on the CPU).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp64", "fp32"]),
               default=("fp64", "fp32"), show_default=True)
 @click.option("--planted", type=click.IntRange(1, None), default=300, show_default=True)
@@ -250,9 +242,21 @@ def demo(size, planted, reps, seed, device, debug) -> None:
 @debug_option
 @guarded
 def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
-    """Compress + top-k on planted heavy hitters versus cuBLAS GEMM + top-k (table + JSON)."""
+    """Compress + top-k versus the exact routes (table + JSON).  GPU: planted heavy hitters
+    against cuBLAS GEMM + top-k.  CPU: dense planted products against NumPy and compmatmul
+    (when importable), a sparse planted product against SciPy and sparse_dot_topn (when
+    installed), and the co-occurrences of this machine's Python sources against SciPy's
+    X^T X (pagh_mm.cpubench)."""
     check_outputs([out_json], force=force)
     dev = _device(device)
+    if dev == "cpu":
+        from . import cpubench
+        res = cpubench.run(sizes=sizes or (1024, 4096), planted=min(planted, min(sizes or (1024,))),
+                           reps=reps or 5, echo=click.echo,
+                           command="pagh-mm " + " ".join(sys.argv[1:]))
+        io.write_json(out_json, res)
+        click.echo(f"wrote {out_json}")
+        return
     if not sizes:
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
     res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,

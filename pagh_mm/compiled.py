@@ -107,7 +107,7 @@ def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool
 
 #: Passing entries each row of a one-pass scan tile keeps (more: the tile is scanned again
 #: the two-pass way).
-ROW_ROOM = 8
+ROW_ROOM = 32
 
 
 def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int, c0: int,

@@ -1,14 +1,15 @@
-"""A real co-occurrence matrix from text every machine has: Python's own sources.
+"""A real co-occurrence matrix from text every machine running pagh_mm has: Python sources.
 
 :func:`cooccurrence` reads the ``.py`` files of the running interpreter's standard library
-(``sysconfig.get_paths()["stdlib"]``, without ``site-packages``/``dist-packages`` and the
-test suites, which some distributions strip), cuts each file into documents of
+(``sysconfig.get_paths()["stdlib"]``, without any ``site-packages``/``dist-packages`` inside
+it) and of the installed packages pagh_mm itself needs (:data:`PACKAGES`: numpy, scipy,
+numba, llvmlite, click, mpmath, with their test suites), cuts each file into documents of
 ``lines_per_doc`` consecutive lines, and returns the binary documents x terms matrix X
 (``X[d, t] = 1.0`` when identifier t occurs in document d) as SciPy CSR, float64, ready for
 ``pagh_mm.compress_gram(X)`` (term co-occurrence counts ``X.T @ X``)::
 
     from pagh_mm import corpus
-    c = corpus.cooccurrence()          # 41054 documents x 16384 terms on CPython 3.11.7
+    c = corpus.cooccurrence()          # ~40-70k documents x 16384 terms
     sk = pagh_mm.compress_gram(c.X, k=100)
     top = sk.top_k(100, verify=True, exclude_diagonal=True)
     pairs = [(c.terms[i], c.terms[j]) for i, j in zip(top.rows, top.cols)]
@@ -18,8 +19,8 @@ strings and comments alike) that are not Python keywords, kept when they occur i
 ``min_df`` documents; the ``max_terms`` with the highest document frequency are kept (ties:
 the smaller string first), numbered in that order.  Documents left without a kept term are
 dropped.  Files are read in sorted path order as UTF-8 (undecodable bytes replaced), so the
-same interpreter and arguments give the same matrix; other Python versions give a similar
-one of their own.
+same interpreter, packages and arguments give the same matrix; other versions give a
+similar one of their own (its description records what was read).
 """
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ import time
 
 import numpy as np
 
-#: Directories never entered: third-party packages and test suites (not on every machine).
-EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests",
-                           "idle_test"})
+#: Directories never entered: other third-party packages, caches.
+EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+#: The installed packages whose sources join the standard library's by default: pagh_mm's
+#: own dependencies, so every machine that runs it has them.
+PACKAGES = ("numpy", "scipy", "numba", "llvmlite", "click", "mpmath")
 #: A term: an ASCII identifier of two or more characters.
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 KEYWORDS = frozenset(keyword.kwlist)
@@ -86,18 +89,28 @@ def _documents(path: str, lines_per_doc: int):
             yield words
 
 
-def cooccurrence(max_terms: int = 16384, min_df: int = 2, lines_per_doc: int = 8,
+def default_roots() -> list[str]:
+    """The standard library and the directories of the installed :data:`PACKAGES`."""
+    import importlib.util
+    roots = [stdlib_root()]
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            roots.extend(spec.submodule_search_locations)
+    return roots
+
+
+def cooccurrence(max_terms: int = 16384, min_df: int = 2, lines_per_doc: int = 50,
                  roots=None) -> Corpus:
-    """The binary documents x terms matrix of the Python sources under ``roots`` (default: the
-    standard library, :func:`stdlib_root`; pass more directories, e.g. site-packages, for a
-    larger corpus).  See the module docstring for what a document and a term are."""
+    """The binary documents x terms matrix of the Python sources under ``roots`` (default:
+    :func:`default_roots`).  See the module docstring for what a document and a term are."""
     import scipy.sparse as sps
     for name, v, lo in (("max_terms", max_terms, 1), ("min_df", min_df, 1),
                         ("lines_per_doc", lines_per_doc, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name}={v!r} must be an integer >= {lo}")
     t0 = time.perf_counter()
-    roots = [stdlib_root()] if roots is None else [os.fspath(r) for r in roots]
+    roots = default_roots() if roots is None else [os.fspath(r) for r in roots]
     files = source_files(roots)
     docs: list[set] = []
     df: dict[str, int] = {}

@@ -615,7 +615,7 @@ def _peer_versions(peers_mods) -> dict:
 
 def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=16384, echo=print,
         repeats=3, *, dense_magnitude=0.25, sparse_n=8192, sparse_per_vector=16,
-        sparse_magnitude=256, k=100, corpus_min_df=2, corpus_lines=8, corpus_roots=None,
+        sparse_magnitude=256, k=100, corpus_min_df=2, corpus_lines=50, corpus_roots=None,
         corpus_repeats=1, cases=("dense", "sparse", "cooccurrence"), isolate=True, seed=1,
         command: str | None = None) -> dict:
     """The CPU benchmark (see the module docstring); returns its provenance record.

@@ -294,7 +294,7 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
         got = None
         if one_pass:                    # estimates and selection in one compiled pass
             h1, s1, h2, s2 = est
-            got = compiled.scan_tile(h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
+            got = None if lim == -math.inf else compiled.scan_tile(h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
                                      r0 - c0 if upper else -(1 << 62), r0, c0, cp.shape[1],
                                      by == "abs", skip_diagonal, lim, cut)
             if got is None:             # a crowded tile (the first ones): two passes

@@ -164,8 +164,13 @@ def test_help_version_info_demo():
         code, text = run(main, ["--version"])
         assert code == 0 and "0.1.0" in text and name in text
         assert run(main, ["info"])[0] == 0
-    code, text = run(pagh_main, ["demo", "-n", 256, "--planted", 8, "--device", "cpu"])
+    code, text = run(pagh_main, ["demo", "--workload", "planted", "-n", 256, "--planted", 8,
+                                 "--device", "cpu"])
     assert code == 0 and "recall 1.000" in text
+    code, text = run(pagh_main, ["demo", "--terms", 300, "--device", "cpu"])
+    assert code == 0, text
+    assert "certified: yes" in text and "recall of the exact top 100: 1.000" in text
+    assert ("compression wins here" in text) != ("the exact product is faster here" in text)
     code, text = run(fwht_main, ["demo", "-n", 8, "--batch", 2, "--device", "cpu"])
     assert code == 0 and "bf16" in text
 
@@ -325,6 +330,7 @@ def test_unwritable_directory_is_a_usage_error(files, no_compute):
 def test_bench_json_force_and_atomic(files, monkeypatch):
     A, B, p, tmp = files
     monkeypatch.setattr("pagh_mm.bench.run", lambda **kw: {"rows": [], "sizes": list(kw["sizes"])})
+    monkeypatch.setattr("pagh_mm.cpubench.run", lambda **kw: {"rows": [], "sizes": list(kw["sizes"])})
     out = tmp / "b.json"
     code, text = run(pagh_main, ["bench", "--json", out, "--device", "cpu", "--size", 64])
     assert code == 0 and json.loads(out.read_text()) == {"rows": [], "sizes": [64]}

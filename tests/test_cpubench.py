@@ -25,7 +25,7 @@ def _tree(tmp_path):
         "\n"
         "gamma = 'os beta'\n")            # doc 4: gamma os beta
     (tmp_path / "pkg" / "notes.txt").write_text("alpha beta gamma\n")  # not a .py file
-    for skipped in ("site-packages", "test", "__pycache__"):
+    for skipped in ("site-packages", "__pycache__"):
         (tmp_path / "pkg" / skipped).mkdir()
         (tmp_path / "pkg" / skipped / "c.py").write_text("alpha beta gamma os Foo\n" * 9)
     return tmp_path / "pkg"
