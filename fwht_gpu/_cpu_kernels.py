@@ -5,13 +5,18 @@ import numba
 
 @numba.njit(nogil=True, cache=True, inline="always")
 def _stage(x, base, n, bit):
+    """The butterflies (i, i + 2^bit) on n elements from base.  The halves are taken as
+    slices indexed from 0: numba then drops the negative-index wrap-around and LLVM
+    vectorizes the loop (5-6x faster than indexing x itself)."""
     h = 1 << bit
     for start in range(base, base + n, 2 * h):
-        for i in range(start, start + h):
-            a = x[i]
-            b = x[i + h]
-            x[i] = a + b
-            x[i + h] = a - b
+        lo = x[start:start + h]
+        hi = x[start + h:start + 2 * h]
+        for i in range(h):
+            a = lo[i]
+            b = hi[i]
+            lo[i] = a + b
+            hi[i] = a - b
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -41,12 +46,16 @@ def _stage2(x, base, n, bit):
     in the same order as two _stage calls)."""
     h = 1 << bit
     for start in range(base, base + n, 4 * h):
-        for i in range(start, start + h):
-            a, b, c, d = x[i], x[i + h], x[i + 2 * h], x[i + 3 * h]
+        q0 = x[start:start + h]                     # slices: vectorized, as in _stage
+        q1 = x[start + h:start + 2 * h]
+        q2 = x[start + 2 * h:start + 3 * h]
+        q3 = x[start + 3 * h:start + 4 * h]
+        for i in range(h):
+            a, b, c, d = q0[i], q1[i], q2[i], q3[i]
             a, b = a + b, a - b
             c, d = c + d, c - d
-            x[i], x[i + 2 * h] = a + c, a - c
-            x[i + h], x[i + 3 * h] = b + d, b - d
+            q0[i], q2[i] = a + c, a - c
+            q1[i], q3[i] = b + d, b - d
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
@@ -82,11 +91,13 @@ def wide(x, n, bit):
     for q in numba.prange(total):
         g, c = q // per, q % per
         start = g * 2 * h + c * chunk            # rows are whole groups: g spans them
-        for i in range(start, start + chunk):
-            a = x[i]
-            b = x[i + h]
-            x[i] = a + b
-            x[i + h] = a - b
+        lo = x[start:start + chunk]              # slices: vectorized (see _stage)
+        hi = x[start + h:start + h + chunk]
+        for i in range(chunk):
+            a = lo[i]
+            b = hi[i]
+            lo[i] = a + b
+            hi[i] = a - b
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
@@ -102,12 +113,16 @@ def wide2(x, n, bit):
     for q in numba.prange(total):
         g, c = q // per, q % per
         start = g * 4 * h + c * chunk
-        for i in range(start, start + chunk):
-            a, b, c2, d = x[i], x[i + h], x[i + 2 * h], x[i + 3 * h]
+        q0 = x[start:start + chunk]              # slices: vectorized (see _stage)
+        q1 = x[start + h:start + h + chunk]
+        q2 = x[start + 2 * h:start + 2 * h + chunk]
+        q3 = x[start + 3 * h:start + 3 * h + chunk]
+        for i in range(chunk):
+            a, b, c2, d = q0[i], q1[i], q2[i], q3[i]
             a, b = a + b, a - b
             c2, d = c2 + d, c2 - d
-            x[i], x[i + 2 * h] = a + c2, a - c2
-            x[i + h], x[i + 3 * h] = b + d, b - d
+            q0[i], q2[i] = a + c2, a - c2
+            q1[i], q3[i] = b + d, b - d
 
 
 @numba.njit(nogil=True, cache=True)
@@ -145,3 +160,4 @@ def serial(x, n, bits, block_bits):
             else:
                 _stage(x, row, n, bits[s])
                 s += 1
+
