@@ -1,7 +1,7 @@
 """Shared command-line plumbing for ``fwht`` and ``pagh-mm``: one-line errors with the
 documented exit codes (2 usage, 1 data), ``--debug`` tracebacks, warnings as one line,
 SIGTERM that cleans up like Ctrl-C, outputs checked before any computation, and
-progress on a TTY."""
+progress lines on stderr (live on a terminal, periodic otherwise)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,10 +11,11 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import warnings
 import zipfile
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import click
 
@@ -133,20 +134,156 @@ def check_outputs(paths: Iterable, *, force: bool, make_dirs: bool = False) -> N
         probed.add(directory)
 
 
+#: ``--progress`` modes: see :func:`progress_option`.
+PROGRESS_MODES = ("auto", "always", "never")
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people: ``4.2 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    whole = int(round(seconds))
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 class Progress:
-    """``progress(stage, done, total)`` callback drawing one line on stderr when it is a TTY."""
+    """``progress(stage, done, total)`` callback showing progress on a stream (stderr).
+
+    ``mode`` (``quiet=True`` means ``"never"``): ``"never"`` prints nothing; ``"auto"``
+    and ``"always"`` draw one ``\\r``-rewritten line on a terminal (at most ``REDRAW_PER_S``
+    redraws a second, plus each stage's first and last), and print plain lines when the
+    stream is not a terminal: each stage's first call, its completion, and in between at
+    most one line per ``interval`` seconds (default ``INTERVALS[mode]``: 10 s for
+    ``"auto"``, 2 s for ``"always"``).  A line shows the stage, done/total, the percentage,
+    the time since the stage started and an estimate of the time left ("eta ?" until
+    ``ETA_AFTER_S`` seconds or ``ETA_AFTER_FRACTION`` of the work have passed since the
+    stage's first call).  A new stage name, a new total or ``done`` going backwards starts
+    a new run of the stage; a run is timed from the previous event (construction,
+    :meth:`message`, or the previous call).  ``stream`` and whether it is a terminal are
+    looked up at each call (``None``: ``sys.stderr``)."""
 
     LABELS = {"inner": "inner dimension", "tiles": "row tiles"}
+    INTERVALS = {"auto": 10.0, "always": 2.0}
+    REDRAW_PER_S = 10
+    ETA_AFTER_S = 1.0
+    ETA_AFTER_FRACTION = 0.05
 
-    def __init__(self, quiet: bool):
-        self.on = not quiet and sys.stderr.isatty()
-        self.last = None
+    def __init__(self, quiet: bool = False, mode: str = "auto", stream=None,
+                 clock: Callable[[], float] = time.monotonic, interval: float | None = None):
+        if mode not in PROGRESS_MODES:
+            raise ValueError(f"progress mode must be one of {', '.join(PROGRESS_MODES)}, "
+                             f"not {mode!r}")
+        self.mode = "never" if quiet else mode
+        self.on = self.mode != "never"
+        self._stream = stream
+        self.clock = clock
+        self.interval = self.INTERVALS.get(self.mode, 0.0) if interval is None else interval
+        self._mark = clock()        # time of the previous event: when a new run starts
+        self._run: tuple | None = None  # (stage, total, start, first time, first done)
+        self._last: tuple | None = None  # (done, total) of the previous call
+        self._shown = float("-inf")     # when a line was last written for the run
+        self._width = 0                  # length of the pending \r line (0: none)
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
+    @property
+    def stream(self):
+        return sys.stderr if self._stream is None else self._stream
+
+    def _tty(self, stream) -> bool:
+        try:
+            return bool(stream.isatty())
+        except (AttributeError, ValueError, OSError):
+            return False
+
+    def _end_line(self, stream) -> None:
+        if self._width:
+            stream.write("\n")
+            self._width = 0
+
+    def message(self, text: str) -> None:
+        """Print ``text`` as one line now (unless the mode is ``"never"``), after ending a
+        pending terminal line; the next stage is timed from here."""
+        self._mark = self.clock()
         if not self.on:
             return
+        stream = self.stream
+        self._end_line(stream)
+        stream.write(f"{text}\n")
+        stream.flush()
+
+    def close(self) -> None:
+        """End a pending terminal line (e.g. before an error message)."""
+        if self.on and self._width:
+            stream = self.stream
+            self._end_line(stream)
+            stream.flush()
+
+    def line(self, stage: str, done: int, total: int, elapsed: float,
+             eta: float | None) -> str:
+        """The text shown for one call (no line ending)."""
         label = self.LABELS.get(stage, stage)
-        sys.stderr.write(f"\r{label}: {done}/{total} ({100 * done // max(total, 1)}%)")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+        finished = done >= total
+        pct = 100 if finished else 100 * max(done, 0) // total
+        text = f"{label}: {done}/{total} ({pct}%), {format_duration(elapsed)} elapsed"
+        if not finished:
+            text += ", eta " + ("?" if eta is None else format_duration(eta))
+        return text
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = self.clock()
+        last, self._last = self._last, (done, total)
+        run = self._run
+        finished = done >= total
+        if run is not None and run[0] == stage and run[1] == total and last is not None:
+            if last[0] >= last[1]:                     # the previous call finished the run
+                if (done, total) == last:
+                    self._mark = now
+                    return                            # a repeated final call: shown already
+                run = None
+            elif done < last[0]:
+                run = None
+        else:
+            run = None
+        new = run is None
+        if new:
+            run = self._run = (stage, total, self._mark, now, done)
+        self._mark = now
+        if not self.on:
+            return
+        _, _, start, t0, d0 = run
+        eta = None
+        if not finished and done > d0 and (now - t0 >= self.ETA_AFTER_S
+                                            or done - d0 >= self.ETA_AFTER_FRACTION * total):
+            eta = (total - done) * (now - t0) / (done - d0)
+        stream = self.stream
+        tty = self._tty(stream)
+        gap = 1.0 / self.REDRAW_PER_S if tty else self.interval
+        if not (new or finished or now - self._shown >= gap):
+            return
+        self._shown = now
+        text = self.line(stage, done, total, now - start, eta)
+        if tty:
+            if new:
+                self._end_line(stream)           # an unfinished run of another stage
+            stream.write(f"\r{text}{' ' * (self._width - len(text))}")
+            self._width = len(text)
+            if finished:
+                self._end_line(stream)
+        else:
+            self._end_line(stream)
+            stream.write(f"{text}\n")
+        stream.flush()
+
+
+def progress_option(fn):
+    """``--progress [auto|always|never]`` (default auto), passed as ``progress``."""
+    return click.option(
+        "--progress", "progress", type=click.Choice(PROGRESS_MODES), default="auto",
+        show_default=True,
+        help="Progress on stderr. auto: a live line with the time elapsed and left when "
+             "stderr is a terminal, otherwise a line when a stage starts, every 10 s and "
+             "when it ends; always: the same, with a line every 2 s when stderr is not a "
+             "terminal; never: none (as --quiet).")(fn)

@@ -26,6 +26,7 @@ from fwht_gpu import matrixio as io
 from fwht_gpu.files import atomic_write
 from fwht_gpu.clitools import (
     Progress,
+    progress_option,
     check_outputs,
     debug_option,
     force_option,
@@ -95,7 +96,8 @@ def sketch_options(fn):
                           "diagonal exact (pagh_mm.compress_gram)."),
         click.option("--format", "fmt", type=click.Choice(["npy", "npz", "mtx", "csv", "tsv", "txt"]),
                      default=None, help="Input format (default: from each file's extension)."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress output (--progress never)."),
+        progress_option,
         debug_option,
     ]
     for o in reversed(opts):
@@ -156,7 +158,8 @@ def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_prob
                           seed=o["seed"], k=k, threshold=threshold, method=o["method"],
                           dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
                           stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"],
-                          hash=o["hash_"], progress=Progress(o["quiet"]), **extra)
+                          hash=o["hash_"], progress=Progress(o["quiet"], mode=o["progress"]),
+                          **extra)
     if not o["quiet"]:
         click.echo(f"sketch: {sk.describe()}", err=True)
     return sk
@@ -197,10 +200,11 @@ def info(debug) -> None:
 @click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
 @click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines (--progress never).")
+@progress_option
 @debug_option
 @guarded
-def demo(workload, size, planted, terms, reps, seed, device, quiet, debug) -> None:
+def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, debug) -> None:
     """End-to-end run against the exact product, on a workload where compression should win.
 
     Prints what it reads and chooses as it goes, the noise level, the recall of the exact
@@ -211,7 +215,7 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, debug) -> No
     if workload == "auto":           # -n / --planted ask for the planted workload
         planted_asked = size is not None or planted is not None
         workload = "planted" if dev == "gpu" or planted_asked else "cooccurrence"
-    prog = Progress(quiet)
+    prog = Progress(quiet, mode=progress)
     if workload == "cooccurrence":
         if dev == "gpu":
             raise click.UsageError("--workload cooccurrence runs on the CPU (SciPy's exact product "
@@ -288,7 +292,7 @@ def multiply(a_path, b_path, output, force, **o) -> None:
     check_outputs([output], force=force)
     _check_settings(o)
     sk = _compress_from_files(a_path, b_path, o)
-    D = sk.to_dense(progress=Progress(o["quiet"]))
+    D = sk.to_dense(progress=Progress(o["quiet"], mode=o["progress"]))
     io.write_matrix(output, D, force=force)
     if not o["quiet"]:
         click.echo(f"wrote {output}: {D.shape[0]} x {D.shape[1]} estimate "
@@ -400,7 +404,7 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
         sk = _compress_from_files(files[0], files[1], o, k=k if per_row is None else None,
                                   threshold=threshold, failure_probability=delta)
     kw = dict(verify=verify, by=by, exclude_diagonal=exclude_diagonal,
-              progress=Progress(o["quiet"]))
+              progress=Progress(o["quiet"], mode=o["progress"]))
     if verify:
         kw.update(failure_probability=delta, candidates=candidates)
     import warnings

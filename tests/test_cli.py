@@ -76,7 +76,7 @@ def test_compress_top_query(files):
     C = A @ B
     sk = tmp / "s.npz"
     assert run(pagh_main, ["compress", p["A.npy"], p["B.csv"], "-o", sk, "-b", 1 << 15, "-d", 5, "-q"])[0] == 0
-    code, text = run(pagh_main, ["top", "--sketch", sk, "-k", 5, "--output-format", "json"])
+    code, text = run(pagh_main, ["top", "--sketch", sk, "-k", 5, "--output-format", "json", "-q"])
     assert code == 0
     entries = json.loads(text)
     assert len(entries) == 5 and all(C[e["i"], e["j"]] == e["estimate"] for e in entries)
@@ -474,7 +474,7 @@ def test_legacy_sketch_prints_one_warning_line(tmp_path):
                             "shape": (8, 9), "log2b": 6, "method": "fwht", "dtype": "fp64",
                             "algorithm": "folklore", "stabilizer": None,
                             "hash": hashing.HashParams.draw("multiply-shift", 5, 3)})
-    for args in (["query", path, 1, 2], ["top", "--sketch", path, "-k", 2]):
+    for args in (["query", path, 1, 2], ["top", "--sketch", path, "-k", 2, "-q"]):
         code, out, err = run_split(pagh_main, args)
         assert code == 0, err
         lines = err.splitlines()
@@ -521,3 +521,17 @@ def test_sigterm_exits_143_without_temporary_files(files, stage):
                                   "B.csv", "-o", "C.npy", "-b", "1024", "-q"], tmp / "marker", tmp)
     assert code == 143, err
     assert "Traceback" not in err and not list(tmp.glob(".tmp-*")) and not (tmp / "C.npy").exists()
+
+
+def test_progress_lines_in_batch_jobs(tmp_path):
+    """Not a terminal: --progress auto prints a stage's first and last lines with the time
+    elapsed; never and -q print none."""
+    X = np.random.default_rng(0).standard_normal((40, 30))
+    np.save(tmp_path / "X.npy", X)
+    args = ["top", tmp_path / "X.npy", tmp_path / "X.npy", "--transpose-a", "-k", 3]
+    code, out, err = run_split(pagh_main, args)
+    assert code == 0, err
+    assert "inner dimension: 40/40 (100%)" in err and "elapsed" in err and "row tiles:" in err
+    for quiet in (["--progress", "never"], ["-q"]):
+        code, out, err = run_split(pagh_main, args + quiet)
+        assert code == 0 and "inner dimension" not in err and "row tiles" not in err
