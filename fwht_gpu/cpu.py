@@ -8,6 +8,7 @@ same bits.  An optional :class:`OpCounter` records the arithmetic performed.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -95,8 +96,48 @@ _POOL_LOCK = threading.Lock()
 os.register_at_fork(after_in_child=_POOL.clear)     # a forked child makes its own threads
 
 
-def _workers() -> int:
+_LIMIT = threading.local()
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _workers() -> int:
+    return getattr(_LIMIT, "workers", None) or cores()
+
+
+def check_workers(workers) -> int | None:
+    """``workers`` as in ``scipy.fft``: None (all cores), a positive count, or a negative one
+    counted back from the cores (-1: all); 0 and non-integers are errors."""
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers == 0:
+        raise ValueError(f"workers={workers!r} must be a non-zero integer (negative: counted "
+                         "back from the number of cores, -1 for all) or None")
+    n = int(workers) if workers > 0 else cores() + 1 + int(workers)
+    if n < 1:
+        raise ValueError(f"workers={workers} leaves no core of the {cores()} this process has")
+    return n
+
+
+@contextlib.contextmanager
+def limited_workers(workers: int | None):
+    """Run the CPU engine (its thread pool and the compiled kernels' threads) on at most
+    ``workers`` threads in this thread; threads never change results."""
+    if workers is None:
+        yield
+        return
+    import numba
+    before, before_numba = getattr(_LIMIT, "workers", None), numba.get_num_threads()
+    _LIMIT.workers = workers
+    numba.set_num_threads(max(1, min(workers, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        _LIMIT.workers = before
+        numba.set_num_threads(before_numba)
 
 
 def _pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:

@@ -136,10 +136,12 @@ class FWHT:
         return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
 
     def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None,
-                 overwrite_x: bool = False):
+                 overwrite_x: bool = False, workers: int | None = None):
         """The transform (``inverse``: the inverse, as :func:`ifwht`) of ``x`` along ``axis``.
         ``overwrite_x``: the contents of ``x`` may be destroyed (as in ``scipy.fft``); the CPU
-        engine then transforms a C-contiguous ``x`` in place, without a copy, when it can."""
+        engine then transforms a C-contiguous ``x`` in place, without a copy, when it can.
+        ``workers``: CPU threads, as in ``scipy.fft`` (None: all cores)."""
+        workers = cpu.check_workers(workers)
         x = _as_array(x)
         on_gpu = _is_cupy(x)
         if on_gpu and self.device != "cuda":
@@ -151,7 +153,9 @@ class FWHT:
             check_length(length, "x")
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
-        return self._execute(x, axis, norm_factor(self.n, norm, inverse), out, bool(overwrite_x))
+        with cpu.limited_workers(workers):
+            return self._execute(x, axis, norm_factor(self.n, norm, inverse), out,
+                                 bool(overwrite_x))
 
     def _execute(self, x, axis: int, factor: float, out, overwrite_x: bool = False):
         """The engine call on checked arguments (``axis`` non-negative)."""
@@ -170,8 +174,10 @@ def _cached(n, dtype, algorithm, stabilizer, compute_dtype, device, tuning) -> F
                 device=device, tuning=tuning)
 
 
-def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse, tuning):
+def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse, tuning,
+               workers=None):
     dev = devices.for_array(device, _is_cupy(x))          # checked in the order of the arguments
+    workers = cpu.check_workers(workers)
     x = _as_array(x)
     axis = _check_args(x, axis, out, gpu_device.cupy() if _is_cupy(x) else np)
     n = x.shape[axis]
@@ -186,12 +192,13 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
             raise
         t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
                  device=dev, tuning=tuning)              # raises the argument's own error
-    return t._execute(x, axis, factor, out)          # arguments checked above: not again
+    with cpu.limited_workers(workers):
+        return t._execute(x, axis, factor, out)      # arguments checked above: not again
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
          stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
-         tuning: Tuning | None = None):
+         tuning: Tuning | None = None, workers: int | None = None):
     """Fast Walsh-Hadamard transform along ``axis`` (Hadamard / natural order).
 
     The unnormalized transform equals ``scipy.linalg.hadamard(n) @ x`` along the axis.
@@ -223,6 +230,9 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
         and returns a NumPy array.
     tuning : Tuning, optional
         Planner and launcher settings (experiments; the defaults are the measured ones).
+    workers : int, optional
+        CPU threads, as in :mod:`scipy.fft` (None: every core; negative: counted back from
+        the cores, -1 for all).  The result does not depend on it.  Ignored on the GPU.
 
     Raises
     ------
@@ -234,17 +244,19 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     TransformOverflowError
         Finite input whose transform exceeds the dtype's range.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, False, tuning)
+    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, False, tuning,
+                      workers)
 
 
 def ifwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
           stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
-          tuning: Tuning | None = None):
+          tuning: Tuning | None = None, workers: int | None = None):
     """Inverse transform: ``fwht`` with the inverse's scaling (1/n for norm="backward").
 
     ``ifwht(fwht(x)) == x`` up to rounding for every ``norm``.  Arguments as :func:`fwht`.
     """
-    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, True, tuning)
+    return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, True, tuning,
+                      workers)
 
 
 def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out=None,

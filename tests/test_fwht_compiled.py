@@ -70,3 +70,18 @@ def test_overwrite_x_transforms_in_place_with_the_same_bits_and_checks():
     with pytest.raises(fwht_gpu.TransformOverflowError):
         F(big, overwrite_x=True)
     assert np.array_equal(F(np.asfortranarray(x), overwrite_x=True), want)
+
+
+def test_workers_as_in_scipy_fft():
+    x = np.random.default_rng(4).standard_normal((6, 1 << 15)).astype(np.float32)
+    want = fwht_gpu.fwht(x)
+    before = numba.get_num_threads()
+    for w in (1, 2, -1, None):
+        got = fwht_gpu.fwht(x, workers=w)
+        assert np.array_equal(got, want)
+        assert np.array_equal(fwht_gpu.ifwht(got, workers=w), fwht_gpu.ifwht(want))
+        assert np.array_equal(fwht_gpu.FWHT(1 << 15, np.float32)(x, workers=w), want)
+    assert numba.get_num_threads() == before                 # restored after the call
+    for bad in (0, 1.5, True, -1000):
+        with pytest.raises(ValueError, match="workers"):
+            fwht_gpu.fwht(x, workers=bad)
