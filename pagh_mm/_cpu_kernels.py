@@ -356,8 +356,10 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
     """:func:`tile_estimates5` and :func:`select_tile` in one pass without the tile: per row r
     the passing entries' estimates and columns go to vals[r, :n], cols_out[r, :n] (their
     number in counts[r], which may exceed the buffer: the caller then scans the tile the
-    two-pass way), the largest key below ``cut`` to lows[r].  Gram sketches: the diagonal's
-    estimates are its exact values ``diag``."""
+    two-pass way), to lows[r] a bound on the keys below ``cut`` (the largest such key, or
+    for an entry rejected after three repetitions, the largest of their keys: three of five
+    values within [-B, B] put the median there).  Gram sketches: the diagonal's estimates
+    are its exact values ``diag``."""
     rows = h1.shape[1]
     cols = h2T.shape[0]
     room = vals.shape[1]
@@ -380,10 +382,25 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
                 x0 = b0 * s2T[c, 0] * sketch[0, i0]
                 x1 = b1 * s2T[c, 1] * sketch[1, i1]
                 x2 = b2 * s2T[c, 2] * sketch[2, i2]
+                if gram:
+                    x0, x1, x2 = x0 * 0.5, x1 * 0.5, x2 * 0.5
+                if by_abs:
+                    y0, y1, y2 = abs(x0), abs(x1), abs(x2)
+                else:
+                    y0, y1, y2 = x0, x1, x2
+                if (y0 < lim) & (y1 < lim) & (y2 < lim):
+                    # three of five below lim: the median's key is at most their largest
+                    # (< lim: the entry fails), which bounds it where it counts (below cut)
+                    gr, gc = r0 + r, c0 + c
+                    if not ((skip_diag and gr == gc) or (upper and gr > gc)):
+                        bnd = max(y0, max(y1, y2))
+                        if bnd < cut and bnd > low:
+                            low = bnd
+                    continue
                 x3 = b3 * s2T[c, 3] * sketch[3, i3]
                 x4 = b4 * s2T[c, 4] * sketch[4, i4]
                 if gram:
-                    x0, x1, x2, x3, x4 = x0 * 0.5, x1 * 0.5, x2 * 0.5, x3 * 0.5, x4 * 0.5
+                    x3, x4 = x3 * 0.5, x4 * 0.5
                 x0, x1 = _sort2(x0, x1)
                 x3, x4 = _sort2(x3, x4)
                 x2, x4 = _sort2(x2, x4)

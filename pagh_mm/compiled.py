@@ -105,30 +105,38 @@ def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool
     return values, ids, float(lows.max(initial=-np.inf))
 
 
-#: Passing entries each row of a one-pass scan tile keeps (more: the tile is scanned again
-#: the two-pass way).
+#: Passing entries each row of a one-pass scan tile keeps at first (more: the tile is
+#: scanned again in one pass with room for them, or the two-pass way when that room would
+#: take more than :data:`ROW_ROOM_BYTES`).
 ROW_ROOM = 32
+ROW_ROOM_BYTES = 64 << 20
 
 
 def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int, c0: int,
               p: int, by_abs: bool, skip_diagonal: bool, lim: float, cut: float):
     """:func:`tile_estimates` (five repetitions of an FWHT sketch) and :func:`select_tile`
-    in one pass that never holds the tile: (estimates, flat ids, largest key below cut), or
-    None when a row has more than :data:`ROW_ROOM` passing entries."""
+    in one pass that never holds the tile: (estimates, flat ids, a bound on the keys below
+    cut), or None when the passing entries would take more than :data:`ROW_ROOM_BYTES`."""
     rows = h1.shape[1]
-    vals = np.empty((rows, ROW_ROOM), dtype=np.float64)
-    cols = np.empty((rows, ROW_ROOM), dtype=np.int64)
     counts = np.empty(rows, dtype=np.int64)
     lows = np.empty(rows, dtype=np.float64)
     diag = np.zeros(1) if diagonal is None else np.ascontiguousarray(diagonal, dtype=np.float64)
-    _kernels()[8](np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
-                  np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
-                  np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
-                  by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut), vals, cols,
-                  counts, lows)
-    if rows and int(counts.max()) > ROW_ROOM:
-        return None
-    keep = np.arange(ROW_ROOM)[None, :] < counts[:, None]          # row-major order
+    args = (np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64),
+            np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
+            np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
+            by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut))
+    room = ROW_ROOM
+    while True:
+        vals = np.empty((rows, room), dtype=np.float64)
+        cols = np.empty((rows, room), dtype=np.int64)
+        _kernels()[8](*args, vals, cols, counts, lows)
+        most = int(counts.max()) if rows else 0
+        if most <= room:
+            break
+        if 16 * rows * most > ROW_ROOM_BYTES:
+            return None
+        room = most                     # crowded rows: once more with room for them all
+    keep = np.arange(room)[None, :] < counts[:, None]              # row-major order
     r = np.nonzero(keep)[0]
     ids = (r0 + r) * p + c0 + cols[keep]
     return vals[keep], ids, float(lows.max(initial=-np.inf))

@@ -39,6 +39,9 @@ DEFAULT_ROUNDS = 4
 #: A later round whose scan is predicted to return more than this many noise entries per
 #: entry that can reach the cut stops and asks for more buckets instead.
 CROWDED = 64
+#: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
+#: about this many times its pool's entries, whose best set the floor for the rest.
+SEED_ENTRIES = 64
 #: Candidates the first scan of a certified ``above`` verifies (the largest estimates).
 FIRST_POOL_ABOVE = 4096
 
@@ -201,8 +204,10 @@ def _member(ids, sorted_set, xp):
 
 @dataclass
 class Scan:
-    """What one scan found: the candidates (estimates, flat ids; largest key first) and the
-    largest key among the entries it did not return (-inf when there is none)."""
+    """What one scan found: the candidates (estimates, flat ids; largest key first) and a
+    bound on the keys of the entries it did not return (-inf when there is none): their
+    largest key, or on the CPU's one-pass scans possibly more (never less, never a key at
+    or above the cut unless one is)."""
 
     values: object
     ids: object
@@ -289,22 +294,25 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     sketch = cp.sketch if sketch is None else sketch
     fused = not cp.backend.gpu and compiled.ENABLED
     one_pass = fused and cp.method == "fwht" and cp.reps == 5
-    for r0, c0, est in tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
+
+    def take(r0, c0, est):
+        nonlocal pool_v, pool_i, parts_v, parts_i, held, floor, below
         lim = max(cut, floor)
         got = None
         if one_pass:                    # estimates and selection in one compiled pass
             h1, s1, h2, s2 = est
-            got = None if lim == -math.inf else compiled.scan_tile(h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
-                                     r0 - c0 if upper else -(1 << 62), r0, c0, cp.shape[1],
-                                     by == "abs", skip_diagonal, lim, cut)
-            if got is None:             # a crowded tile (the first ones): two passes
+            got = None if lim == -math.inf else compiled.scan_tile(
+                h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
+                r0 - c0 if upper else -(1 << 62), r0, c0, cp.shape[1], by == "abs",
+                skip_diagonal, lim, cut)
+            if got is None:             # nothing to prune with yet, or a crowded tile
                 est = _tile_estimates(cp, h1, s1, h2, s2, sketch, r0, c0, upper)
         if got is not None:
             flat, ids, low = got
             if cut > -math.inf:
                 below = low if below is None else max(below, low)
             if flat.size == 0:
-                continue
+                return
         elif fused:                     # the same selection in two compiled passes
             flat, ids, low = compiled.select_tile(est, r0, c0, cp.shape[1], by == "abs",
                                                   skip_diagonal, upper, lim, cut,
@@ -312,20 +320,20 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
             if cut > -math.inf:
                 below = low if below is None else max(below, low)
             if flat.size == 0:
-                continue
+                return
         else:
             flat, ids, low = _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut)
             if cut > -math.inf:
                 below = low if below is None else xp.maximum(below, low)
             if flat is None:
-                continue
+                return
         if exclude is not None and exclude.size:
             new = ~_member(ids, exclude, xp)
             flat, ids = flat[new], ids[new]
         parts_v.append(flat)
         parts_i.append(ids)
         held += int(flat.size)
-        if held > 2 * (cap + 1):
+        if held > 2 * (cap + 1) or (floor == -math.inf and held > cap):
             pool_v, pool_i = compact(xp.concatenate([pool_v] + parts_v),
                                      xp.concatenate([pool_i] + parts_i))
             parts_v, parts_i, held = [], [], int(pool_v.size)
@@ -337,6 +345,17 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
                 f"({memory.gib(room)}) holds; raise the threshold, or lower candidates=",
                 need=32 * held, available=room, device=cp.backend.name,
                 hint="raise the threshold or lower candidates")
+
+    for r0, c0, est in tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
+        if one_pass and max(cut, floor) == -math.inf:
+            # nothing to prune with: a few rows first (two passes), whose best entries set
+            # the floor the rest of the tile is scanned against in one pass
+            h1, s1, h2, s2 = est
+            seed = -(-SEED_ENTRIES * (cap + 1) // h2.shape[1])
+            if seed < h1.shape[1]:
+                take(r0, c0, (h1[:, :seed], s1[:, :seed], h2, s2))
+                r0, est = r0 + seed, (h1[:, seed:], s1[:, seed:], h2, s2)
+        take(r0, c0, est)
     pool_v, pool_i = compact(xp.concatenate([pool_v] + parts_v), xp.concatenate([pool_i] + parts_i))
     next_key = -math.inf if below is None else float(below)
     if pool_v.size > cap:

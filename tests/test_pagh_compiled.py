@@ -160,3 +160,59 @@ def test_compiled_scans_give_the_specifications_answers(kind):
         assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
         assert np.array_equal(got.estimates, want.estimates)
         assert got.certified == want.certified
+
+
+@pytest.mark.parametrize("kind", ["dense", "gram"])
+def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, monkeypatch):
+    """Small tiles (many of them, a seeded first one), rows with more passing entries than
+    their first room (scanned again with room for them, or the two-pass way) and entries
+    rejected after three repetitions: the specification's answers, certificates included,
+    and next_key bounds every entry not returned."""
+    rng = np.random.default_rng(11)
+    if kind == "gram":
+        X = sps.random(3000, 260, density=0.04, random_state=12, format="csr")
+        X.data[:] = 1.0
+        X[:, :12] = (rng.random((3000, 12)) < 0.5).astype(float)    # crowded frequent terms
+        A, B = X.T.tocsr(), X.tocsc()
+    else:
+        A, B = rng.standard_normal((240, 80)), rng.standard_normal((80, 230))
+        A[:8] *= 20.0                                                # crowded rows
+    sk = pagh_mm.compress(A, B, buckets=512, reps=5, seed=2)
+    m, p = sk.shape
+    ii, jj = np.meshgrid(np.arange(m), np.arange(p), indexing="ij")
+    est = sk.estimate(ii, jj)
+    monkeypatch.setattr(pagh_mm.query, "TILE_BUDGET", 1 << 19)
+    for room_bytes in (64 << 20, 1):            # rerun in one pass / fall back to two passes
+        monkeypatch.setattr(compiled, "ROW_ROOM", 2)
+        monkeypatch.setattr(compiled, "ROW_ROOM_BYTES", room_bytes)
+        for by in ("abs", "value"):
+            key = np.abs(est) if by == "abs" else est
+            upper = key[ii < jj] if kind == "gram" else key.ravel()
+            for cut in (-np.inf, float(np.quantile(upper, 0.99)), float(np.sort(upper)[-20])):
+                got = pagh_mm.query.scan(sk, by, 40, cut, skip_diagonal=kind == "gram")
+                compiled.ENABLED = False
+                try:
+                    want = pagh_mm.query.scan(sk, by, 40, cut, skip_diagonal=kind == "gram")
+                finally:
+                    compiled.ENABLED = True
+                assert np.array_equal(got.ids, want.ids)
+                assert np.array_equal(got.values, want.values)
+                assert got.next_key >= want.next_key
+                left = np.ones(m * p, bool)
+                left[got.ids] = False
+                if kind == "gram":
+                    left &= (ii < jj).ravel()                      # upper, off-diagonal
+                assert got.next_key >= key.ravel()[left].max()
+                if want.next_key < cut:          # certifiable at this cut on both paths
+                    assert got.next_key < cut
+        for q in (lambda: sk.top_k(10, verify=True, exclude_diagonal=kind == "gram"),
+                  lambda: sk.top_k(30, by="value", verify=True)):
+            got = q()
+            compiled.ENABLED = False
+            try:
+                want = q()
+            finally:
+                compiled.ENABLED = True
+            assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
+            assert np.array_equal(got.exact, want.exact)
+            assert got.certified == want.certified and got.margin == want.margin
