@@ -1,6 +1,8 @@
 """The numba kernels of :mod:`fwht_gpu.compiled` (module-level functions, so that numba's
 on-disk cache finds them again in the next process; imported on first use)."""
 import numba
+from numba.core import types
+from numba.extending import intrinsic
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -161,3 +163,102 @@ def serial(x, n, bits, block_bits):
                 _stage(x, row, n, bits[s])
                 s += 1
 
+
+
+# --- per-operation rounding to a 16-bit storage dtype (FP16/BF16 plans computed in them) ----
+
+@intrinsic
+def _bits(typingctx, x):
+    """The bit pattern of a float32 (a register bitcast: no memory, so no aliasing)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.uint32))
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def _float(typingctx, x):
+    """The float32 of a bit pattern (the inverse of :func:`_bits`)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float32))
+    return types.float32(types.uint32), codegen
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _round(v, mode):
+    """float32 ``v`` rounded to FP16 (mode 1) or BF16 (mode 2), ties to even, as float32:
+    the bits of NumPy's / ml_dtypes' round trip through the 16-bit format
+    (:mod:`fwht_gpu.rounding` for FP16); a NaN stays a NaN of the same sign."""
+    bits = _bits(v)
+    sign = bits & numba.uint32(0x80000000)
+    mag = bits & numba.uint32(0x7FFFFFFF)
+    if mode == 2:
+        if mag > numba.uint32(0x7F800000):                  # NaN: quiet, top payload bits
+            return _float((bits | numba.uint32(0x00400000)) & numba.uint32(0xFFFF0000))
+        lsb = (bits >> numba.uint32(16)) & numba.uint32(1)
+        return _float((bits + numba.uint32(0x7FFF) + lsb) & numba.uint32(0xFFFF0000))
+    # FP16, branch-free (selects, so that loops of it vectorize): normal values drop 13
+    # bits; below 2^-14, adding and removing 0.5 rounds to a multiple of 2^-24 (float32's
+    # spacing in [0.5, 1), ties to even); 65520 and up is infinity; NaN keeps 10 payload bits
+    lsb = (mag >> numba.uint32(13)) & numba.uint32(1)
+    r = (mag + numba.uint32(0xFFF) + lsb) & numba.uint32(0xFFFFE000)
+    small = _bits((_float(mag) + numba.float32(0.5)) - numba.float32(0.5))
+    r = small if mag < numba.uint32(0x38800000) else r
+    r = numba.uint32(0x7F800000) if mag >= numba.uint32(0x477FF000) else r
+    payload = mag & numba.uint32(0x007FE000)
+    payload = numba.uint32(0x2000) if payload == 0 else payload
+    r = (numba.uint32(0x7F800000) | payload) if mag > numba.uint32(0x7F800000) else r
+    return _float(sign | r)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _rounded_pairs(f, lo, hi, count, mode):
+    """Butterflies (lo + i, hi + i), i < count, each result rounded (see _round); slices
+    indexed from 0, as in _stage, so that the loop vectorizes."""
+    x = f[lo:lo + count]
+    y = f[hi:hi + count]
+    for i in range(count):
+        a = x[i]
+        b = y[i]
+        x[i] = _round(a + b, mode)
+        y[i] = _round(a - b, mode)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def rounded(f, n, bits, block_bits, mode):
+    """The stages ``bits`` on every row of length n of the flat float32 array f, every sum
+    and difference rounded to FP16 (mode 1) or BF16 (mode 2): the NumPy engine's
+    per-operation rounding.  Stages below ``block_bits`` run on cache blocks in parallel,
+    higher ones over chunks of pairs in parallel; each element sees the same operations in
+    the same order."""
+    block = 1 << block_bits
+    s = 0
+    while s < bits.size:
+        if bits[s] < block_bits:
+            e = s
+            while e < bits.size and bits[e] < block_bits:
+                e += 1
+            for k in numba.prange(f.size // block):
+                for t in range(s, e):
+                    h = 1 << bits[t]
+                    for start in range(k * block, (k + 1) * block, 2 * h):
+                        _rounded_pairs(f, start, start + h, h, mode)
+            s = e
+        else:
+            h = 1 << bits[s]
+            chunk = min(h, 1 << 11)
+            per = h // chunk
+            for q in numba.prange(f.size // (2 * h) * per):
+                g, c = q // per, q % per
+                start = g * 2 * h + c * chunk
+                _rounded_pairs(f, start, start + h, chunk, mode)
+            s += 1
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def round_storage(f, mode):
+    """Round the flat float32 array f in place to FP16 (mode 1) or BF16 (mode 2)."""
+    step = 1 << 14
+    for k in numba.prange((f.size + step - 1) // step):
+        x = f[k * step:min(f.size, (k + 1) * step)]     # indexed from 0: vectorizes
+        for i in range(x.size):
+            x[i] = _round(x[i], mode)

@@ -144,7 +144,8 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
 
 def fused_supported(plan) -> bool:
     """Whether :class:`Fused` computes a compression whose forward transforms follow ``plan``."""
-    return ENABLED and fcompiled.supports(plan, None)
+    return ENABLED and fcompiled.supports(plan, None) and plan.compute_dtype == plan.dtype \
+        and np.dtype(plan.dtype) in (np.float64, np.float32)
 
 
 _EMPTY_F = np.zeros((1, 1))

@@ -616,7 +616,7 @@ def _peer_versions(peers_mods) -> dict:
 def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=16384, echo=print,
         repeats=3, *, dense_magnitude=0.25, sparse_n=8192, sparse_per_vector=16,
         sparse_magnitude=256, k=100, corpus_min_df=2, corpus_lines=50, corpus_roots=None,
-        corpus_repeats=1, cases=("dense", "sparse", "cooccurrence"), isolate=True, seed=1,
+        corpus_repeats=None, cases=("dense", "sparse", "cooccurrence"), isolate=True, seed=1,
         command: str | None = None) -> dict:
     """The CPU benchmark (see the module docstring); returns its provenance record.
 
@@ -624,10 +624,11 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
     dense and sparse cases, dense magnitude ``dense_magnitude`` * n; ``buckets``/``reps``: b
     and d of every sketch but the co-occurrence one (sized by ``compress_gram(X, k=k)``);
     ``corpus_*``: :func:`pagh_mm.corpus.cooccurrence`'s max_terms, min_df, lines_per_doc and
-    roots; ``corpus_repeats``: timed runs of that case (default 1: ours takes minutes there);
+    roots; ``corpus_repeats``: timed runs of that case (default: ``repeats``);
     ``cases``: which to run; ``isolate``: sparse and co-occurrence implementations in child
     processes (peak memory measured), else in this one."""
     cases = tuple(cases)
+    corpus_repeats = repeats if corpus_repeats is None else corpus_repeats
     unknown = set(cases) - {"dense", "sparse", "cooccurrence"}
     if unknown:
         raise ValueError(f"cases={cases!r}: choose from 'dense', 'sparse', 'cooccurrence'")

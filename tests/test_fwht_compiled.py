@@ -1,5 +1,7 @@
 """The compiled Folklore stages (fwht_gpu.compiled) give the NumPy engine's bits: every
-size, FP64 and FP32, batches, special values, any number of threads."""
+size, the four dtypes and wider compute dtypes, batches, special values, any number of
+threads."""
+import ml_dtypes
 import numba
 import numpy as np
 import pytest
@@ -30,6 +32,58 @@ def test_compiled_stages_equal_the_numpy_engine_bit_for_bit(dtype, log2n):
     assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype,compute", [(np.float16, None), (ml_dtypes.bfloat16, None),
+                                           (np.float16, "float32"),
+                                           (ml_dtypes.bfloat16, "float32"),
+                                           (np.float32, "float64")])
+@pytest.mark.parametrize("log2n", [0, 1, 3, 11, 12, 13, 15, 17])
+def test_rounded_and_wide_plans_equal_the_numpy_engine_bit_for_bit(dtype, compute, log2n):
+    """FP16/BF16 computed in float32 with every operation rounded, or in a wider dtype
+    rounded where each pass writes back: overflow to infinity, subnormals, NaN and -0.0."""
+    n = 1 << log2n
+    plan = fwht_gpu.make_plan(n, dtype, "folklore", None, compute_dtype=compute)
+    assert compiled.supports(plan, None)
+    rng = np.random.default_rng(log2n + 7)
+    scale = np.exp2(rng.integers(-30, 12, (4, n)) - (log2n // 2))
+    x = (rng.standard_normal((4, n)) * scale).astype(dtype)
+    x[1] = (rng.standard_normal(n) * 2.0 ** -20).astype(dtype)     # FP16 subnormals
+    with np.errstate(over="ignore"):
+        x[2] = (rng.standard_normal(n) * 3e4).astype(dtype)        # FP16 overflow
+    x[0, : min(n, 4)] = np.array([np.inf, -0.0, np.nan, 1.0], np.float32)[: min(n, 4)]
+    got = cpu.execute(plan, x)
+    want = _numpy_engine(plan, x)
+    g32, w32 = got.astype(np.float32), want.astype(np.float32)
+    nan = np.isnan(w32)                        # (a NaN's payload is not specified)
+    assert got.dtype == want.dtype and np.array_equal(np.isnan(g32), nan)
+    assert np.array_equal(got[~nan].view(np.uint8), want[~nan].view(np.uint8))
+    y = fwht_gpu.FWHT(n, dtype, compute_dtype=compute, device="cpu")(x[3:], overwrite_x=True) \
+        if n > 1 and np.isfinite(want[3].astype(np.float32)).all() else None
+    if y is not None:
+        assert np.array_equal(y.view(np.uint8), want[3:].view(np.uint8))
+
+
+def test_register_rounding_has_numpys_and_ml_dtypes_bits():
+    """The kernels' scalar rounding (fwht_gpu._cpu_kernels._round through round_storage) on
+    random float32 patterns and every pattern near the FP16 subnormal, normal and overflow
+    boundaries: the bits of the round trip through float16 / bfloat16."""
+    from fwht_gpu import _cpu_kernels as k
+    rng = np.random.default_rng(0)
+    u = np.concatenate([rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32),
+                        np.arange(0x33000000 - 4096, 0x38800000 + 4096, 7, dtype=np.uint32),
+                        np.arange(0x477FF000 - 4096, 0x477FF000 + 4096, dtype=np.uint32),
+                        np.arange(0x7F7F0000, 0x7F800002, dtype=np.uint32)])
+    f = np.concatenate([u, u | np.uint32(0x80000000)]).view(np.float32)
+    for mode, dt in ((1, np.float16), (2, ml_dtypes.bfloat16)):
+        got = f.copy()
+        k.round_storage(got, mode)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = f.astype(dt).astype(np.float32)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan)
+        assert np.array_equal(np.signbit(got[nan]), np.signbit(want[nan]))
+        assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
 def test_threads_do_not_change_the_bits():
     plan = fwht_gpu.make_plan(1 << 16, np.float32, "folklore", None)
     x = np.random.default_rng(1).standard_normal((5, 1 << 16)).astype(np.float32)
@@ -48,7 +102,6 @@ def test_threads_do_not_change_the_bits():
 def test_only_plain_folklore_is_compiled_and_the_api_uses_it():
     assert not compiled.supports(fwht_gpu.make_plan(64, np.float32, "folklore", "kahan"), None)
     assert not compiled.supports(fwht_gpu.make_plan(64, np.float32, "alman", None), None)
-    assert not compiled.supports(fwht_gpu.make_plan(64, np.float16, "folklore", None), None)
     assert not compiled.supports(fwht_gpu.make_plan(64, np.float32, "folklore", None),
                                  cpu.OpCounter())
     x = np.random.default_rng(2).standard_normal((4, 1024))

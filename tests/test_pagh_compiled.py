@@ -48,9 +48,11 @@ def _factors(kind, rng):
 
 
 @pytest.mark.parametrize("kind", ["dense", "sparse", "wide", "mixed", "gram"])
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "fp16", "bf16"])
 def test_compiled_compression_has_the_specifications_bits(kind, dtype):
     A, B = _factors(kind, np.random.default_rng(0))
+    if dtype in ("fp16", "bf16"):             # within the 16-bit range: values up to 1 / 8
+        A, B = (M * (0.125 / abs(M).max()) for M in (A, B))
     kw = dict(buckets=1024, reps=3, seed=5, dtype=dtype)
     got = pagh_mm.compress(A, B, **kw).sketch
     assert _same(got, _specification(A, B, **kw))
