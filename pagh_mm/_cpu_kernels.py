@@ -188,6 +188,22 @@ def _sort2(a, b):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _median5(x0, x1, x2, x3, x4, gram):
+    """The median of five values through a branch-free sorting network; Gram sketches:
+    (m + m) * 0.5, the general path's (a + b) * 0.5 of the middle pair."""
+    x0, x1 = _sort2(x0, x1)
+    x3, x4 = _sort2(x3, x4)
+    x2, x4 = _sort2(x2, x4)
+    x2, x3 = _sort2(x2, x3)
+    x0, x3 = _sort2(x0, x3)
+    x0, x2 = _sort2(x0, x2)
+    x1, x4 = _sort2(x1, x4)
+    x1, x3 = _sort2(x1, x3)
+    x1, x2 = _sort2(x1, x2)
+    return (x2 + x2) * 0.5 if gram else x2
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v):
     """One entry's median over any number of repetitions (insertion sort)."""
     n = 0
@@ -261,16 +277,7 @@ def tile_estimates5(h1, s1, h2T, s2T, sketch, gram, shift, out):
             x4 = b4 * s2T[c, 4] * sketch[4, i4]
             if gram:
                 x0, x1, x2, x3, x4 = x0 * 0.5, x1 * 0.5, x2 * 0.5, x3 * 0.5, x4 * 0.5
-            x0, x1 = _sort2(x0, x1)
-            x3, x4 = _sort2(x3, x4)
-            x2, x4 = _sort2(x2, x4)
-            x2, x3 = _sort2(x2, x3)
-            x0, x3 = _sort2(x0, x3)
-            x0, x2 = _sort2(x0, x2)
-            x1, x4 = _sort2(x1, x4)
-            x1, x3 = _sort2(x1, x3)
-            x1, x2 = _sort2(x1, x2)
-            out[r, c] = (x2 + x2) * 0.5 if gram else x2
+            out[r, c] = _median5(x0, x1, x2, x3, x4, gram)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
@@ -401,16 +408,7 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
                 x4 = b4 * s2T[c, 4] * sketch[4, i4]
                 if gram:
                     x3, x4 = x3 * 0.5, x4 * 0.5
-                x0, x1 = _sort2(x0, x1)
-                x3, x4 = _sort2(x3, x4)
-                x2, x4 = _sort2(x2, x4)
-                x2, x3 = _sort2(x2, x3)
-                x0, x3 = _sort2(x0, x3)
-                x0, x2 = _sort2(x0, x2)
-                x1, x4 = _sort2(x1, x4)
-                x1, x3 = _sort2(x1, x3)
-                x1, x2 = _sort2(x1, x2)
-                e = (x2 + x2) * 0.5 if gram else x2
+                e = _median5(x0, x1, x2, x3, x4, gram)
             gr, gc = r0 + r, c0 + c
             if gram and gr == gc:
                 e = diag[gr]
@@ -424,5 +422,100 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
                     vals[r, n] = e
                     cols_out[r, n] = c
                 n += 1
+        counts[r] = n
+        lows[r] = low
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _offer(e, c, gr, by_abs, lim, strict, cut, r, n, low, vals, cols_out):
+    """An evaluated entry (estimate e, column c) of row r: stored when its key passes
+    ``lim``, its key remembered in ``low`` when below ``cut``; returns (n, low)."""
+    k = abs(e) if by_abs else e
+    if k < cut and k > low:
+        low = k
+    if (k > lim) if strict else (k >= lim):
+        if n < vals.shape[1]:
+            vals[r, n] = e
+            cols_out[r, n] = c
+        n += 1
+    return n, low
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _heavy(bitmap, t, v):
+    return (bitmap[t, v >> 6] >> numba.uint64(v & 63)) & numba.uint64(1)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def pruned_scan5(h1, s1, h2T, s2T, sketch, gram, diag, r0, heavy, hstart, bitmap, starts,
+                 members, by_abs, skip_diag, lim, cut, vals, cols_out, counts, lows):
+    """:func:`scan_tile5` without looking at every entry: the entries of rows r0 .. r0 +
+    rows of a five-repetition FWHT product whose key can reach ``lim`` > 0.  A median of
+    five has |median| >= lim only if three of its values have |value| >= lim (their
+    buckets are heavy: ``bitmap``), so one of repetitions 0, 1, 2 sees the entry in a heavy
+    bucket (``heavy[hstart[t]:hstart[t + 1]]``); the columns j with h_t(i) ^ h_t(j) = u are
+    ``members[t, starts[t, v]:starts[t, v + 1]]`` for v = h_t(i) ^ u.  Each entry is
+    considered once (at the first repetition that finds it) and evaluated when three of its
+    buckets are heavy; the others' keys are at most the largest magnitude of a bucket that
+    is not heavy (the caller's bound).  Gram sketches: the upper triangle; entries with a
+    blind repetition (bucket 0) are all evaluated (the general median), the diagonal gives
+    its exact value unless skipped.  Per row as :func:`scan_tile5` (vals, cols_out,
+    counts, lows)."""
+    rows = h1.shape[1]
+    p = h2T.shape[0]
+    mask = sketch.shape[1] - 1
+    strict = False
+    factor = 0.5 if gram else 1.0
+    for r in numba.prange(rows):
+        v = np.empty(5, dtype=np.float64)
+        hr = h1[:, r].copy()
+        sr = s1[:, r].copy()
+        gr = r0 + r
+        n = 0
+        low = -np.inf
+        for t in range(3):
+            for q in range(hstart[t], hstart[t + 1]):
+                want = hr[t] ^ heavy[q]
+                for z in range(starts[t, want], starts[t, want + 1]):
+                    c = members[t, z]
+                    if (gram and c <= gr) or (skip_diag and c == gr):
+                        continue
+                    i0, i1, i2 = hr[0] ^ h2T[c, 0], hr[1] ^ h2T[c, 1], hr[2] ^ h2T[c, 2]
+                    i3, i4 = hr[3] ^ h2T[c, 3], hr[4] ^ h2T[c, 4]
+                    if gram and (i0 == 0 or i1 == 0 or i2 == 0 or i3 == 0 or i4 == 0):
+                        continue                    # a blind repetition: below
+                    k0, k1 = _heavy(bitmap, 0, i0), _heavy(bitmap, 1, i1)
+                    if (t >= 1 and k0 == 1) or (t == 2 and k1 == 1):
+                        continue                    # found at an earlier repetition
+                    if k0 + k1 + _heavy(bitmap, 2, i2) + _heavy(bitmap, 3, i3) + \
+                            _heavy(bitmap, 4, i4) < 3:
+                        continue                    # below lim (the caller's bound)
+                    x0 = sr[0] * s2T[c, 0] * sketch[0, i0] * factor
+                    x1 = sr[1] * s2T[c, 1] * sketch[1, i1] * factor
+                    x2 = sr[2] * s2T[c, 2] * sketch[2, i2] * factor
+                    x3 = sr[3] * s2T[c, 3] * sketch[3, i3] * factor
+                    x4 = sr[4] * s2T[c, 4] * sketch[4, i4] * factor
+                    e = _median5(x0, x1, x2, x3, x4, gram)
+                    n, low = _offer(e, c, gr, by_abs, lim, strict, cut, r, n, low, vals,
+                                    cols_out)
+        if gram:
+            for t in range(5):                      # entries with a blind repetition
+                want = hr[t]
+                for z in range(starts[t, want], starts[t, want + 1]):
+                    c = members[t, z]
+                    if c <= gr:
+                        continue
+                    first = True                    # the first repetition blind to it
+                    for t2 in range(t):
+                        if hr[t2] == h2T[c, t2]:
+                            first = False
+                    if not first:
+                        continue
+                    e = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
+                    n, low = _offer(e, c, gr, by_abs, lim, strict, cut, r, n, low, vals,
+                                    cols_out)
+            if not skip_diag and gr < p:
+                n, low = _offer(diag[gr], gr, gr, by_abs, lim, strict, cut, r, n, low, vals,
+                                cols_out)
         counts[r] = n
         lows[r] = low

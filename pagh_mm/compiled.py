@@ -36,7 +36,7 @@ PAIR_COST = 8
 def _kernels():
     from . import _cpu_kernels as k
     return (k.scatter, k.fused, k.tile_estimates, k.tile_estimates5, k.pair_dots,
-            k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5)
+            k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5, k.pruned_scan5)
 
 
 def scatter_dense(X, h, s, b: int):
@@ -110,6 +110,8 @@ def select_tile(est, r0: int, c0: int, p: int, by_abs: bool, skip_diagonal: bool
 #: take more than :data:`ROW_ROOM_BYTES`).
 ROW_ROOM = 32
 ROW_ROOM_BYTES = 64 << 20
+#: The same for :func:`pruned_scan` (whose rows hold the entries of heavy buckets).
+PRUNED_ROOM = 256
 
 
 def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int, c0: int,
@@ -139,6 +141,68 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
     keep = np.arange(room)[None, :] < counts[:, None]              # row-major order
     r = np.nonzero(keep)[0]
     ids = (r0 + r) * p + c0 + cols[keep]
+    return vals[keep], ids, float(lows.max(initial=-np.inf))
+
+
+def bucket_members(h, b: int):
+    """(starts (d, b + 1), members (d, n)) of the (d, n) buckets ``h``: per repetition t the
+    indices in bucket v are members[t, starts[t, v]:starts[t, v + 1]], increasing."""
+    d, n = h.shape
+    members = np.argsort(h, axis=1, kind="stable").astype(np.int64)
+    starts = np.zeros((d, b + 1), dtype=np.int64)
+    for t in range(d):
+        np.cumsum(np.bincount(h[t], minlength=b), out=starts[t, 1:])
+    return starts, members
+
+
+def heavy_buckets(sketch, factor: float, lim: float):
+    """(buckets, starts (4,), bitmap, bound) of the five-repetition ``sketch`` at ``lim``:
+    the heavy buckets (|value| x ``factor``, an estimate's magnitude there, >= ``lim``) of
+    repetitions 0, 1, 2, concatenated; every repetition's heavy buckets as bits ((5, words)
+    uint64, bucket v at bit v % 64 of word v // 64); the largest magnitude of the other
+    buckets (-inf when there is none)."""
+    mags = np.abs(sketch) * factor
+    heavy = mags >= lim
+    ids = [np.flatnonzero(heavy[t]).astype(np.int64) for t in range(3)]
+    starts = np.zeros(4, dtype=np.int64)
+    np.cumsum([x.size for x in ids], out=starts[1:])
+    d, b = heavy.shape
+    bits = np.zeros((d, -(-b // 64) * 64), dtype=np.uint8)
+    bits[:, :b] = heavy
+    bitmap = np.packbits(bits.reshape(d, -1, 8), axis=-1, bitorder="little")
+    bitmap = np.ascontiguousarray(bitmap.reshape(d, -1)).view(np.uint64)
+    below = mags[~heavy]
+    return np.concatenate(ids), starts, bitmap, float(below.max(initial=-np.inf))
+
+
+def pruned_scan(h1, s1, h2T, s2T, sketch, gram: bool, diagonal, r0: int, heavy, hstart,
+                bitmap, starts, members, p: int, by_abs: bool, skip_diagonal: bool, lim: float,
+                cut: float):
+    """:func:`scan_tile`'s answer for rows r0 .. r0 + rows (all columns) from the entries
+    that heavy buckets point to (:func:`pagh_mm._cpu_kernels.pruned_scan5`; ``lim`` > 0):
+    (estimates, flat ids, largest key below cut among the entries it evaluated), or None
+    when the passing entries would take more than :data:`ROW_ROOM_BYTES`."""
+    rows = h1.shape[1]
+    counts = np.empty(rows, dtype=np.int64)
+    lows = np.empty(rows, dtype=np.float64)
+    diag = np.zeros(1) if diagonal is None else np.ascontiguousarray(diagonal, dtype=np.float64)
+    args = (np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64), h2T, s2T,
+            np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, r0, heavy, hstart,
+            bitmap, starts, members, by_abs, skip_diagonal, float(lim), float(cut))
+    room = max(1, min(PRUNED_ROOM, ROW_ROOM_BYTES // (16 * max(1, rows))))
+    while True:
+        vals = np.empty((rows, room), dtype=np.float64)
+        cols = np.empty((rows, room), dtype=np.int64)
+        _kernels()[9](*args, vals, cols, counts, lows)
+        most = int(counts.max()) if rows else 0
+        if most <= room:
+            break
+        if 16 * rows * most > ROW_ROOM_BYTES:
+            return None
+        room = most
+    keep = np.arange(room)[None, :] < counts[:, None]
+    r = np.nonzero(keep)[0]
+    ids = (r0 + r) * p + cols[keep]
     return vals[keep], ids, float(lows.max(initial=-np.inf))
 
 

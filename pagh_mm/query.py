@@ -39,6 +39,14 @@ DEFAULT_ROUNDS = 4
 #: A later round whose scan is predicted to return more than this many noise entries per
 #: entry that can reach the cut stops and asks for more buckets instead.
 CROWDED = 64
+#: A CPU scan of a five-repetition FWHT sketch evaluates only the entries that heavy
+#: buckets point to when that visits at most this fraction of the entries a scan evaluates;
+#: without a cut, it tries limits that make these fractions of the buckets heavy, in turn,
+#: until one admits the pool (:func:`_pruned`).
+PRUNE_COST = 0.25
+PRUNE_FRACTIONS = (2.0 ** -8, 2.0 ** -6)
+#: Rows per call of the pruned kernel (its per-row buffers).
+PRUNE_ROWS = 8192
 #: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
 #: about this many times its pool's entries, whose best set the floor for the rest.
 SEED_ENTRIES = 64
@@ -271,6 +279,67 @@ def _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut):
     return flat, flat_ids(cp, r0, c0, est), low
 
 
+def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: bool):
+    """What :func:`scan` returns (values, ids, next_key bound or None), found without
+    looking at every entry (CPU, five repetitions of an FWHT sketch): the entries whose key
+    can reach a limit L > 0 are among those that a heavy bucket of repetition 0, 1 or 2
+    points to, with three heavy repetitions (:func:`pagh_mm.compiled.pruned_scan`); every
+    other entry's key is at most the largest magnitude of the other buckets, below L.  With a cut, L is the cut; without one, L is
+    lowered through :data:`PRUNE_FRACTIONS` of heavy buckets until at least cap + 1 entries
+    reach it (then they hold the cap + 1 largest keys).  None when no limit pays
+    (:data:`PRUNE_COST`) or the memory for it is not there: the caller scans."""
+    m, p = cp.shape
+    b = sketch.shape[1]
+    scanned = m * p / (2.0 if cp.gram else 1.0)
+    factor = 0.5 if cp.gram else 1.0
+    room = memory.available("cpu")
+    if room is not None and 16 * 8 * (m + p) + 8 * 5 * (b + 1) > room // 4:
+        return None
+    if cut > -math.inf:
+        limits = [cut] if cut > 0 else []
+    else:
+        mags = np.sort(np.abs(sketch[0]) * factor)[::-1]
+        limits = sorted({float(mags[min(b - 1, max(int(f * b), cap + 1))])
+                         for f in PRUNE_FRACTIONS}, reverse=True)
+        limits = [x for x in limits if x > 0]
+    h1 = s1 = starts = members = h2T = s2T = None
+    for lim in limits:
+        heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
+        if heavy.size * m * (p / b) > PRUNE_COST * scanned:
+            return None
+        if h1 is None:
+            h1, s1 = cp._hashes(1, np.arange(m, dtype=np.int64))
+            h2, s2 = (h1, s1) if cp.gram else cp._hashes(2, np.arange(p, dtype=np.int64))
+            starts, members = compiled.bucket_members(h2, b)
+            h2T = np.ascontiguousarray(h2.T)
+            s2T = np.ascontiguousarray(s2.T, dtype=np.float64)
+        vals, ids, low = [], [], -math.inf
+        for r0 in range(0, m, PRUNE_ROWS):
+            got = compiled.pruned_scan(h1[:, r0:r0 + PRUNE_ROWS], s1[:, r0:r0 + PRUNE_ROWS],
+                                       h2T, s2T, sketch, cp.gram, cp.diagonal, r0, heavy,
+                                       hstart, bitmap, starts, members, p, by == "abs",
+                                       skip_diagonal, lim, cut)
+            if got is None:
+                return None
+            v, i, lo = got
+            if exclude is not None and exclude.size:
+                new = ~_member(i, exclude, np)
+                v, i = v[new], i[new]
+            vals.append(v)
+            ids.append(i)
+            low = max(low, lo)
+            if sum(x.size for x in ids) > 2 * (cap + 1):          # keep the pool's size
+                v, i = np.concatenate(vals), np.concatenate(ids)
+                keep = best(key_of(v, by, np), i, cap + 1, np)
+                vals, ids = [v[keep]], [i[keep]]
+        vals, ids = np.concatenate(vals), np.concatenate(ids)
+        if cut > -math.inf:
+            return vals, ids, max(low, bound) if bound < cut else low
+        if ids.size > cap:
+            return vals, ids, None
+    return None
+
+
 def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
          skip_diagonal: bool = False, progress=None, what: str = "this query") -> Scan:
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
@@ -346,7 +415,16 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
                 need=32 * held, available=room, device=cp.backend.name,
                 hint="raise the threshold or lower candidates")
 
-    for r0, c0, est in tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
+    pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal) if one_pass else None
+    if pruned is not None:              # the entries that can reach the limit, directly
+        flat, ids, low = pruned
+        parts_v, parts_i = [flat], [ids]
+        if cut > -math.inf:
+            below = low
+        if progress:
+            progress("tiles", cp.shape[0] * cp.shape[1], cp.shape[0] * cp.shape[1])
+    for r0, c0, est in () if pruned is not None else \
+            tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
         if one_pass and max(cut, floor) == -math.inf:
             # nothing to prune with: a few rows first (two passes), whose best entries set
             # the floor the rest of the tile is scanned against in one pass

@@ -164,12 +164,29 @@ def test_compiled_scans_give_the_specifications_answers(kind):
         assert got.certified == want.certified
 
 
+@pytest.mark.parametrize("prune", [False, True])
 @pytest.mark.parametrize("kind", ["dense", "gram"])
-def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, monkeypatch):
+def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatch):
     """Small tiles (many of them, a seeded first one), rows with more passing entries than
     their first room (scanned again with room for them, or the two-pass way) and entries
-    rejected after three repetitions: the specification's answers, certificates included,
-    and next_key bounds every entry not returned."""
+    rejected after three repetitions; or (``prune``) only the entries heavy buckets point to,
+    in blocks of rows, Gram entries with blind repetitions included: the specification's
+    answers, certificates included, and next_key bounds every entry not returned."""
+    used = []
+    if prune:                                   # whatever it costs (the answer must not change)
+        monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 1e9)
+        monkeypatch.setattr(pagh_mm.query, "PRUNE_ROWS", 64)
+        monkeypatch.setattr(compiled, "PRUNED_ROOM", 2)
+        original = compiled.pruned_scan
+
+        def spy(*a, **kw):
+            got = original(*a, **kw)
+            used.append(got is not None)
+            return got
+
+        monkeypatch.setattr(compiled, "pruned_scan", spy)
+    else:
+        monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 0.0)
     rng = np.random.default_rng(11)
     if kind == "gram":
         X = sps.random(3000, 260, density=0.04, random_state=12, format="csr")
@@ -218,3 +235,38 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, monkeypatch):
             assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
             assert np.array_equal(got.exact, want.exact)
             assert got.certified == want.certified and got.margin == want.margin
+    assert any(used) == prune and (not prune or not all(used))      # pruned, and fallbacks
+
+
+def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
+    """A co-occurrence screen (binary documents x terms, planted co-occurring pairs) whose
+    certified top-20 the CPU finds from heavy buckets only, in both rounds of the search:
+    the specification's answer and certificate."""
+    rng = np.random.default_rng(21)
+    X = (rng.random((4000, 400)) < 0.02).astype(np.float64)
+    for a, b in rng.choice(400, (20, 2), replace=False):
+        both = rng.random(4000) < 0.1
+        X[both, a] = X[both, b] = 1.0
+    X = sps.csr_matrix(X)
+    used = []
+    original = compiled.pruned_scan
+
+    def spy(*a, **kw):
+        got = original(*a, **kw)
+        used.append(got is not None)
+        return got
+
+    monkeypatch.setattr(compiled, "pruned_scan", spy)
+    sk = pagh_mm.compress_gram(X, buckets=1 << 14, reps=5, seed=3)
+    got = sk.top_k(20, verify=True, exclude_diagonal=True)
+    assert got.certified and len(used) >= 2 and all(used)      # both rounds
+    compiled.ENABLED = False
+    try:
+        want = sk.top_k(20, verify=True, exclude_diagonal=True)
+    finally:
+        compiled.ENABLED = True
+    assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
+    assert np.array_equal(got.exact, want.exact) and want.certified
+    C = (X.T @ X).toarray()
+    np.fill_diagonal(C, -1)
+    assert np.sort(got.exact)[::-1][-1] >= np.sort(C.ravel())[::-1][39]   # the true top 20 x 2
