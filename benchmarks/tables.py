@@ -140,6 +140,28 @@ def pagh_mm_certified(records) -> list[str]:
                   out)
 
 
+def pagh_mm_cpu(records) -> list[str]:
+    """pagh-mm bench --device cpu: every implementation of every case, in the record's order."""
+    out = []
+    for rec in records:
+        for r in rec["rows"]:
+            if r.get("skipped"):
+                continue
+            peak = r.get("peak_mib")
+            cm = r.get("sketch_ratios", {}).get("compmatmul-" + r["impl"].split("-")[-1]) \
+                if r["impl"].startswith("ours") else None
+            best = r.get("ratio_best_peer")
+            out.append([r["case"], r["size"], r["impl"], _s(r["sketch_s"]), _s(r["topk_s"]),
+                        _s(r["total_s"]), f"{r['recall']:.3f}" if "recall" in r else "n/a",
+                        {True: "yes", False: "NO"}.get(r.get("certified"), "-"),
+                        "-" if peak is None else f"{peak:.0f}",
+                        "-" if cm is None else f"{cm:.3g}x",
+                        "-" if best is None else f"{best:.2f}x ({r['best_peer']})"])
+    return _table(["case", "size", "implementation", "first stage", "top-k", "total", "recall",
+                   "certified", "peak MiB", "first stage vs compmatmul",
+                   "total vs fastest other"], out)
+
+
 #: name -> (renderer, result files under benchmarks/results/, in the order they are merged)
 TABLES = {
     "fwht-single": (fwht_single, ["h200/fwht-bench.json"]),
@@ -148,6 +170,7 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
+    "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-epyc/session11-cpubench.json"]),
 }
 
 
