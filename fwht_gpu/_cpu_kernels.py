@@ -6,19 +6,35 @@ from numba.extending import intrinsic
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _pairs(lo, hi):
+    """Butterflies (lo[i], hi[i]) -> (lo[i] + hi[i], lo[i] - hi[i]) on two equal slices.
+    Slices indexed from 0: numba then drops the negative-index wrap-around and LLVM
+    vectorizes the loop (5-6x faster than indexing the array itself)."""
+    for i in range(lo.size):
+        a = lo[i]
+        b = hi[i]
+        lo[i] = a + b
+        hi[i] = a - b
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _quads(q0, q1, q2, q3):
+    """Two stages on four equal slices (bit h then 2h: q0/q1, q2/q3, then q0/q2, q1/q3),
+    four values in registers: the same butterflies in the same order as two _pairs rounds."""
+    for i in range(q0.size):
+        a, b, c, d = q0[i], q1[i], q2[i], q3[i]
+        a, b = a + b, a - b
+        c, d = c + d, c - d
+        q0[i], q2[i] = a + c, a - c
+        q1[i], q3[i] = b + d, b - d
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _stage(x, base, n, bit):
-    """The butterflies (i, i + 2^bit) on n elements from base.  The halves are taken as
-    slices indexed from 0: numba then drops the negative-index wrap-around and LLVM
-    vectorizes the loop (5-6x faster than indexing x itself)."""
+    """The butterflies (i, i + 2^bit) on n elements from base (slices: see _pairs)."""
     h = 1 << bit
     for start in range(base, base + n, 2 * h):
-        lo = x[start:start + h]
-        hi = x[start + h:start + 2 * h]
-        for i in range(h):
-            a = lo[i]
-            b = hi[i]
-            lo[i] = a + b
-            hi[i] = a - b
+        _pairs(x[start:start + h], x[start + h:start + 2 * h])
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -48,16 +64,8 @@ def _stage2(x, base, n, bit):
     in the same order as two _stage calls)."""
     h = 1 << bit
     for start in range(base, base + n, 4 * h):
-        q0 = x[start:start + h]                     # slices: vectorized, as in _stage
-        q1 = x[start + h:start + 2 * h]
-        q2 = x[start + 2 * h:start + 3 * h]
-        q3 = x[start + 3 * h:start + 4 * h]
-        for i in range(h):
-            a, b, c, d = q0[i], q1[i], q2[i], q3[i]
-            a, b = a + b, a - b
-            c, d = c + d, c - d
-            q0[i], q2[i] = a + c, a - c
-            q1[i], q3[i] = b + d, b - d
+        _quads(x[start:start + h], x[start + h:start + 2 * h],
+               x[start + 2 * h:start + 3 * h], x[start + 3 * h:start + 4 * h])
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
@@ -93,13 +101,7 @@ def wide(x, n, bit):
     for q in numba.prange(total):
         g, c = q // per, q % per
         start = g * 2 * h + c * chunk            # rows are whole groups: g spans them
-        lo = x[start:start + chunk]              # slices: vectorized (see _stage)
-        hi = x[start + h:start + h + chunk]
-        for i in range(chunk):
-            a = lo[i]
-            b = hi[i]
-            lo[i] = a + b
-            hi[i] = a - b
+        _pairs(x[start:start + chunk], x[start + h:start + h + chunk])
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
@@ -115,16 +117,17 @@ def wide2(x, n, bit):
     for q in numba.prange(total):
         g, c = q // per, q % per
         start = g * 4 * h + c * chunk
-        q0 = x[start:start + chunk]              # slices: vectorized (see _stage)
-        q1 = x[start + h:start + h + chunk]
-        q2 = x[start + 2 * h:start + 2 * h + chunk]
-        q3 = x[start + 3 * h:start + 3 * h + chunk]
-        for i in range(chunk):
-            a, b, c2, d = q0[i], q1[i], q2[i], q3[i]
-            a, b = a + b, a - b
-            c2, d = c2 + d, c2 - d
-            q0[i], q2[i] = a + c2, a - c2
-            q1[i], q3[i] = b + d, b - d
+        _quads(x[start:start + chunk], x[start + h:start + h + chunk],
+               x[start + 2 * h:start + 2 * h + chunk], x[start + 3 * h:start + 3 * h + chunk])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _block_run(bits, s, block_bits):
+    """The end of the run of stages from s whose bits are all below block_bits."""
+    e = s
+    while e < bits.size and bits[e] < block_bits:
+        e += 1
+    return e
 
 
 @numba.njit(nogil=True, cache=True)
@@ -138,9 +141,7 @@ def serial(x, n, bits, block_bits):
         s = 0
         while s < bits.size:
             if bits[s] < block_bits:
-                e = s
-                while e < bits.size and bits[e] < block_bits:
-                    e += 1
+                e = _block_run(bits, s, block_bits)
                 first3 = e - s >= 3 and block >= 8 and bits[s] == 0 and bits[s + 1] == 1 \
                     and bits[s + 2] == 2
                 for base in range(row, row + n, block):
@@ -234,9 +235,7 @@ def rounded(f, n, bits, block_bits, mode):
     s = 0
     while s < bits.size:
         if bits[s] < block_bits:
-            e = s
-            while e < bits.size and bits[e] < block_bits:
-                e += 1
+            e = _block_run(bits, s, block_bits)
             for k in numba.prange(f.size // block):
                 for t in range(s, e):
                     h = 1 << bits[t]

@@ -120,22 +120,3 @@ def run(plan, x: np.ndarray, in_place: bool = False) -> np.ndarray:
         x[...] = w
         return x
     return w.astype(dt)
-    flat = w.reshape(-1)
-    block_bits = min(BLOCK_BITS, n.bit_length() - 1)
-    block = 1 << block_bits
-    bits = [st.bit for p in plan.passes for st in p.stages]
-    s = 0
-    while s < len(bits):
-        if bits[s] < block_bits:            # a run of stages inside cache blocks
-            e = s
-            while e < len(bits) and bits[e] < block_bits:
-                e += 1
-            blocked(flat, np.array(bits[s:e], dtype=np.int64), block)
-            s = e
-        elif s + 1 < len(bits) and bits[s + 1] == bits[s] + 1:
-            wide2(flat, n, bits[s])          # two consecutive high stages in one pass
-            s += 2
-        else:
-            wide(flat, n, bits[s])
-            s += 1
-    return w

@@ -127,21 +127,32 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
             np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
             np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
             by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut))
-    room = ROW_ROOM
-    while True:
-        vals = np.empty((rows, room), dtype=np.float64)
-        cols = np.empty((rows, room), dtype=np.int64)
-        _kernels()[8](*args, vals, cols, counts, lows)
-        most = int(counts.max()) if rows else 0
-        if most <= room:
-            break
-        if 16 * rows * most > ROW_ROOM_BYTES:
-            return None
-        room = most                     # crowded rows: once more with room for them all
-    keep = np.arange(room)[None, :] < counts[:, None]              # row-major order
+    got = _with_room(_kernels()[8], args, counts, lows, ROW_ROOM)
+    if got is None:
+        return None
+    vals, cols, keep = got
     r = np.nonzero(keep)[0]
     ids = (r0 + r) * p + c0 + cols[keep]
     return vals[keep], ids, float(lows.max(initial=-np.inf))
+
+
+def _with_room(kernel, args, counts, lows, room: int):
+    """Run a per-row selecting ``kernel(*args, vals, cols, counts, lows)`` with ``room``
+    entries per row, again with room for the most crowded row when one has more (None when
+    that would take more than :data:`ROW_ROOM_BYTES`): (vals, cols, which are filled, in
+    row-major order)."""
+    rows = counts.size
+    room = max(1, min(room, ROW_ROOM_BYTES // (16 * max(1, rows))))
+    while True:
+        vals = np.empty((rows, room), dtype=np.float64)
+        cols = np.empty((rows, room), dtype=np.int64)
+        kernel(*args, vals, cols, counts, lows)
+        most = int(counts.max()) if rows else 0
+        if most <= room:
+            return vals, cols, np.arange(room)[None, :] < counts[:, None]
+        if 16 * rows * most > ROW_ROOM_BYTES:
+            return None
+        room = most                     # crowded rows: once more with room for them all
 
 
 def bucket_members(h, b: int):
@@ -189,18 +200,10 @@ def pruned_scan(h1, s1, h2T, s2T, sketch, gram: bool, diagonal, r0: int, heavy, 
     args = (np.ascontiguousarray(h1), np.ascontiguousarray(s1, dtype=np.float64), h2T, s2T,
             np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, r0, heavy, hstart,
             bitmap, starts, members, by_abs, skip_diagonal, float(lim), float(cut))
-    room = max(1, min(PRUNED_ROOM, ROW_ROOM_BYTES // (16 * max(1, rows))))
-    while True:
-        vals = np.empty((rows, room), dtype=np.float64)
-        cols = np.empty((rows, room), dtype=np.int64)
-        _kernels()[9](*args, vals, cols, counts, lows)
-        most = int(counts.max()) if rows else 0
-        if most <= room:
-            break
-        if 16 * rows * most > ROW_ROOM_BYTES:
-            return None
-        room = most
-    keep = np.arange(room)[None, :] < counts[:, None]
+    got = _with_room(_kernels()[9], args, counts, lows, PRUNED_ROOM)
+    if got is None:
+        return None
+    vals, cols, keep = got
     r = np.nonzero(keep)[0]
     ids = (r0 + r) * p + cols[keep]
     return vals[keep], ids, float(lows.max(initial=-np.inf))

@@ -20,6 +20,29 @@ def _specification(*args, **kw):
         compiled.ENABLED, fwht_gpu.compiled.ENABLED = saved
 
 
+def _specification_answer(query):
+    """``query()`` with the compiled kernels off: the NumPy specification's answer."""
+    compiled.ENABLED = False
+    try:
+        return query()
+    finally:
+        compiled.ENABLED = True
+
+
+def _watch_pruned(monkeypatch) -> list:
+    """A list that records, for each call of compiled.pruned_scan, whether it answered."""
+    used = []
+    original = compiled.pruned_scan
+
+    def spy(*a, **kw):
+        got = original(*a, **kw)
+        used.append(got is not None)
+        return got
+
+    monkeypatch.setattr(compiled, "pruned_scan", spy)
+    return used
+
+
 def _same(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and \
         np.array_equal(a.view(np.uint8), b.view(np.uint8))
@@ -105,11 +128,7 @@ def test_compiled_query_tiles_equal_the_numpy_estimates(kind, method):
             got[r0:r0 + est.shape[0], c0:c0 + est.shape[1]] = est
         assert np.array_equal(got, want)      # (the sign of a zero median is not specified)
         want_top = sk.top_k(7)
-        compiled.ENABLED = False
-        try:
-            spec_top = sk.top_k(7)
-        finally:
-            compiled.ENABLED = True
+        spec_top = _specification_answer(lambda: sk.top_k(7))
         assert np.array_equal(want_top.rows, spec_top.rows)
         assert np.array_equal(want_top.cols, spec_top.cols)
         assert np.array_equal(want_top.estimates, spec_top.estimates)
@@ -154,11 +173,7 @@ def test_compiled_scans_give_the_specifications_answers(kind):
                                                                     verify=True)]
     for q in queries:
         got = q()
-        compiled.ENABLED = False
-        try:
-            want = q()
-        finally:
-            compiled.ENABLED = True
+        want = _specification_answer(q)
         assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
         assert np.array_equal(got.estimates, want.estimates)
         assert got.certified == want.certified
@@ -172,19 +187,11 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
     rejected after three repetitions; or (``prune``) only the entries heavy buckets point to,
     in blocks of rows, Gram entries with blind repetitions included: the specification's
     answers, certificates included, and next_key bounds every entry not returned."""
-    used = []
+    used = _watch_pruned(monkeypatch) if prune else []
     if prune:                                   # whatever it costs (the answer must not change)
         monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 1e9)
         monkeypatch.setattr(pagh_mm.query, "PRUNE_ROWS", 64)
         monkeypatch.setattr(compiled, "PRUNED_ROOM", 2)
-        original = compiled.pruned_scan
-
-        def spy(*a, **kw):
-            got = original(*a, **kw)
-            used.append(got is not None)
-            return got
-
-        monkeypatch.setattr(compiled, "pruned_scan", spy)
     else:
         monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 0.0)
     rng = np.random.default_rng(11)
@@ -209,11 +216,8 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
             upper = key[ii < jj] if kind == "gram" else key.ravel()
             for cut in (-np.inf, float(np.quantile(upper, 0.99)), float(np.sort(upper)[-20])):
                 got = pagh_mm.query.scan(sk, by, 40, cut, skip_diagonal=kind == "gram")
-                compiled.ENABLED = False
-                try:
-                    want = pagh_mm.query.scan(sk, by, 40, cut, skip_diagonal=kind == "gram")
-                finally:
-                    compiled.ENABLED = True
+                want = _specification_answer(lambda: pagh_mm.query.scan(
+                    sk, by, 40, cut, skip_diagonal=kind == "gram"))
                 assert np.array_equal(got.ids, want.ids)
                 assert np.array_equal(got.values, want.values)
                 assert got.next_key >= want.next_key
@@ -227,11 +231,7 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
         for q in (lambda: sk.top_k(10, verify=True, exclude_diagonal=kind == "gram"),
                   lambda: sk.top_k(30, by="value", verify=True)):
             got = q()
-            compiled.ENABLED = False
-            try:
-                want = q()
-            finally:
-                compiled.ENABLED = True
+            want = _specification_answer(q)
             assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
             assert np.array_equal(got.exact, want.exact)
             assert got.certified == want.certified and got.margin == want.margin
@@ -248,23 +248,11 @@ def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
         both = rng.random(4000) < 0.1
         X[both, a] = X[both, b] = 1.0
     X = sps.csr_matrix(X)
-    used = []
-    original = compiled.pruned_scan
-
-    def spy(*a, **kw):
-        got = original(*a, **kw)
-        used.append(got is not None)
-        return got
-
-    monkeypatch.setattr(compiled, "pruned_scan", spy)
+    used = _watch_pruned(monkeypatch)
     sk = pagh_mm.compress_gram(X, buckets=1 << 14, reps=5, seed=3)
     got = sk.top_k(20, verify=True, exclude_diagonal=True)
     assert got.certified and len(used) >= 2 and all(used)      # both rounds
-    compiled.ENABLED = False
-    try:
-        want = sk.top_k(20, verify=True, exclude_diagonal=True)
-    finally:
-        compiled.ENABLED = True
+    want = _specification_answer(lambda: sk.top_k(20, verify=True, exclude_diagonal=True))
     assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
     assert np.array_equal(got.exact, want.exact) and want.certified
     C = (X.T @ X).toarray()
