@@ -6,8 +6,9 @@ GPU engine executes the same :class:`Plan` and returns the same bits.
 
 The research instruments are submodules: :mod:`fwht_gpu.reference` (exact and
 double-double references, error metrics), :mod:`fwht_gpu.accuracy` (the thesis's
-stability study), :mod:`fwht_gpu.bench` (the performance study); :mod:`fwht_gpu.gpu` is
-the GPU face (availability, device limits, kernel modules) for packages built on this one.
+stability study), :mod:`fwht_gpu.bench` and :mod:`fwht_gpu.cpubench` (the performance
+studies on the GPU and the CPU); :mod:`fwht_gpu.gpu` is the GPU face (availability,
+device limits, kernel modules) for packages built on this one.
 """
 from .dtypes import bfloat16
 from .memory import InsufficientMemoryError

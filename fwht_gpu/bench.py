@@ -1,4 +1,4 @@
-"""Performance study: ``fwht bench``.
+"""Performance study on the GPU: ``fwht bench`` (the CPU's: :mod:`fwht_gpu.cpubench`).
 
 Each case is timed with CUDA events around the kernels alone (warm-up first,
 median of many runs, inputs rotated over enough buffers that the L2 cache does
@@ -134,19 +134,25 @@ def bench_case(cp, shape, dtype, fft: bool, tuning: Tuning | None = None) -> dic
     return row
 
 
-def _wall(fn, repeats: int, sync=None) -> float:
-    """Median wall time in ms of ``fn()`` (after a warm-up), ``sync()`` after each call."""
-    fn()
-    if sync:
-        sync()
+def wall_times(fn, repeats: int, sync=None, setup=None) -> list[float]:
+    """Wall times in ms (``time.perf_counter``) of ``repeats`` calls of ``fn()`` after a
+    warm-up call; ``sync()`` after each call (timed), ``setup()`` before each (not timed)."""
     ts = []
-    for _ in range(repeats):
+    for i in range(repeats + 1):
+        if setup:
+            setup()
         t0 = time.perf_counter()
         fn()
         if sync:
             sync()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+        if i:
+            ts.append((time.perf_counter() - t0) * 1e3)
+    return ts
+
+
+def _wall(fn, repeats: int, sync=None) -> float:
+    """Median wall time in ms of ``fn()`` (after a warm-up), ``sync()`` after each call."""
+    return statistics.median(wall_times(fn, repeats, sync))
 
 
 def bench_host(cp, log2n: int = 26, dtype="fp32", repeats: int = 5,

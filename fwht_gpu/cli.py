@@ -15,9 +15,10 @@ import click
 import numpy as np
 import scipy.sparse
 
-from . import __version__, devices, gpu, reference
+from . import __version__, cpu, devices, gpu, reference
 from . import accuracy as _acc
 from . import bench as _bench
+from . import cpubench as _cpubench
 from . import dtypes as _dt
 from . import matrixio as io
 from .clitools import check_outputs, debug_option, first_line, force_option, guarded
@@ -112,36 +113,79 @@ def demo(log2n: int, batch: int, device: str, seed: int, debug: bool) -> None:
                        f"{dt_ms:9.2f}")
 
 
+def _workers(ctx, param, value) -> tuple:
+    """--workers values checked as ``workers=`` of the transform (scipy.fft's convention)."""
+    try:
+        return tuple(cpu.check_workers(w) for w in value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+#: The device of each ``fwht bench`` option that applies to one device only.
+_BENCH_ONLY = {"workers": "cpu", "variant_sizes": "gpu", "no_variants": "gpu", "no_host": "gpu"}
+
+
+def _only_on(dev: str) -> None:
+    """Usage error for a ``bench`` option of the other device given on the command line."""
+    ctx = click.get_current_context()
+    for p in ctx.command.params:
+        only = _BENCH_ONLY.get(p.name, dev)
+        if only != dev and \
+                ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{p.opts[0]} applies to the {only.upper()} benchmark only; "
+                                   f"this run times the {dev.upper()} (pass --device {only})")
+
+
 @main.command()
+@click.option("--device", type=click.Choice(devices.CHOICES), default="auto", show_default=True,
+              help="Where to time (auto: the GPU when one is usable, else the CPU).")
 @click.option("--dtype", "dtypes", multiple=True, default=("fp32", "fp16", "bf16", "fp64"),
               show_default=True, type=click.Choice(["fp64", "fp32", "fp16", "bf16"]))
 @click.option("--min-log2n", default=10, show_default=True, type=click.IntRange(1, 36))
-@click.option("--max-log2n", default=30, show_default=True, type=click.IntRange(1, 36))
+@click.option("--max-log2n", default=None, type=click.IntRange(1, 36),
+              help=f"Largest single transform (default 30 on the GPU, "
+                   f"{max(_cpubench.SINGLE)} on the CPU).")
 @click.option("--batched/--no-batched", default=True, show_default=True,
-              help="Also time 256 MB batches of rows of 2**8 .. 2**15.")
-@click.option("--no-fft", is_flag=True, help="Skip the cupy.fft.rfft comparison.")
+              help="Also time batches of rows: 256 MB of rows of 2**8 .. 2**15 on the GPU, "
+                   f"{_cpubench.BATCH_BYTES >> 20} MB of rows of "
+                   f"{', '.join(f'2**{L}' for L in _cpubench.BATCHED)} on the CPU.")
+@click.option("--no-fft", is_flag=True,
+              help="Skip the FFT comparison (cupy.fft.rfft on the GPU, scipy.fft.rfft on the CPU).")
+@click.option("--workers", multiple=True, type=int, callback=_workers,
+              help="CPU only: threads to time with, repeatable (default: 1 and all cores; "
+                   "negative: counted back from the cores, -1 for all).")
 @click.option("--variants", "variant_sizes", multiple=True, type=click.IntRange(1, 34),
               default=(20, 24, 27, 30), show_default=True,
-              help="log2 sizes at which every variant (Alman-Rao, stabilizers, compute dtype) is "
-                   "timed against Folklore; repeatable.")
-@click.option("--no-variants", is_flag=True, help="Skip the variant table.")
-@click.option("--no-host", is_flag=True, help="Skip the host-array (device='cuda') timing.")
+              help="GPU only: log2 sizes at which every variant (Alman-Rao, stabilizers, compute "
+                   "dtype) is timed against Folklore; repeatable.")
+@click.option("--no-variants", is_flag=True, help="GPU only: skip the variant table.")
+@click.option("--no-host", is_flag=True, help="GPU only: skip the host-array (device='cuda') timing.")
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
               show_default=True, help="Where to write the results.")
 @force_option
 @debug_option
 @guarded
-def bench(dtypes, min_log2n, max_log2n, batched, no_fft, variant_sizes, no_variants, no_host,
-          out_json, force, debug) -> None:
-    """Time GPU transforms against a device copy and cupy.fft.rfft (needs a GPU)."""
-    _check_range(min_log2n, max_log2n, "log2n")
+def bench(device, dtypes, min_log2n, max_log2n, batched, no_fft, workers, variant_sizes,
+          no_variants, no_host, out_json, force, debug) -> None:
+    """Time transforms on the GPU or the CPU against a memory copy and an FFT.
+
+    GPU: a device-to-device copy and cupy.fft.rfft, the variants and host arrays.  CPU
+    (fwht_gpu.cpubench): np.copyto and scipy.fft.rfft, with 1 thread and all cores."""
+    dev = _device(device)
+    _only_on(dev)
+    hi = max_log2n or (30 if dev == "gpu" else max(_cpubench.SINGLE))
+    _check_range(min_log2n, hi, "log2n")
     check_outputs([out_json], force=force)
-    if not gpu.available():
-        raise click.UsageError(f"fwht bench needs a GPU: {gpu.status()}")
-    res = _bench.main(None, dtypes=dtypes, single=range(min_log2n, max_log2n + 1),
-                      batched=range(8, 16) if batched else (), fft=not no_fft,
-                      variants=() if no_variants else variant_sizes, host=not no_host,
-                      echo=click.echo)
+    command = "fwht " + " ".join(sys.argv[1:])
+    if dev == "cpu":
+        res = _cpubench.main(None, dtypes=dtypes, single=range(min_log2n, hi + 1),
+                             batched=_cpubench.BATCHED if batched else (), fft=not no_fft,
+                             workers=workers or (1, None), echo=click.echo, command=command)
+    else:
+        res = _bench.main(None, dtypes=dtypes, single=range(min_log2n, hi + 1),
+                          batched=range(8, 16) if batched else (), fft=not no_fft,
+                          variants=() if no_variants else variant_sizes, host=not no_host,
+                          echo=click.echo, command=command)
     _write_json(out_json, res)
     click.echo(f"wrote {out_json}")
 

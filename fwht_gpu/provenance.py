@@ -52,6 +52,8 @@ KEYS = ("schema", "kind", "created", "command", "commit", "dirty", "device", "ve
 GPU_FIELDS = ("name", "sm_count", "memory_gib", "driver", "cuda_runtime", "compute_capability")
 CPU_FIELDS = ("name", "cpu_model", "cores")
 VERSION_FIELDS = ("python", "numpy", "scipy", "cupy", "fwht_gpu")
+#: 1-minute load average above which a CPU benchmark says the cores are shared.
+BUSY_LOAD = 0.5
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -111,6 +113,15 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none): above
+    :data:`BUSY_LOAD`, other processes share the cores and CPU times are not clean."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def cpu_device() -> dict:
