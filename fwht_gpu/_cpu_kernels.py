@@ -1,169 +1,22 @@
 """The numba kernels of :mod:`fwht_gpu.compiled` (module-level functions, so that numba's
-on-disk cache finds them again in the next process; imported on first use)."""
+on-disk cache finds them again in the next process; imported on first use).
+
+Work arrays are float32 or float64.  ``mode`` is the per-operation rounding of a work
+array: 0 none (the work dtype's own IEEE arithmetic), 1 / 2 every sum and difference
+rounded to FP16 / BF16 (float32 work arrays of 16-bit data).  The butterflies go through
+the SIMD intrinsics of :mod:`fwht_gpu._cpu_simd` where whole vectors take part, and through
+scalar loops otherwise (rows shorter than a vector); both do the NumPy engine's operations
+in its order per element, so every path gives the same bits.
+"""
 import numba
-from numba.core import types
-from numba.extending import intrinsic
+import numpy as np
+from numba import types
+from numba.extending import intrinsic, overload
 
+from ._cpu_simd import HARDWARE_HALF, LOW, half_bits, half_value, low, pair, quad
 
-@numba.njit(nogil=True, cache=True, inline="always")
-def _pairs(lo, hi):
-    """Butterflies (lo[i], hi[i]) -> (lo[i] + hi[i], lo[i] - hi[i]) on two equal slices.
-    Slices indexed from 0: numba then drops the negative-index wrap-around and LLVM
-    vectorizes the loop (5-6x faster than indexing the array itself)."""
-    for i in range(lo.size):
-        a = lo[i]
-        b = hi[i]
-        lo[i] = a + b
-        hi[i] = a - b
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _quads(q0, q1, q2, q3):
-    """Two stages on four equal slices (bit h then 2h: q0/q1, q2/q3, then q0/q2, q1/q3),
-    four values in registers: the same butterflies in the same order as two _pairs rounds."""
-    for i in range(q0.size):
-        a, b, c, d = q0[i], q1[i], q2[i], q3[i]
-        a, b = a + b, a - b
-        c, d = c + d, c - d
-        q0[i], q2[i] = a + c, a - c
-        q1[i], q3[i] = b + d, b - d
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _stage(x, base, n, bit):
-    """The butterflies (i, i + 2^bit) on n elements from base (slices: see _pairs)."""
-    h = 1 << bit
-    for start in range(base, base + n, 2 * h):
-        _pairs(x[start:start + h], x[start + h:start + 2 * h])
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _first3(x, base, n):
-    """Stages at bits 0, 1, 2 (in that order) on n elements from base, eight values in
-    registers at a time: the same butterflies in the same order as three _stage calls."""
-    for g in range(base, base + n, 8):
-        x0, x1, x2, x3 = x[g], x[g + 1], x[g + 2], x[g + 3]
-        x4, x5, x6, x7 = x[g + 4], x[g + 5], x[g + 6], x[g + 7]
-        x0, x1 = x0 + x1, x0 - x1
-        x2, x3 = x2 + x3, x2 - x3
-        x4, x5 = x4 + x5, x4 - x5
-        x6, x7 = x6 + x7, x6 - x7
-        x0, x2 = x0 + x2, x0 - x2
-        x1, x3 = x1 + x3, x1 - x3
-        x4, x6 = x4 + x6, x4 - x6
-        x5, x7 = x5 + x7, x5 - x7
-        x[g], x[g + 4] = x0 + x4, x0 - x4
-        x[g + 1], x[g + 5] = x1 + x5, x1 - x5
-        x[g + 2], x[g + 6] = x2 + x6, x2 - x6
-        x[g + 3], x[g + 7] = x3 + x7, x3 - x7
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _stage2(x, base, n, bit):
-    """Stages at ``bit`` then ``bit + 1``, four values in registers (the same butterflies
-    in the same order as two _stage calls)."""
-    h = 1 << bit
-    for start in range(base, base + n, 4 * h):
-        _quads(x[start:start + h], x[start + h:start + 2 * h],
-               x[start + 2 * h:start + 3 * h], x[start + 3 * h:start + 4 * h])
-
-
-@numba.njit(nogil=True, cache=True, parallel=True)
-def blocked(x, bits, block):
-    """Stages ``bits`` (all < log2(block)) on every ``block`` of the flat array x."""
-    nblocks = x.size // block
-    first3 = bits.size >= 3 and block >= 8 and bits[0] == 0 and bits[1] == 1 and bits[2] == 2
-    for k in numba.prange(nblocks):
-        s0 = 0
-        if first3:
-            _first3(x, k * block, block)
-            s0 = 3
-        s = s0
-        while s < bits.size:
-            if s + 1 < bits.size and bits[s + 1] == bits[s] + 1:
-                _stage2(x, k * block, block, bits[s])
-                s += 2
-            else:
-                _stage(x, k * block, block, bits[s])
-                s += 1
-
-
-@numba.njit(nogil=True, cache=True, parallel=True)
-def wide(x, n, bit):
-    """One stage at ``bit`` over every row of length n of the flat array x: the pairs
-    (i, i + 2^bit) in chunks of 2^BLOCK_BITS / 2 in parallel."""
-    h = 1 << bit
-    rows = x.size // n
-    groups = n // (2 * h)                       # per row: blocks of 2h elements
-    chunk = min(h, 1 << 11)
-    per = h // chunk
-    total = rows * groups * per
-    for q in numba.prange(total):
-        g, c = q // per, q % per
-        start = g * 2 * h + c * chunk            # rows are whole groups: g spans them
-        _pairs(x[start:start + chunk], x[start + h:start + h + chunk])
-
-
-@numba.njit(nogil=True, cache=True, parallel=True)
-def wide2(x, n, bit):
-    """Stages at ``bit`` then ``bit + 1`` in one pass: four values (i, i + h, i + 2h,
-    i + 3h) in registers, the same butterflies in the same order as two ``wide``."""
-    h = 1 << bit
-    rows = x.size // n
-    groups = n // (4 * h)
-    chunk = min(h, 1 << 11)
-    per = h // chunk
-    total = rows * groups * per
-    for q in numba.prange(total):
-        g, c = q // per, q % per
-        start = g * 4 * h + c * chunk
-        _quads(x[start:start + chunk], x[start + h:start + h + chunk],
-               x[start + 2 * h:start + 2 * h + chunk], x[start + 3 * h:start + 3 * h + chunk])
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _block_run(bits, s, block_bits):
-    """The end of the run of stages from s whose bits are all below block_bits."""
-    e = s
-    while e < bits.size and bits[e] < block_bits:
-        e += 1
-    return e
-
-
-@numba.njit(nogil=True, cache=True)
-def serial(x, n, bits, block_bits):
-    """The stages ``bits`` on each row of length n of the flat array x in the calling
-    thread, row by row (a row of up to a few 2^14 elements stays in the L2 cache): the
-    same butterflies in the same order per element as :func:`run`, for callers that
-    transform their own small buffers inside a parallel kernel."""
-    block = 1 << block_bits
-    for row in range(0, x.size, n):
-        s = 0
-        while s < bits.size:
-            if bits[s] < block_bits:
-                e = _block_run(bits, s, block_bits)
-                first3 = e - s >= 3 and block >= 8 and bits[s] == 0 and bits[s + 1] == 1 \
-                    and bits[s + 2] == 2
-                for base in range(row, row + n, block):
-                    t = s
-                    if first3:
-                        _first3(x, base, block)
-                        t = s + 3
-                    while t < e:
-                        if t + 1 < e and bits[t + 1] == bits[t] + 1:
-                            _stage2(x, base, block, bits[t])
-                            t += 2
-                        else:
-                            _stage(x, base, block, bits[t])
-                            t += 1
-                s = e
-            elif s + 1 < bits.size and bits[s + 1] == bits[s] + 1:
-                _stage2(x, row, n, bits[s])
-                s += 2
-            else:
-                _stage(x, row, n, bits[s])
-                s += 1
-
+#: Elements per parallel task of the row kernels (rows of up to this many go together).
+TASK = 1 << 15
 
 
 # --- per-operation rounding to a 16-bit storage dtype (FP16/BF16 plans computed in them) ----
@@ -188,7 +41,9 @@ def _float(typingctx, x):
 def _round(v, mode):
     """float32 ``v`` rounded to FP16 (mode 1) or BF16 (mode 2), ties to even, as float32:
     the bits of NumPy's / ml_dtypes' round trip through the 16-bit format
-    (:mod:`fwht_gpu.rounding` for FP16); a NaN stays a NaN of the same sign."""
+    (:mod:`fwht_gpu.rounding` for FP16); a NaN stays a NaN of the same sign.  FP16 through
+    the hardware's conversion where there is one (``HARDWARE_HALF``); mode 3: FP16 by
+    integer operations always (the fallback, reachable for tests)."""
     bits = _bits(v)
     sign = bits & numba.uint32(0x80000000)
     mag = bits & numba.uint32(0x7FFFFFFF)
@@ -197,6 +52,8 @@ def _round(v, mode):
             return _float((bits | numba.uint32(0x00400000)) & numba.uint32(0xFFFF0000))
         lsb = (bits >> numba.uint32(16)) & numba.uint32(1)
         return _float((bits + numba.uint32(0x7FFF) + lsb) & numba.uint32(0xFFFF0000))
+    if mode == 1 and HARDWARE_HALF:
+        return half_value(half_bits(v))
     # FP16, branch-free (selects, so that loops of it vectorize): normal values drop 13
     # bits; below 2^-14, adding and removing 0.5 rounds to a multiple of 2^-24 (float32's
     # spacing in [0.5, 1), ties to even); 65520 and up is infinity; NaN keeps 10 payload bits
@@ -211,53 +68,400 @@ def _round(v, mode):
     return _float(sign | r)
 
 
+def _rround(v, mode):
+    """``v`` rounded per ``mode`` (float32) or as it is (float64 work: mode is always 0)."""
+
+
+@overload(_rround)
+def _rround_impl(v, mode):
+    if v == types.float32:
+        def impl(v, mode):
+            if mode == 0:
+                return v
+            return _round(v, mode)
+        return impl
+    return lambda v, mode: v
+
+
+# --- 16-bit storage <-> float32 work values, float32 <-> float64 ----------------------------
+
 @numba.njit(nogil=True, cache=True, inline="always")
-def _rounded_pairs(f, lo, hi, count, mode):
-    """Butterflies (lo + i, hi + i), i < count, each result rounded (see _round); slices
-    indexed from 0, as in _stage, so that the loop vectorizes."""
-    x = f[lo:lo + count]
-    y = f[hi:hi + count]
-    for i in range(count):
-        a = x[i]
-        b = y[i]
-        x[i] = _round(a + b, mode)
-        y[i] = _round(a - b, mode)
+def _half_value_int(v):
+    """The float32 value of the FP16 bit pattern ``v`` by integer operations (normal
+    numbers: the exponent rebiased by 112; subnormals: m 2^-24; no float32 subnormal on
+    either path, they are slow on x86)."""
+    h = numba.uint32(v)
+    mag = h & numba.uint32(0x7FFF)
+    r = (mag + numba.uint32(112 << 10)) << numba.uint32(13)
+    r = _bits(numba.float32(mag) * numba.float32(2.0 ** -24)) if mag < numba.uint32(0x400) else r
+    r = (numba.uint32(0x7F800000) | ((mag & numba.uint32(0x3FF)) << numba.uint32(13))) \
+        if mag >= numba.uint32(0x7C00) else r
+    return _float(r | ((h & numba.uint32(0x8000)) << numba.uint32(16)))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _half_bits_int(v):
+    """The FP16 bit pattern of the float32 ``v``, which must be an FP16 value (or inf/NaN),
+    by integer operations."""
+    b = _bits(v)
+    mag = b & numba.uint32(0x7FFFFFFF)
+    r = (mag - numba.uint32(112 << 23)) >> numba.uint32(13)
+    r = numba.uint32(_float(mag) * numba.float32(2.0 ** 24)) if mag < numba.uint32(0x38800000) \
+        else r
+    r = (numba.uint32(0x7C00) | ((mag >> numba.uint32(13)) & numba.uint32(0x3FF))) \
+        if mag >= numba.uint32(0x47800000) else r
+    return numba.uint16(r | ((b >> numba.uint32(16)) & numba.uint32(0x8000)))
+
+
+def _load(src, o, w, fmt):
+    """w[:] := src[o:o + w.size] as work values: FP16 (fmt 1; fmt 3: by integer operations,
+    the fallback where the hardware does not convert) / BF16 (fmt 2) bit patterns as
+    float32, float32 as float64; returns whether they are all finite."""
+
+
+@overload(_load)
+def _load_impl(src, o, w, fmt):
+    if src.dtype == types.uint16:
+        def impl(src, o, w, fmt):
+            ok = True
+            src = src[o:o + w.size]             # indexed from 0: the loops vectorize
+            if fmt == 2:
+                for i in range(w.size):
+                    a = _float(numba.uint32(src[i]) << numba.uint32(16))
+                    w[i] = a
+                    ok &= abs(a) < np.inf
+            elif fmt == 1 and HARDWARE_HALF:
+                for i in range(w.size):
+                    a = half_value(src[i])
+                    w[i] = a
+                    ok &= abs(a) < np.inf
+            else:
+                for i in range(w.size):
+                    a = _half_value_int(src[i])
+                    w[i] = a
+                    ok &= abs(a) < np.inf
+            return ok
+        return impl
+
+    def impl(src, o, w, fmt):
+        ok = True
+        src = src[o:o + w.size]
+        for i in range(w.size):
+            a = src[i]
+            w[i] = a
+            ok &= abs(a) < np.inf
+        return ok
+    return impl
+
+
+def _store(w, dst, o, fmt):
+    """dst[o:o + w.size] := the work values w (representable in the storage format)."""
+
+
+@overload(_store)
+def _store_impl(w, dst, o, fmt):
+    if dst.dtype == types.uint16:
+        def impl(w, dst, o, fmt):
+            dst = dst[o:o + w.size]             # indexed from 0: the loops vectorize
+            if fmt == 2:
+                for i in range(w.size):
+                    dst[i] = numba.uint16(_bits(w[i]) >> numba.uint32(16))
+            elif fmt == 1 and HARDWARE_HALF:
+                for i in range(w.size):
+                    dst[i] = half_bits(w[i])
+            else:
+                for i in range(w.size):
+                    dst[i] = _half_bits_int(w[i])
+        return impl
+
+    def impl(w, dst, o, fmt):
+        dst = dst[o:o + w.size]
+        for i in range(w.size):
+            dst[i] = w[i]
+    return impl
+
+
+def _to_storage(w, mode):
+    """Round the work row ``w`` in place to the storage dtype where a pass writes back:
+    FP16 / BF16 (mode 1 / 2, float32 work) or float32 (float64 work)."""
+
+
+@overload(_to_storage)
+def _to_storage_impl(w, mode):
+    if w.dtype == types.float32:
+        def impl(w, mode):
+            for i in range(w.size):
+                w[i] = _round(w[i], mode)
+        return impl
+
+    def impl(w, mode):
+        for i in range(w.size):
+            w[i] = numba.float64(numba.float32(w[i]))
+    return impl
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _finite(w):
+    """Whether every value of the work row ``w`` is finite (a branch-free AND that
+    vectorizes)."""
+    ok = True
+    for i in range(w.size):
+        ok &= abs(w[i]) < np.inf
+    return ok
+
+
+# --- butterflies -----------------------------------------------------------------------------
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _scalar_stage(x, base, n, bit, mode):
+    """The butterflies (i, i + 2^bit) on n elements from base, one element at a time (rows
+    shorter than a vector)."""
+    h = 1 << bit
+    for start in range(base, base + n, 2 * h):
+        for i in range(start, start + h):
+            a = x[i]
+            b = x[i + h]
+            x[i] = _rround(a + b, mode)
+            x[i + h] = _rround(a - b, mode)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _low_run(x, base, n, nb, mode):
+    """Stages at bits 0 .. nb-1 (nb <= 4) on n elements from base, LOW at a time in
+    registers (literal arguments for the intrinsic)."""
+    if mode == 0:
+        if nb == 4:
+            for g in range(base, base + n, LOW):
+                low(x, g, 4, 0)
+        elif nb == 3:
+            for g in range(base, base + n, LOW):
+                low(x, g, 3, 0)
+        elif nb == 2:
+            for g in range(base, base + n, LOW):
+                low(x, g, 2, 0)
+        else:
+            for g in range(base, base + n, LOW):
+                low(x, g, 1, 0)
+    elif mode == 1:
+        if nb == 4:
+            for g in range(base, base + n, LOW):
+                low(x, g, 4, 1)
+        elif nb == 3:
+            for g in range(base, base + n, LOW):
+                low(x, g, 3, 1)
+        elif nb == 2:
+            for g in range(base, base + n, LOW):
+                low(x, g, 2, 1)
+        else:
+            for g in range(base, base + n, LOW):
+                low(x, g, 1, 1)
+    else:
+        if nb == 4:
+            for g in range(base, base + n, LOW):
+                low(x, g, 4, 2)
+        elif nb == 3:
+            for g in range(base, base + n, LOW):
+                low(x, g, 3, 2)
+        elif nb == 2:
+            for g in range(base, base + n, LOW):
+                low(x, g, 2, 2)
+        else:
+            for g in range(base, base + n, LOW):
+                low(x, g, 1, 2)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _pairs_at(x, start, count, h, v, mode):
+    """One stage of distance h on the ``count`` elements from start and their partners h
+    further, v (the vector length, dividing count and h) per intrinsic call."""
+    if mode == 0:
+        for i in range(start, start + count, v):
+            pair(x, i, h, 0)
+    elif mode == 1:
+        for i in range(start, start + count, v):
+            pair(x, i, h, 1)
+    else:
+        for i in range(start, start + count, v):
+            pair(x, i, h, 2)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _quads_at(x, start, count, h, v, mode):
+    """Stages of distance h and 2h on the ``count`` elements from start and their partners
+    h, 2h and 3h further (see :func:`_pairs_at`)."""
+    if mode == 0:
+        for i in range(start, start + count, v):
+            quad(x, i, h, 0)
+    elif mode == 1:
+        for i in range(start, start + count, v):
+            quad(x, i, h, 1)
+    else:
+        for i in range(start, start + count, v):
+            quad(x, i, h, 2)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _run(x, base, n, bits, s, e, mode):
+    """Stages ``bits[s:e]`` (each 2^bit < n), in order, on the n elements of x from base:
+    the lowest four in registers, then two at a time on whole vectors."""
+    v = 64 // x.itemsize                      # elements of a pair/quad vector
+    t = s
+    if n >= LOW and t < e and bits[t] == 0:
+        nb = 1
+        while nb < 4 and t + nb < e and bits[t + nb] == nb:
+            nb += 1
+        _low_run(x, base, n, nb, mode)
+        t += nb
+    while t < e:
+        h = 1 << bits[t]
+        if h >= v and t + 1 < e and bits[t + 1] == bits[t] + 1:
+            for start in range(base, base + n, 4 * h):
+                _quads_at(x, start, h, h, v, mode)
+            t += 2
+        elif h >= v:
+            for start in range(base, base + n, 2 * h):
+                _pairs_at(x, start, h, h, v, mode)
+            t += 1
+        else:
+            _scalar_stage(x, base, n, bits[t], mode)
+            t += 1
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _block_run(bits, s, block_bits):
+    """The end of the run of stages from s whose bits are all below block_bits."""
+    e = s
+    while e < bits.size and bits[e] < block_bits:
+        e += 1
+    return e
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _row(x, o, n, bits, s, e, block_bits, mode):
+    """Stages ``bits[s:e]`` on the row x[o:o + n] in the calling thread: runs of stages
+    below ``block_bits`` on each block of 2^block_bits (it stays in the L1 cache), higher
+    stages over the row."""
+    block = 1 << block_bits
+    while s < e:
+        if bits[s] < block_bits:
+            r = min(_block_run(bits, s, block_bits), e)
+            for b0 in range(o, o + n, block):
+                _run(x, b0, block, bits, s, r, mode)
+            s = r
+        else:
+            r = s + 1
+            while r < e and bits[r] >= block_bits:
+                r += 1
+            _run(x, o, n, bits, s, r, mode)
+            s = r
+
+
+@numba.njit(nogil=True, cache=True)
+def serial(x, n, bits, block_bits):
+    """The stages ``bits`` on each row of length n of the flat array x in the calling
+    thread, row by row (a row of up to a few 2^14 elements stays in the L2 cache): the
+    same butterflies in the same order per element as the NumPy engine, for callers that
+    transform their own small buffers inside a parallel kernel."""
+    for o in range(0, x.size, n):
+        _row(x, o, n, bits, 0, bits.size, block_bits, 0)
+
+
+# --- whole transforms --------------------------------------------------------------------------
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def rows_direct(src, dst, n, bits, block_bits, copy, fin):
+    """FP32/FP64 rows transformed in their own dtype, one row per thread at a time: each
+    row of ``src`` is copied into ``dst`` (unless ``copy`` is False: src is dst) and
+    transformed there while it is in the cache.  ``fin[r]``: bit 0 the input row is finite,
+    bit 1 the output row is."""
+    nrows = src.size // n
+    per = max(1, TASK // n)
+    for c in numba.prange((nrows + per - 1) // per):
+        for r in range(c * per, min(nrows, (c + 1) * per)):
+            o = r * n
+            w = dst[o:o + n]
+            fi = _load(src, o, w, 0) if copy else _finite(w)
+            _row(dst, o, n, bits, 0, bits.size, block_bits, 0)
+            fin[r] = numba.uint8(fi) | (numba.uint8(_finite(w)) << numba.uint8(1))
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def rounded(f, n, bits, block_bits, mode):
-    """The stages ``bits`` on every row of length n of the flat float32 array f, every sum
-    and difference rounded to FP16 (mode 1) or BF16 (mode 2): the NumPy engine's
-    per-operation rounding.  Stages below ``block_bits`` run on cache blocks in parallel,
-    higher ones over chunks of pairs in parallel; each element sees the same operations in
-    the same order."""
+def rows_work(src, dst, proto, n, bits, ends, block_bits, op_mode, pass_mode, fmt, fin):
+    """Rows through a work row of ``proto``'s dtype, one row per thread at a time: load
+    (FP16 / BF16 bits as float32 for fmt 1 / 2, float32 as float64), the stages of each pass
+    ``bits[ends[p - 1]:ends[p]]`` with every result rounded per ``op_mode``, the work row
+    rounded to storage where each pass writes back (``pass_mode`` non-zero), store.
+    ``fin`` as in :func:`rows_direct`."""
+    nrows = src.size // n
+    per = max(1, TASK // n)
+    for c in numba.prange((nrows + per - 1) // per):
+        w = np.empty(n, proto.dtype)
+        for r in range(c * per, min(nrows, (c + 1) * per)):
+            o = r * n
+            fi = _load(src, o, w, fmt)
+            s = 0
+            for e in ends:
+                _row(w, 0, n, bits, s, e, block_bits, op_mode)
+                if pass_mode:
+                    _to_storage(w, pass_mode)
+                s = e
+            fin[r] = numba.uint8(fi) | (numba.uint8(_finite(w)) << numba.uint8(1))
+            _store(w, dst, o, fmt)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def blocked(x, bits, s, e, block_bits, mode):
+    """Stages ``bits[s:e]`` (all below block_bits) on every block of 2^block_bits of the flat
+    work array x, blocks in parallel."""
     block = 1 << block_bits
-    s = 0
-    while s < bits.size:
-        if bits[s] < block_bits:
-            e = _block_run(bits, s, block_bits)
-            for k in numba.prange(f.size // block):
-                for t in range(s, e):
-                    h = 1 << bits[t]
-                    for start in range(k * block, (k + 1) * block, 2 * h):
-                        _rounded_pairs(f, start, start + h, h, mode)
-            s = e
+    for k in numba.prange(x.size // block):
+        _run(x, k * block, block, bits, s, e, mode)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def wide(x, bit, two, mode):
+    """One stage at ``bit`` >= log2(LOW) (two stages, bit and bit + 1, with ``two``) over
+    the whole flat work array, in chunks of pairs (quads) in parallel."""
+    h = 1 << bit
+    v = 64 // x.itemsize
+    span = 4 * h if two else 2 * h
+    chunk = min(h, 1 << 11)
+    per = h // chunk
+    for q in numba.prange(x.size // span * per):
+        start = q // per * span + q % per * chunk
+        if two:
+            _quads_at(x, start, chunk, h, v, mode)
         else:
-            h = 1 << bits[s]
-            chunk = min(h, 1 << 11)
-            per = h // chunk
-            for q in numba.prange(f.size // (2 * h) * per):
-                g, c = q // per, q % per
-                start = g * 2 * h + c * chunk
-                _rounded_pairs(f, start, start + h, chunk, mode)
-            s += 1
+            _pairs_at(x, start, chunk, h, v, mode)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def widen(src, w, fmt):
+    """The flat storage array ``src`` into the flat work array ``w`` (see :func:`_load`)."""
+    step = 1 << 14
+    for k in numba.prange((src.size + step - 1) // step):
+        _load(src, k * step, w[k * step:min(w.size, (k + 1) * step)], fmt)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def narrow(w, dst, fmt):
+    """The flat work array ``w`` (representable in storage) into ``dst`` (see _store)."""
+    step = 1 << 14
+    for k in numba.prange((w.size + step - 1) // step):
+        _store(w[k * step:min(w.size, (k + 1) * step)], dst, k * step, fmt)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
 def round_storage(f, mode):
-    """Round the flat float32 array f in place to FP16 (mode 1) or BF16 (mode 2)."""
+    """Round the flat work array f in place to storage where a pass writes back: FP16 /
+    BF16 (mode 1 / 2, float32) or float32 (float64 work)."""
     step = 1 << 14
     for k in numba.prange((f.size + step - 1) // step):
-        x = f[k * step:min(f.size, (k + 1) * step)]     # indexed from 0: vectorizes
-        for i in range(x.size):
-            x[i] = _round(x[i], mode)
+        _to_storage(f[k * step:min(f.size, (k + 1) * step)], mode)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def row_finite(w, n, fin, shift):
+    """``fin[r] |= finite(row r of the flat work array w) << shift``."""
+    for r in numba.prange(w.size // n):
+        fin[r] |= numba.uint8(_finite(w[r * n:(r + 1) * n])) << numba.uint8(shift)

@@ -30,10 +30,17 @@ BLOCK_BITS = 12
 ENABLED = os.environ.get("PAGH_FWHT_COMPILED", "1") != "0"
 
 
+#: Rows of at most this many bytes (in the work dtype) are transformed whole, each by one
+#: thread while it stays in its cache, from one read of the input to one write of the
+#: output (when there are rows enough for every thread); longer rows take one pass over
+#: memory per run of stages.
+ROW_BYTES = 1 << 20
+
+
 @functools.lru_cache(maxsize=None)
 def _kernels():
     from . import _cpu_kernels as k
-    return k.blocked, k.wide, k.wide2, k.serial, k.rounded, k.round_storage
+    return k
 
 
 def stage_bits(plan) -> tuple[np.ndarray, int]:
@@ -44,7 +51,7 @@ def stage_bits(plan) -> tuple[np.ndarray, int]:
 
 def serial_kernel():
     """The compiled single-thread row transform ``serial(x, n, bits, block_bits)``."""
-    return _kernels()[3]
+    return _kernels().serial
 
 
 def _mode(dtype) -> int:
@@ -65,58 +72,90 @@ def supports(plan, counter) -> bool:
     return all(st.kind == "radix2" for p in plan.passes for st in p.stages)
 
 
-def _stages(flat: np.ndarray, n: int, bits, mode: int) -> None:
-    """The stages ``bits`` in order on the rows of length n of the flat work array."""
-    blocked, wide, wide2, _, rounded, _ = _kernels()
+def _stages(flat: np.ndarray, n: int, bits: np.ndarray, s: int, e: int, mode: int) -> None:
+    """The stages ``bits[s:e]`` in order on the rows of length n of the flat work array,
+    a pass over memory per run of stages below the cache block and per two higher ones."""
+    k = _kernels()
     block_bits = min(BLOCK_BITS, n.bit_length() - 1)
-    if mode:
-        rounded(flat, n, np.asarray(bits, dtype=np.int64), block_bits, mode)
-        return
-    block = 1 << block_bits
-    s = 0
-    while s < len(bits):
+    while s < e:
         if bits[s] < block_bits:            # a run of stages inside cache blocks
-            e = s
-            while e < len(bits) and bits[e] < block_bits:
-                e += 1
-            blocked(flat, np.array(bits[s:e], dtype=np.int64), block)
-            s = e
-        elif s + 1 < len(bits) and bits[s + 1] == bits[s] + 1:
-            wide2(flat, n, bits[s])          # two consecutive high stages in one pass
-            s += 2
+            r = s
+            while r < e and bits[r] < block_bits:
+                r += 1
+            k.blocked(flat, bits, s, r, block_bits, mode)
+            s = r
         else:
-            wide(flat, n, bits[s])
-            s += 1
+            two = s + 1 < e and bits[s + 1] == bits[s] + 1
+            k.wide(flat, int(bits[s]), two, mode)
+            s += 2 if two else 1
 
 
-def run(plan, x: np.ndarray, in_place: bool = False) -> np.ndarray:
-    """The Plan's stages on a (batch, n) array of the plan's dtype: a new array (or ``x``
-    itself, C-contiguous, with ``in_place``), the NumPy engine's bits.  FP64/FP32 computed
-    in their own dtype run in place on the array; otherwise on a work array (float32 for
-    FP16/BF16 arithmetic, the compute dtype for a wider one), rounded where the NumPy engine
-    rounds (:func:`fwht_gpu.cpu.execute`)."""
+def _threads() -> int:
+    import numba
+    return numba.get_num_threads()
+
+
+def run(plan, x: np.ndarray, in_place: bool = False,
+        out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The Plan's stages on a (batch, n) array of the plan's dtype, the NumPy engine's bits:
+    (a new array, ``out`` (C-contiguous, of x's shape and dtype, not overlapping x) when
+    given, or ``x`` itself with ``in_place`` (C-contiguous); the rows whose input was
+    finite and whose transform is not, a boolean mask, or None when there are none).
+
+    FP32/FP64 computed in their own dtype run on the output array; FP16/BF16 (float32
+    operations, each rounded to the 16-bit format) and wider compute dtypes (rounded to
+    the storage dtype where each pass writes back) on float32 / float64 work rows.  Rows of
+    up to ``ROW_BYTES`` go through the cache one at a time per thread: the input is read
+    once and the output written once."""
+    k = _kernels()
     n = plan.n
     dt, cdt = np.dtype(plan.dtype), np.dtype(plan.compute_dtype)
+    work = np.dtype(np.float32 if cdt.itemsize == 2 else cdt)
     direct = cdt == dt and dt.itemsize != 2
-    if direct:
-        w = x if in_place else np.array(x, dtype=dt, order="C", copy=True)
-    else:
-        w = np.array(x, dtype=np.float32 if cdt.itemsize == 2 else cdt, order="C", copy=True)
-    if w.size == 0 or n == 1:
-        return x if in_place else w.astype(dt, copy=False)
-    flat = w.reshape(-1)
-    if cdt == dt:                           # no rounding where passes write back
-        _stages(flat, n, [st.bit for p in plan.passes for st in p.stages], _mode(cdt))
-    else:
-        for p in plan.passes:
-            _stages(flat, n, [st.bit for st in p.stages], _mode(cdt))
-            if dt.itemsize == 2:            # the pass writes back in the storage dtype
-                _kernels()[5](flat, _mode(dt))
-            else:
-                flat[...] = flat.astype(dt)
-    if direct:
-        return w
     if in_place:
-        x[...] = w
-        return x
-    return w.astype(dt)
+        out = x
+    elif out is None:
+        out = np.empty(x.shape, dt)
+    batch = x.shape[0]
+    if x.size == 0 or n == 1:
+        if not in_place:
+            out[...] = x
+        return out, None
+    bits = np.array([st.bit for p in plan.passes for st in p.stages], dtype=np.int64)
+    ends = np.cumsum([len(p.stages) for p in plan.passes]).astype(np.int64) \
+        if cdt != dt else np.array([bits.size], dtype=np.int64)
+    op_mode = _mode(cdt)
+    pass_mode = 0 if cdt == dt else (_mode(dt) or 3)
+    fmt = _mode(dt)
+    src = x.reshape(-1) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(-1)
+    dst = out.reshape(-1)
+    if dt.itemsize == 2:
+        src, dst = src.view(np.uint16), dst.view(np.uint16)
+    block_bits = min(BLOCK_BITS, n.bit_length() - 1)
+    fin = np.zeros(batch, np.uint8)
+    if n * work.itemsize <= ROW_BYTES and (batch >= _threads() or n <= 1 << BLOCK_BITS):
+        if direct:
+            k.rows_direct(src, dst, n, bits, block_bits, not in_place, fin)
+        else:
+            k.rows_work(src, dst, np.empty(0, work), n, bits, ends, block_bits, op_mode,
+                        pass_mode, fmt, fin)
+    else:
+        if direct:
+            w = dst
+            if not in_place:
+                w[...] = src
+        else:
+            w = np.empty(src.size, work)
+            k.widen(src, w, fmt)
+        k.row_finite(w, n, fin, 0)
+        s = 0
+        for e in ends:
+            _stages(w, n, bits, s, int(e), op_mode)
+            if pass_mode:
+                k.round_storage(w, pass_mode)
+            s = int(e)
+        k.row_finite(w, n, fin, 1)
+        if not direct:
+            k.narrow(w, dst, fmt)
+    bad = fin == 1                      # input finite (bit 0), output not (bit 1)
+    return out, (bad if bool(bad.any()) else None)

@@ -18,7 +18,7 @@ import numpy as np
 from . import compiled
 from . import dtypes as _dt
 from . import memory
-from .overflow import _row_finite, overflow_error, overflowed_rows, recompute_rows
+from .overflow import overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
 
 
@@ -287,7 +287,7 @@ def execute(plan: Plan, x: np.ndarray, counter: OpCounter | None = None) -> np.n
         raise ValueError(f"execute expects a (batch, {plan.n}) {plan.dtype} array, "
                          f"got {x.shape} {x.dtype}")
     if compiled.supports(plan, counter):     # the same stages, compiled (the same bits)
-        return compiled.run(plan, x)
+        return compiled.run(plan, x)[0]
     with np.errstate(over="ignore", invalid="ignore"):   # overflow is detected by the caller
         # rows are independent: run every stage on cache-sized blocks of rows (same
         # operations in the same order per row, so the same bits)
@@ -357,14 +357,10 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
     TransformOverflowError.  ``overwrite_x``: an unscaled compiled transform of a
     C-contiguous ``x`` along its last axis runs in place and returns ``x``."""
     axis = axis % x.ndim
+    fast = compiled.supports(plan, counter)
     if overwrite_x and out is None and factor == 1.0 and axis == x.ndim - 1 and x.size and \
-            x.flags.c_contiguous and x.flags.writeable and x.dtype == plan.dtype and \
-            compiled.supports(plan, counter):
-        x2 = x.reshape(-1, plan.n)
-        finite_in = _row_finite(x2, np)
-        compiled.run(plan, x2, in_place=True)
-        bad = ~_row_finite(x2, np) & finite_in
-        if bool(bad.any()):
+            x.flags.c_contiguous and x.flags.writeable and x.dtype == plan.dtype and fast:
+        if compiled.run(plan, x.reshape(-1, plan.n), in_place=True)[1] is not None:
             raise overflow_error(plan.dtype)        # unscaled: as the copying path
         return x
     xm = np.moveaxis(x, axis, -1)
@@ -377,8 +373,19 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
         memory.check(3 * x2.nbytes + work_bytes(plan, x2.shape[0]),
                      f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {plan.n} values",
                      "transform fewer rows at a time")
-        y2 = scale(execute(plan, x2, counter), factor)
-        bad = overflowed_rows(x2, y2, np)
+        if fast and out is not None and out is not x and factor == 1.0 and \
+                axis == x.ndim - 1 and out.flags.c_contiguous and out.dtype == x.dtype and \
+                out.shape == x.shape and not np.may_share_memory(out, x):
+            # written straight into out (one read of x, one write of out)
+            if compiled.run(plan, x2, out=out.reshape(x2.shape))[1] is not None:
+                raise overflow_error(plan.dtype)    # unscaled: as below
+            return out
+        if fast:            # the compiled kernels flag the overflowed rows as they go
+            y2, bad = compiled.run(plan, x2)
+            y2 = scale(y2, factor)
+        else:
+            y2 = scale(execute(plan, x2, counter), factor)
+            bad = overflowed_rows(x2, y2, np)
         if bad is not None:
             if not recompute:
                 raise overflow_error(plan.dtype)

@@ -5,19 +5,23 @@ Cases, for each dtype and each thread count w: single transforms of length 2**L 
 a (rows, 2**L) array).  Calls timed:
 
 - ``fwht``: the public call ``fwht_gpu.fwht(x, workers=w)`` (a new output array each call);
-- ``in-place`` (FP32/FP64): ``FWHT(n, dtype, device="cpu")(x, overwrite_x=True, workers=w)``,
-  with ``x`` restored from a copy before each call, outside the timed region.
+- ``out``: ``fwht_gpu.fwht(x, out=y, workers=w)`` into an existing array;
+- ``in-place``: ``FWHT(n, dtype, device="cpu")(x, overwrite_x=True, workers=w)``, with ``x``
+  restored from a copy before each call, outside the timed region.
 
-Next to them, measured in the same run: ``copy``, ``np.copyto`` of an equal array (NumPy
-copies in one thread, whatever w), and ``rfft``, ``scipy.fft.rfft(x, workers=w)`` of the same
-shape in float32 (FP32/FP16/BF16 data) or float64 (FP64 data): the compiled FFT a CPU user
-already has (measured once per shape, FFT dtype and w, and shared by the rows it applies to).
+Next to them, measured in the same run: the copies that move the same bytes, ``x.copy()``
+(a new array, as ``fwht`` makes: its pages are faulted in by the first write) for ``fwht``
+and ``np.copyto`` into an existing array for ``out`` and ``in-place`` (NumPy copies in one
+thread, whatever w); and ``rfft``, ``scipy.fft.rfft(x, workers=w)`` of the same shape in
+float32 (FP32/FP16/BF16 data) or float64 (FP64 data): the compiled FFT a CPU user already
+has (measured once per shape, FFT dtype and w, and shared by the rows it applies to).
 
 Timing: ``time.perf_counter`` around each call, one warm-up call first; ``time_ms`` is the
-median and ``time_min_ms`` the minimum of ``repeats`` calls (``copy_ms``, ``copy_min_ms``,
-``rfft_ms``, ``rfft_min_ms``: the same for the copy and the FFT).  ``gbps``: bytes read and
-written once (2 x the array's bytes) over the median time; ``ratio_copy`` / ``ratio_rfft``:
-the median time over the copy's / the FFT's median time (below 1: faster).
+median and ``time_min_ms`` the minimum of ``repeats`` calls (``copy_ms``, ``copy_min_ms``:
+the same for the call's copy, named in ``copy_call``; ``rfft_ms``, ``rfft_min_ms`` for the
+FFT).  ``gbps``: bytes read and written once (2 x the array's bytes) over the median time;
+``ratio_copy`` / ``ratio_rfft``: the median time over the copy's / the FFT's median time
+(below 1: faster).
 
 Inputs: standard normal values, / sqrt(n) for FP32/FP64 (transforms of unit size), / 4 for
 FP16/BF16 (normal numbers: FP16 subnormals take a slower path in the compiled kernels; the
@@ -43,17 +47,21 @@ from .transform import FWHT, fwht
 
 KIND = "fwht-cpu-bench"
 METHOD = ("time.perf_counter around each call, min and median of repeats after a warm-up; "
-          "fwht: fwht_gpu.fwht(x, workers=w); in-place: FWHT(n, dtype)(x, overwrite_x=True, "
-          "workers=w), x restored outside the timed region; copy: np.copyto of an equal array "
-          "(one thread, whatever w); rfft: scipy.fft.rfft(x, workers=w) of the same shape, "
-          "float32 for FP32/FP16/BF16 data, float64 for FP64; GB/s: 2 x array bytes / median")
+          "fwht: fwht_gpu.fwht(x, workers=w) against x.copy(); out: fwht(x, out=y, "
+          "workers=w) and in-place: FWHT(n, dtype)(x, overwrite_x=True, workers=w) (x restored "
+          "outside the timed region) against np.copyto into an existing array (copies: one "
+          "thread, whatever w); rfft: scipy.fft.rfft(x, workers=w) of the same shape, float32 "
+          "for FP32/FP16/BF16 data, float64 for FP64; GB/s: 2 x array bytes / median")
+#: The calls timed and the copy each is compared with.
+CALLS = (("fwht", "x.copy()"), ("out", "np.copyto"), ("in-place", "np.copyto"))
 #: The default cases: log2 lengths of single transforms and of batched rows, and the bytes
 #: of a batch.
 SINGLE = range(10, 25)
 BATCHED = (8, 10, 12, 14)
 BATCH_BYTES = 64 << 20
 HEADER = (f"{'kind':7} {'dtype':5} {'shape':>12} {'call':8} {'thr':>3} {'time ms':>10} "
-          f"{'min ms':>10} {'GB/s':>6} {'copy ms':>9} {'x copy':>7} {'rfft ms':>9} {'x rfft':>7}")
+          f"{'min ms':>10} {'GB/s':>6} {'copy':>9} {'copy ms':>9} {'x copy':>7} {'rfft ms':>9} "
+          f"{'x rfft':>7}")
 
 
 def worker_counts(workers) -> list[int]:
@@ -87,32 +95,34 @@ def _stats(prefix: str, ts: list[float]) -> dict:
 def bench_case(kind: str, shape: tuple[int, int], dtype, workers: list[int], repeats: int,
                fft: bool = True, fft_cache: dict | None = None) -> list[dict]:
     """Rows of one case: ``shape`` = (rows, n) (rows 1: a 1-d array of n) of ``dtype``, each
-    call (``fwht``, FP32/FP64 also ``in-place``) at each thread count in ``workers``.
-    ``fft_cache``: rfft times by (FFT dtype, shape, w), filled and reused across cases."""
+    call of :data:`CALLS` at each thread count in ``workers``.  ``fft_cache``: rfft times
+    by (FFT dtype, shape, w), filled and reused across cases."""
     dt = _dt.resolve(dtype)
     batch, n = shape
     x = inputs((n,) if batch == 1 else shape, dt)
     dst = np.empty_like(x)
     base = {"kind": kind, "dtype": _dt.short_name(dt), "batch": batch, "n": n,
             "log2n": n.bit_length() - 1, "bytes": x.nbytes, "repeats": repeats}
-    base.update(_stats("copy", wall_times(lambda: np.copyto(dst, x), repeats)))
+    copies = {"np.copyto": _stats("copy", wall_times(lambda: np.copyto(dst, x), repeats)),
+              "x.copy()": _stats("copy", wall_times(x.copy, repeats))}
     fdt = _fft_dtype(dt)
     xf = x.astype(fdt) if fft else None
-    planned = FWHT(n, dt, device="cpu") if dt.itemsize >= 4 else None
+    planned = FWHT(n, dt, device="cpu")
     cache = {} if fft_cache is None else fft_cache
     rows = []
     for w in workers:
         load = provenance.load_average()
-        calls = [("fwht", wall_times(lambda w=w: fwht(x, workers=w), repeats))]
-        if planned is not None:
-            calls.append(("in-place", wall_times(
-                lambda w=w: planned(dst, overwrite_x=True, workers=w), repeats,
-                setup=lambda: np.copyto(dst, x))))
+        times = {
+            "fwht": wall_times(lambda w=w: fwht(x, workers=w), repeats),
+            "out": wall_times(lambda w=w: fwht(x, out=dst, workers=w), repeats),
+            "in-place": wall_times(lambda w=w: planned(dst, overwrite_x=True, workers=w),
+                                   repeats, setup=lambda: np.copyto(dst, x))}
         if fft and (fdt, x.shape, w) not in cache:
             cache[fdt, x.shape, w] = _stats(
                 "rfft", wall_times(lambda w=w: scipy.fft.rfft(xf, workers=w), repeats))
-        for call, ts in calls:
-            row = dict(base, call=call, workers=w, **_stats("time", ts), loadavg_1m=load)
+        for call, ref in CALLS:
+            row = dict(base, call=call, workers=w, **_stats("time", times[call]),
+                       copy_call=ref, **copies[ref], loadavg_1m=load)
             row["gbps"] = 2 * x.nbytes / row["time_ms"] / 1e6
             row["ratio_copy"] = row["time_ms"] / row["copy_ms"]
             if fft:
@@ -137,8 +147,8 @@ def _echo_row(echo, r: dict) -> None:
         return
     rf = (f"{r['rfft_ms']:9.4f} {r['ratio_rfft']:7.3f}" if "rfft_ms" in r else f"{'-':>9} {'-':>7}")
     echo(f"{r['kind']:7} {r['dtype']:5} {shape:>12} {r['call']:8} {r['workers']:>3} "
-         f"{r['time_ms']:10.4f} {r['time_min_ms']:10.4f} {r['gbps']:6.2f} {r['copy_ms']:9.4f} "
-         f"{r['ratio_copy']:7.2f} {rf}")
+         f"{r['time_ms']:10.4f} {r['time_min_ms']:10.4f} {r['gbps']:6.2f} {r['copy_call']:>9} "
+         f"{r['copy_ms']:9.4f} {r['ratio_copy']:7.2f} {rf}")
 
 
 def run(dtypes=("fp32", "fp64", "fp16", "bf16"), single=SINGLE, batched=BATCHED,
@@ -156,9 +166,11 @@ def run(dtypes=("fp32", "fp64", "fp16", "bf16"), single=SINGLE, batched=BATCHED,
         echo(f"note: load average {load0:.2f} before the run: other processes share the cores, "
              "times are not clean")
     echo(f"median (time ms) and min of {repeats} calls after a warm-up; GB/s: 2 x array bytes "
-         "/ time; copy: np.copyto, one thread whatever thr (NumPy copies in one thread); "
-         "x copy, x rfft: time over the copy's and scipy.fft.rfft's (same shape, float32 for "
-         "FP32/FP16/BF16, float64 for FP64, same thr)")
+         "/ time; fwht: fwht(x) (a new array), out: fwht(x, out=y), in-place: FWHT(...)(x, "
+         "overwrite_x=True); copy: the copy of the same bytes each is compared with (x.copy() "
+         "makes a new array as fwht does; one thread whatever thr); x copy, x rfft: time over "
+         "the copy's and scipy.fft.rfft's (same shape, float32 for FP32/FP16/BF16, float64 for "
+         "FP64, same thr)")
     echo(HEADER)
     rows, fft_cache = [], {}
     for name in dtypes:

@@ -73,8 +73,8 @@ def test_register_rounding_has_numpys_and_ml_dtypes_bits():
                         np.arange(0x477FF000 - 4096, 0x477FF000 + 4096, dtype=np.uint32),
                         np.arange(0x7F7F0000, 0x7F800002, dtype=np.uint32)])
     f = np.concatenate([u, u | np.uint32(0x80000000)]).view(np.float32)
-    for mode, dt in ((1, np.float16), (2, ml_dtypes.bfloat16)):
-        got = f.copy()
+    for mode, dt in ((1, np.float16), (2, ml_dtypes.bfloat16), (3, np.float16)):
+        got = f.copy()                          # (mode 3: FP16 by integer operations)
         k.round_storage(got, mode)
         with np.errstate(over="ignore", invalid="ignore"):
             want = f.astype(dt).astype(np.float32)
@@ -138,3 +138,98 @@ def test_workers_as_in_scipy_fft():
     for bad in (0, 1.5, True, -1000):
         with pytest.raises(ValueError, match="workers"):
             fwht_gpu.fwht(x, workers=bad)
+
+
+def _bits_equal(got, want):
+    """Equal bits, NaN only where NaN (a NaN's payload is not specified)."""
+    nan = np.isnan(want.astype(np.float64))
+    return got.dtype == want.dtype and np.array_equal(np.isnan(got.astype(np.float64)), nan) and \
+        np.array_equal(got[~nan].view(np.uint8), want[~nan].view(np.uint8))
+
+
+@pytest.mark.parametrize("route", ["rows", "passes"])
+@pytest.mark.parametrize("dtype,compute", [(np.float64, None), (np.float32, None),
+                                           (np.float16, None), (ml_dtypes.bfloat16, None),
+                                           (np.float16, "float32"),
+                                           (ml_dtypes.bfloat16, "float32"),
+                                           (np.float32, "float64")])
+def test_both_routes_give_the_numpy_engines_bits_and_overflowed_rows(monkeypatch, route,
+                                                                     dtype, compute):
+    """Rows through the cache one at a time (rows_direct / rows_work) and whole-array
+    passes (blocked / wide): the NumPy engine's bits for rows shorter than a vector (scalar
+    butterflies), one vector, cache blocks and stages above them; the rows flagged as
+    overflowed are those with finite input and non-finite output."""
+    monkeypatch.setattr(compiled, "ROW_BYTES", 1 << 40 if route == "rows" else 0)
+    for log2n in (3, 4, 13, 15):
+        n = 1 << log2n
+        plan = fwht_gpu.make_plan(n, dtype, "folklore", None, compute_dtype=compute)
+        rng = np.random.default_rng(log2n)
+        x = (rng.standard_normal((5, n)) * np.exp2(rng.integers(-30, 10, (5, n)) -
+                                                   log2n // 2)).astype(dtype)
+        x[1] = (rng.standard_normal(n) * 2.0 ** -20).astype(dtype)     # FP16 subnormals
+        top = 3e4 if dtype == np.float16 else 1e308 if dtype == np.float64 else 3e38
+        x[2] = (rng.uniform(0.5, 1.0, n) * top).astype(dtype)           # overflows
+        x[3, :4] = np.array([np.inf, -0.0, np.nan, 1.0], np.float32)
+        got, bad = compiled.run(plan, x)
+        want = _numpy_engine(plan, x)
+        assert _bits_equal(got, want), (route, log2n)
+        from fwht_gpu.overflow import overflowed_rows
+        expect = overflowed_rows(x, want, np)
+        assert expect is not None and np.array_equal(bad, expect)     # row 2, maybe 3
+
+
+def test_integer_fp16_fallbacks_equal_numpy_and_the_hardware_path():
+    """Where the hardware does not convert FP16 (``HARDWARE_HALF`` False) the kernels use
+    integer operations (fmt / mode 3 reaches them anywhere): every FP16 pattern widened,
+    every FP16 value narrowed back, and the SIMD butterflies rounded both ways."""
+    from fwht_gpu import _cpu_kernels as k
+    from fwht_gpu._cpu_simd import low, quad
+    allh = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    want = allh.view(np.float16).astype(np.float32)
+    for fmt in (1, 3):
+        w = np.empty(allh.size, np.float32)
+        k.widen(allh, w, fmt)
+        assert _bits_equal(w, want)
+        back = np.zeros_like(allh)
+        k.narrow(w, back, fmt)
+        nan = np.isnan(want)
+        assert np.array_equal(back[~nan], allh[~nan])
+        assert np.isnan(back[nan].view(np.float16)).all()
+
+    @numba.njit
+    def butterflies(x, mode3):
+        h = x.size // 4
+        for g in range(0, x.size, 16):
+            if mode3:
+                low(x, g, 4, 3)
+            else:
+                low(x, g, 4, 1)
+        for i in range(0, h, 16):
+            if mode3:
+                quad(x, i, h, 3)
+            else:
+                quad(x, i, h, 1)
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(1 << 12) * np.exp2(rng.integers(-26, 14, 1 << 12))
+         ).astype(np.float16).astype(np.float32)
+    x[:3] = [np.inf, np.nan, -0.0]
+    a, b = x.copy(), x.copy()
+    butterflies(a, False)
+    butterflies(b, True)
+    assert _bits_equal(a, b)
+
+
+def test_out_is_written_directly_with_the_same_bits():
+    for dt in (np.float32, np.float16, ml_dtypes.bfloat16, np.float64):
+        x = np.random.default_rng(6).standard_normal((8, 1 << 10)).astype(dt)
+        want = fwht_gpu.fwht(x)
+        out = np.empty_like(x)
+        got = fwht_gpu.fwht(x, out=out)
+        assert got is out and np.array_equal(out.view(np.uint8), want.view(np.uint8))
+        y = x.copy()
+        assert fwht_gpu.fwht(y, out=y) is y and np.array_equal(y.view(np.uint8),
+                                                                 want.view(np.uint8))
+    big = np.full((2, 1 << 10), 3e38, np.float32)
+    with pytest.raises(fwht_gpu.TransformOverflowError):
+        fwht_gpu.fwht(big, out=np.empty_like(big))

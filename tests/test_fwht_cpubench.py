@@ -12,7 +12,7 @@ TIMES = ("time_ms", "time_min_ms", "copy_ms", "copy_min_ms", "rfft_ms", "rfft_mi
 
 
 def _calls(dtype):
-    return ["fwht", "in-place"] if dtype in ("fp32", "fp64") else ["fwht"]
+    return ["fwht", "out", "in-place"]
 
 
 def test_run_tiny_gives_a_record_of_every_case():
@@ -39,6 +39,7 @@ def test_run_tiny_gives_a_record_of_every_case():
         assert r["rfft_dtype"] == ("fp64" if r["dtype"] == "fp64" else "fp32")
         assert r["time_min_ms"] <= r["time_ms"]
         assert r["ratio_copy"] == pytest.approx(r["time_ms"] / r["copy_ms"])
+        assert r["copy_call"] == dict(cpubench.CALLS)[r["call"]]
         assert r["gbps"] == pytest.approx(2 * r["bytes"] / r["time_ms"] / 1e6)
     assert cpubench.HEADER in lines
     assert len([ln for ln in lines if ln.startswith(("single", "batched"))]) == len(rows)
@@ -47,7 +48,7 @@ def test_run_tiny_gives_a_record_of_every_case():
 def test_without_fft_rows_have_no_rfft():
     rec = cpubench.run(dtypes=("fp64",), single=(3,), batched=(), workers=(1,), repeats=1,
                        fft=False, echo=lambda s: None)
-    assert [r["call"] for r in rec["rows"]] == ["fwht", "in-place"]
+    assert [r["call"] for r in rec["rows"]] == ["fwht", "out", "in-place"]
     assert not any("rfft_ms" in r for r in rec["rows"])
 
 
@@ -82,8 +83,7 @@ def test_cli_bench_on_the_cpu(tmp_path):
     rec = provenance.load(out)
     assert rec["kind"] == cpubench.KIND and rec["settings"]["workers"] == [1]
     assert [(r["dtype"], r["log2n"], r["call"]) for r in rec["rows"]] == [
-        ("fp32", 4, "fwht"), ("fp32", 4, "in-place"), ("fp32", 5, "fwht"), ("fp32", 5, "in-place"),
-        ("bf16", 4, "fwht"), ("bf16", 5, "fwht")]
+        (dt, L, c) for dt in ("fp32", "bf16") for L in (4, 5) for c in ("fwht", "out", "in-place")]
     code, text = run_cli(args)
     assert code == 2 and "exists; pass --force" in text
     assert run_cli(args + ["--force", "--no-fft"])[0] == 0
