@@ -162,6 +162,27 @@ def pagh_mm_cpu(records) -> list[str]:
                    "total vs fastest other"], out)
 
 
+def fwht_cpu(records) -> list[str]:
+    """fwht bench --device cpu: per dtype and case (the batched rows and single 2^20 / 2^24),
+    the three calls with 1 thread and all cores, time and time over its copy."""
+    rows = [r for rec in records for r in rec["rows"] if not r.get("skipped")]
+    threads = sorted({r["workers"] for r in rows})
+    cases = [(r["kind"], r["dtype"], r["batch"], r["log2n"]) for r in rows
+             if r["kind"] == "batched" or r["log2n"] in (20, 24)]
+    out = []
+    for kind, dtype, batch, L in dict.fromkeys(cases):
+        cells = [dtype, f"{batch} x 2^{L}" if kind == "batched" else f"2^{L}"]
+        for call in ("out", "in-place", "fwht"):
+            for w in threads:
+                r = _find(rows, "fwht-cpu", kind=kind, dtype=dtype, batch=batch, log2n=L,
+                          call=call, workers=w)
+                cells.append(f"{_ms(r['time_ms'])} ({r['ratio_copy']:.2f})")
+        out.append(cells)
+    head = ["dtype", "shape"] + [f"{c}, {w} thr" for c in ("out=", "in place", "fwht(x)")
+                                 for w in threads]
+    return _table(head, out)
+
+
 #: name -> (renderer, result files under benchmarks/results/, in the order they are merged)
 TABLES = {
     "fwht-single": (fwht_single, ["h200/fwht-bench.json"]),
@@ -171,6 +192,7 @@ TABLES = {
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
     "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-epyc/session11-cpubench.json"]),
+    "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
 }
 
 
