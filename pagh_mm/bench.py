@@ -99,14 +99,29 @@ def _gemm_times(be, data, planted, repeats, row) -> dict:
     return gemm
 
 
-def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
-    """One size and dtype: the compressed product against the exact GEMMs."""
+def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=False) -> dict:
+    """One size and dtype: the compressed product against the exact GEMMs (``staged``: the
+    GPU's staged compression timed too, for comparison with the fused kernel)."""
+    from . import matmul
     dt = np.float64 if name == "fp64" else np.float32
     data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=be.xp)
     prof: dict = {}
-    kw = dict(k=planted, seed=1, dtype=dt) if reps is None else dict(k=planted, reps=reps, seed=1,
-                                                                       dtype=dt)
+    kw = dict(k=planted, seed=1, dtype=dt)
+    if reps is not None:
+        kw["reps"] = reps
+    if buckets is not None:
+        kw["buckets"] = buckets
     t_sk, sk = _wall(be, lambda: compress(data.A, data.B, **kw), repeats)
+    t_staged = None
+    if staged and be.gpu:
+        before = matmul.GPU_FUSED
+        try:
+            matmul.GPU_FUSED = False
+            t_staged, other = _wall(be, lambda: compress(data.A, data.B, **kw), repeats)
+            row_same = bool((other.sketch == sk.sketch).all())
+            other = None
+        finally:
+            matmul.GPU_FUSED = before
     b, reps_used = sk.buckets, sk.reps
     compress(data.A, data.B, **kw, profile=prof)
     # queries take milliseconds: more repeats, interleaved, for a stable ratio
@@ -120,7 +135,10 @@ def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
            "certified": bool(top.certified), "verified": int(top.verified),
            "topk_unverified_s": t_scan, "certificate_overhead": t_top / t_scan - 1,
            "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor, "copy_bandwidth": bw,
-           "stages_s": prof}
+           "stages_s": prof, "sketch_ratio_floor": t_sk / floor}
+    if t_staged is not None:
+        row.update(sketch_staged_s=t_staged, staged_same_bits=row_same,
+                   speedup_vs_staged=t_staged / t_sk)
     sk = top = None
     _free_gpu(be)
     gemm = _gemm_times(be, data, planted, repeats, row)
@@ -132,12 +150,17 @@ def _case(be, n, name, planted, reps, repeats, bw, echo) -> dict:
          f"{'yes' if row['certified'] else 'NO':>4} {row['certificate_overhead']:+6.0%} "
          f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
          f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
-    echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items()))
+    echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
+         + f"; sketch {row['sketch_ratio_floor']:.1f} x floor")
+    if t_staged is not None:
+        echo(f"       staged compression {t_staged:.4f} s: the fused kernel is "
+             f"{row['speedup_vs_staged']:.1f}x faster, same bits: {row_same}")
     return row
 
 
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=None,
-        device="auto", repeats=3, echo=print, command: str | None = None) -> dict:
+        device="auto", repeats=3, echo=print, command: str | None = None, buckets=None,
+        staged: bool = False) -> dict:
     """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`)."""
     be = gpu() if devices.resolve(device) == "gpu" else cpu()
     xp = be.xp
@@ -154,10 +177,10 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
             if be.gpu and need > xp.cuda.runtime.memGetInfo()[0]:
                 echo(f"{n:>6} {name:5} skipped: needs {need / 2**30:.0f} GiB")
                 continue
-            rows.append(_case(be, n, name, planted, reps, repeats, bw, echo))
+            rows.append(_case(be, n, name, planted, reps, repeats, bw, echo, buckets, staged))
             _free_gpu(be)
     settings = {"sizes": list(sizes), "dtypes": list(dtypes), "planted": planted, "reps": reps,
-                "repeats": repeats, "device": "gpu" if be.gpu else "cpu", "method": METHOD}
+                "buckets": buckets, "staged": staged, "repeats": repeats, "device": "gpu" if be.gpu else "cpu", "method": METHOD}
     return provenance.record("pagh-bench", rows, settings, command,
                              device="gpu" if be.gpu else "cpu")
 

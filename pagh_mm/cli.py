@@ -239,13 +239,19 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
 @click.option("--planted", type=click.IntRange(1, None), default=300, show_default=True)
 @click.option("--reps", "-d", type=click.IntRange(1, None), default=None,
               help="Repetitions (default: automatic, with the buckets).")
+@click.option("--buckets", "-b", type=int, callback=_pow2, default=None,
+              help="GPU: buckets of every sketch (a power of two; default: automatic, sized "
+                   "for a certified top-k).")
+@click.option("--staged", is_flag=True,
+              help="GPU: also time the staged compression (scatter, transforms and products "
+                   "as separate kernels) that the fused kernel replaces.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
               show_default=True, help="Where to write the results.")
 @force_option
 @debug_option
 @guarded
-def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
+def bench(sizes, dtypes, planted, reps, buckets, staged, device, out_json, force, debug) -> None:
     """Compress + top-k versus the exact routes (table + JSON).  GPU: planted heavy hitters
     against cuBLAS GEMM + top-k.  CPU: dense planted products against NumPy and compmatmul
     (when importable), a sparse planted product against SciPy and sparse_dot_topn (when
@@ -254,6 +260,9 @@ def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
     check_outputs([out_json], force=force)
     dev = _device(device)
     if dev == "cpu":
+        if buckets is not None or staged:
+            raise click.UsageError("--buckets and --staged apply to the GPU benchmark only "
+                                   "(the CPU benchmark uses b = 16384, compmatmul's size)")
         from . import cpubench
         res = cpubench.run(sizes=sizes or (1024, 4096), planted=min(planted, min(sizes or (1024,))),
                            reps=reps or 5, echo=click.echo,
@@ -264,7 +273,8 @@ def bench(sizes, dtypes, planted, reps, device, out_json, force, debug) -> None:
     if not sizes:
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
     res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,
-                     device=dev, echo=click.echo)
+                     device=dev, echo=click.echo, buckets=buckets, staged=staged,
+                     command="pagh-mm " + " ".join(sys.argv[1:]))
     io.write_json(out_json, res)
     click.echo(f"wrote {out_json}")
 

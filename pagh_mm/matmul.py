@@ -27,6 +27,9 @@ GPU_MAX_REPS = 127
 #: Bytes of temporaries per stored value of a sparse block and repetition (hashes, signed
 #: values, bin indices).
 SPARSE_BYTES = 40
+#: Whether dense GPU compressions use the fused kernel where it applies (False: the
+#: staged path, scatter / transform / product as separate kernels; for comparisons).
+GPU_FUSED = True
 
 
 # --- validation -----------------------------------------------------------------------------
@@ -229,6 +232,33 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
     return engine
 
 
+def _gpu_fused(sides, acc: Accumulator, be) -> bool:
+    """Whether the fused GPU kernel (``pagh_mm/cuda/fused.cu``) computes this compression's
+    terms: dense factors, the FWHT in FP32 or FP64 by plain Folklore stages (the plan's
+    compute dtype its storage dtype), buckets within the kernel's shared memory."""
+    if not GPU_FUSED or not be.gpu or acc.method != "fwht" or any(s.sparse for s in sides):
+        return False
+    from .cuda import kernels
+    plan = acc.transform.plan
+    return not plan.stabilizer and plan.compute_dtype == plan.dtype and \
+        all(st.kind == "radix2" for p in plan.passes for st in p.stages) and \
+        kernels.fused_supported(acc.b.bit_length() - 1, acc.dtype)
+
+
+def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int):
+    """(k1 - k0, d, b) Hadamard-domain terms of the inner indices k0 .. k1 - 1 on the GPU."""
+    from .cuda import kernels
+    VA = sides[0].gpu_vectors(k0, k1)
+    VB = None
+    if len(sides) == 2:
+        VB = sides[1].gpu_vectors(k0, k1)
+        if VB.dtype != VA.dtype:            # one value type for the kernel: float64
+            VA, VB = (sides[i].gpu_vectors(k0, k1, np.float64) for i in (0, 1))
+    return kernels.fused_terms(VA, sides[0].gpu_table(), VB,
+                               None if VB is None else sides[1].gpu_table(),
+                               acc.reps, acc.b.bit_length() - 1, acc.dtype)
+
+
 def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
     """Whether the compiled CPU engine will add the inner indices pair by pair (both factors
     sparse with integer values, FP64 plain Folklore transforms): then more buckets cost no
@@ -335,6 +365,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
     block = fused.block if fused else _plan_memory(sides, acc, n, m, p, be, memory_budget)[0]
+    gpu_fused = _gpu_fused(sides, acc, be)
     acc.begin(block)
     clock = _Clock(be, profile)
     live = _live(sides, n, be)
@@ -347,6 +378,15 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                                             *(() if len(sides) == 2 else (None,)),
                                             present, k1 - k0))
             clock("fused")
+            if progress:
+                progress("inner", k1, n)
+            continue
+        if gpu_fused:           # sketch, transform and product of each index in one kernel
+            terms = _gpu_fused_terms(sides, acc, k0, k1)
+            clock("fused")
+            acc.sum.add(k0, terms)
+            del terms
+            clock("accumulate")
             if progress:
                 progress("inner", k1, n)
             continue

@@ -75,13 +75,24 @@ class Side:
         nb = X.shape[1]
         if be.gpu:
             from .cuda import kernels
-            indptr, keys, sgn = self._gpu_table()
+            indptr, keys, sgn = self.gpu_table()
             return kernels.scatter_dense(X, indptr, keys, sgn, d * b).reshape(nb, d, b)
         if compiled.ENABLED:                             # the same order, one read of X
             h, s = self._cpu_hashes()
             return compiled.scatter_dense(X, h, s, b)
         out = self._cpu_table() @ X                      # SciPy: per row, keys in increasing order
         return np.ascontiguousarray(out.T).reshape(nb, d, b)
+
+    def gpu_vectors(self, k0: int, k1: int, dtype=None):
+        """The dense vectors k0 .. k1 - 1 on the GPU for the fused kernel
+        (:func:`pagh_mm.cuda.kernels.fused_terms`): a (keys, k1 - k0) view of the factor
+        when its values are float64 or float32 (``dtype``, when given), else a float64 copy
+        of the block."""
+        V = (self.M if self.which == 1 else self.M.T)[:, k0:k1]
+        want = V.dtype if dtype is None else np.dtype(dtype)
+        if V.dtype == want and want in (np.float32, np.float64):
+            return V
+        return self.be.xp.asarray(V, dtype=np.float64 if dtype is None else want)
 
     def vectors(self, k0: int, k1: int):
         """The vectors k0 .. k1 - 1 for :class:`pagh_mm.compiled.Fused` (CPU): ("dense",
@@ -131,7 +142,7 @@ class Side:
             self._table.sort_indices()
         return self._table
 
-    def _gpu_table(self):
+    def gpu_table(self):
         """(indptr (d b + 1), keys, signs): the keys of each bucket of each repetition in
         increasing order, as the CPU's scatter matrix in CSR form."""
         if self._table is None:

@@ -38,10 +38,12 @@ def _precompile_gpu_kernels(request):
     from pagh_mm.cuda import kernels as pagh_kernels          # the pagh_mm tests' kernels too
     _PRECOMPILE["kernels"] += pagh_kernels.ESTIMATE.precompile(pagh_kernels.names(), 4, wait=False)
     _PRECOMPILE["kernels"] += pagh_kernels.SCATTER.precompile(["scatter_dense"], 1, wait=False)
+    _PRECOMPILE["kernels"] += pagh_kernels.FUSED.precompile(
+        [nm for nm, _, _ in pagh_kernels.fused_names()], 4, wait=False)
     from tests.gpu_cases import warm_cupy_kernels           # and CuPy's own kernels
     _PRECOMPILE["warm"] = warm_cupy_kernels(str(request.config.rootpath))
     yield
-    for module in (engine.KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER):
+    for module in (engine.KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER, pagh_kernels.FUSED):
         module.cancel_pending()
     for proc in _PRECOMPILE["warm"]:
         if proc.poll() is None:

@@ -300,3 +300,51 @@ def test_gpu_gram_sketch_estimates_and_certified_queries_equal_cpu_bit_for_bit()
                         assert (cp.asnumpy(getattr(eg, f)) == getattr(ec, f)).all(), f
                     assert (eg.certified, eg.margin, eg.noise, eg.verified) == \
                         (ec.certified, ec.margin, ec.noise, ec.verified)
+
+
+# --- issue 16: the fused dense kernel -----------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(dtype):
+    """The fused dense kernel (sketch, transform and product of each inner index in one
+    thread block): the CPU's bits for buckets from 2 to the kernel's largest, float64,
+    float32, mixed and integer values, C and F layouts and transposed views, every hash
+    family, blocks of the inner dimension that do not divide it, and Gram products; the
+    staged GPU path gives the same bits (matmul.GPU_FUSED off)."""
+    cp = _cp()
+    from pagh_mm import matmul
+    from pagh_mm.cuda import kernels
+    rng = np.random.default_rng(7)
+    top = kernels.FUSED_MAX_LOG2B["float" if dtype == "float32" else "double"]
+    A0 = rng.standard_normal((97, 70))
+    B0 = rng.standard_normal((70, 83))
+    inputs = [(A0, B0), (np.asfortranarray(A0), B0), (A0.astype(np.float32), B0.astype(np.float32)),
+              (A0.astype(np.float32), B0), (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
+    for log2b in (1, 2, 3, 4, 5, 9, top):
+        for family in ("multiply-add-shift", "tabulation"):
+            for A, B in inputs if log2b in (3, top) else inputs[:1]:
+                kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
+                want = pagh_mm.compress(A, B, **kw).sketch
+                prof = {}
+                got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
+                                       memory_budget=1 << 20, **kw)
+                assert "fused" in prof and "scatter" not in prof
+                assert (got.sketch.get() == want).all(), (log2b, family, A.dtype, B.dtype)
+        X = rng.standard_normal((150, 60))
+        for x in (X, np.asfortranarray(X)):
+            kw = dict(buckets=1 << log2b, reps=3, seed=9, dtype=dtype)
+            want = pagh_mm.compress_gram(x, **kw)
+            prof = {}
+            got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
+            assert got.gram and "fused" in prof
+            assert (got.sketch.get() == want.sketch).all(), log2b
+    before = matmul.GPU_FUSED
+    try:
+        matmul.GPU_FUSED = False
+        kw = dict(buckets=1 << top, reps=3, seed=5, dtype=dtype)
+        prof = {}
+        staged = pagh_mm.compress(cp.asarray(A0), cp.asarray(B0), profile=prof, **kw)
+        assert "fused" not in prof
+        assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
+    finally:
+        matmul.GPU_FUSED = before

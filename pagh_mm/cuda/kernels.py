@@ -1,5 +1,5 @@
-"""GPU kernels of pagh_mm (``estimate.cu``, ``scatter.cu`` and ``hash.cu``), compiled per
-(device, kernel) through fwht_gpu's kernel modules."""
+"""GPU kernels of pagh_mm (``estimate.cu``, ``scatter.cu``, ``hash.cu`` and ``fused.cu``),
+compiled per (device, kernel) through fwht_gpu's kernel modules."""
 from __future__ import annotations
 
 import functools
@@ -13,6 +13,7 @@ HERE = os.path.dirname(__file__)
 ESTIMATE = KernelModule(os.path.join(HERE, "estimate.cu"))
 SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"), named=False)   # extern "C" kernels
 HASH = KernelModule(os.path.join(HERE, "hash.cu"), named=False)
+FUSED = KernelModule(os.path.join(HERE, "fused.cu"))
 MAXDS = (7, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
@@ -22,19 +23,41 @@ ESTIMATE_PARAMS = ("const i64*", "const double*", "const i64*", "const double*",
                    "int", "i64", "i64", "int", "i64", "i64", "double*")
 
 
+#: Largest log2 of the buckets of the fused dense kernel per transform dtype (its buffer of
+#: b values in shared memory, 16 values per thread in registers for each factor).
+FUSED_MAX_LOG2B = {"float": 14, "double": 13}
+#: log2 of the values per thread of the fused kernel (b / 2^LOG_VPT threads per block).
+FUSED_LOG_VPT = 4
+
+#: The parameters of ``fused_dense_terms`` in order (C types; S, T: the templates').
+FUSED_PARAMS = ("const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
+                "const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
+                "int", "int", "i64", "T*")
+
+
 def names():
     """Every template instantiation of ``estimate.cu`` (also compiled by the CI nvcc check)."""
     return [f"tile_estimates<{d},{x},{g}>" for d in MAXDS
             for x, g in (("true", "false"), ("false", "false"), ("true", "true"))]
 
 
+def fused_names():
+    """Every template instantiation of ``fused.cu``: ``(name, T, S)``."""
+    return [(f"fused_dense_terms<{t},{s},{v},{g}>", t, s)
+            for t in ("float", "double") for s in ("double", "float")
+            for v in range(1, FUSED_LOG_VPT + 1) for g in ("false", "true")]
+
+
 def compile_unit() -> tuple[str, int]:
     """One translation unit with every kernel of pagh_mm (the ``fwht_gpu.kernels`` entry point
     of the CI nvcc check) and its number of instantiations."""
-    lines = [f'#include "{ESTIMATE.path}"', f'#include "{SCATTER.path}"', f'#include "{HASH.path}"']
+    lines = [f'#include "{m.path}"' for m in (ESTIMATE, SCATTER, HASH, FUSED)]
     params = ", ".join(ESTIMATE_PARAMS)
     lines += [f"template __global__ void {nm}({params});" for nm in names()]
-    return "\n".join(lines) + "\n", len(names())
+    for nm, t, s in fused_names():
+        fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
+        lines.append(f"template __global__ void {nm}({fp});")
+    return "\n".join(lines) + "\n", len(names()) + len(fused_names())
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,4 +130,39 @@ def poly61(keys, coef):
     if out.size:
         HASH.function("poly61")((_grid(r * n),), (THREADS,),
                                 (keys, np.int64(n), coef, np.int64(r), out))
+    return out
+
+
+def fused_supported(log2b: int, dtype) -> bool:
+    """Whether ``fused_terms`` computes transforms of 2^log2b buckets in ``dtype``."""
+    name = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(np.dtype(dtype))
+    return name is not None and 1 <= log2b <= FUSED_MAX_LOG2B[name]
+
+
+def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype):
+    """(nb, d, b) Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram
+    product, FWHT(P_t a_k)^2) of the nb vectors k of ``VA`` and ``VB``, (keys, nb) float64 or
+    float32 arrays of one dtype (any strides), in ``dtype`` (float32 or float64): see
+    ``fused.cu``.  ``table_*``: the scatter tables (indptr, keys, signs) of
+    :meth:`pagh_mm.sketch.Side.gpu_table`."""
+    cp = cupy()
+    names = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+    gram = VB is None
+    b, nb = 1 << log2b, VA.shape[1]
+    out = cp.empty((nb, d, b), dtype=dtype)
+    if out.size == 0:
+        return out
+    log_vpt = min(FUSED_LOG_VPT, log2b)
+    item = np.dtype(dtype).itemsize
+    smem = (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+    fn = FUSED.function(f"fused_dense_terms<{names[np.dtype(dtype)]},{names[VA.dtype]},"
+                        f"{log_vpt},{'true' if gram else 'false'}>", smem)
+    if gram:
+        VB, table_b = VA, table_a
+    sa = [st // VA.itemsize for st in VA.strides]
+    sb = [st // VB.itemsize for st in VB.strides]
+    fn((nb * d,), (b >> log_vpt,),
+       (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
+        VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
+        np.int32(d), np.int32(log2b), np.int64(0), out), shared_mem=smem)
     return out

@@ -1,0 +1,136 @@
+// pagh_mm CUDA kernel: the fused FWHT compression of dense factors.  One thread block per
+// (inner index k, repetition t) computes the Hadamard-domain term of k for t,
+//
+//     term = FWHT(P_t a_k) * FWHT(P_t b_k)     (Gram: FWHT(P_t a_k)^2),
+//
+// with the Count-Sketch, the transform and the product in shared memory and registers:
+// only the term (b values of the transform dtype T) is written to device memory, where
+// pagh_mm.reduction sums the terms over k in its pairwise tree.  Every step is the NumPy
+// engine's, so the bits are the CPU's:
+//  * the sketch: each bucket is 0.0 plus s(i) x_i of its keys in increasing key order, in
+//    float64 (the scatter table of pagh_mm.sketch: keys sorted by bucket), rounded once to T;
+//  * the transform: Folklore radix-2 stages on bits 0, 1, ..., log2(b) - 1 in that order,
+//    each butterfly (a + b, a - b) correctly rounded in T (fwht_gpu's Num<T>), no FMA;
+//  * the product in T.
+// The vectors are read in place through element strides (any layout: C, F, transposed
+// views; a Gram product's X^T is X read the other way), float64 or float32 values.
+//
+// Layout of the transform: VPT values per thread, THREADS = b / VPT threads.  A round
+// applies the stages of r <= LOG_VPT consecutive bits [lo, lo + r) to values in registers:
+// register q holds element base(g) + (q & (2^r - 1)) << lo of group g = (q >> r) THREADS +
+// thread, base(g) being g with r zero bits inserted at bit lo.  Between rounds the values
+// go through shared memory (padded: one slot every 128 bytes).  The last round's values
+// stay in registers: A's wait there while B is sketched and transformed in the same buffer,
+// and the product is written from them.
+#include "../../fwht_gpu/cuda/kernels/numeric.cuh"
+#include "../../fwht_gpu/cuda/kernels/tile.cuh"
+
+template <typename T> struct Mul;
+template <> struct Mul<float> {
+    static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+    static __device__ __forceinline__ float from(double v) { return __double2float_rn(v); }
+};
+template <> struct Mul<double> {
+    static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
+    static __device__ __forceinline__ double from(double v) { return v; }
+};
+
+// Element of register q in the round of bits [lo, lo + r) (see the header).
+template <int VPT>
+__device__ __forceinline__ int round_index(int q, int lo, int r, int threads) {
+    const int g = (q >> r) * threads + (int)threadIdx.x;
+    const int base = ((g >> lo) << (lo + r)) | (g & ((1 << lo) - 1));
+    return base + ((q & ((1 << r) - 1)) << lo);
+}
+
+// Stages on register bits 0 .. r-1, lowest first, for every group of 2^r registers.
+template <typename T, int LOG_VPT>
+__device__ __forceinline__ void round_stages(T* v, int r) {
+    typedef Num<T> N;
+#pragma unroll
+    for (int m = 0; m < LOG_VPT; ++m) {
+        if (m < r) {
+#pragma unroll
+            for (int q = 0; q < (1 << LOG_VPT); ++q) {
+                if (!(q & (1 << m))) {
+                    const T a = v[q], c = v[q | (1 << m)];
+                    v[q] = N::add(a, c);
+                    v[q | (1 << m)] = N::sub(a, c);
+                }
+            }
+        }
+    }
+}
+
+// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.
+template <typename T, typename S>
+__device__ __forceinline__ void sketch(T* buf, const S* __restrict__ X, i64 s_key, i64 s_vec,
+                                       const i64* __restrict__ indptr, const i64* __restrict__ keys,
+                                       const double* __restrict__ sgn, i64 k, int t, int b)
+{
+    const S* x = X + k * s_vec;
+    for (int u = threadIdx.x; u < b; u += blockDim.x) {
+        const i64 r = (i64)t * b + u;
+        double s = 0.0;
+        for (i64 q = indptr[r]; q < indptr[r + 1]; ++q)
+            s = __dadd_rn(s, __dmul_rn(sgn[q], (double)x[keys[q] * s_key]));
+        buf[pad<T>(u)] = Mul<T>::from(s);
+    }
+}
+
+// The transform of buf (b = 2^logb values) up to its last round, whose values are left in v.
+template <typename T, int LOG_VPT>
+__device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
+{
+    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;
+    for (int lo = 0; lo < logb; lo += R) {
+        const int r = min(R, logb - lo);
+        __syncthreads();                                  // the buffer is complete
+#pragma unroll
+        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];
+        round_stages<T, LOG_VPT>(v, r);
+        if (lo + R < logb) {
+            __syncthreads();                              // every value of the round read
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) buf[pad<T>(round_index<VPT>(q, lo, r, threads))] = v[q];
+        }
+    }
+}
+
+// out[(kk * d + t) * b + i]: the term of inner index k0 + kk, repetition t (blockIdx.x =
+// kk * d + t, blockDim.x = b / VPT: at most 1024 for float, 512 for double, whose values
+// take two registers), in T.  Shared memory: padded_size<T>(b) values.
+template <typename T, typename S, int LOG_VPT, bool GRAM>
+__global__ void __launch_bounds__(sizeof(T) == 8 ? 512 : 1024)
+fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
+                  const i64* __restrict__ ka, const double* __restrict__ ga,
+                  const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
+                  const i64* __restrict__ kb, const double* __restrict__ gb,
+                  int d, int logb, i64 k0, T* __restrict__ out)
+{
+    constexpr int VPT = 1 << LOG_VPT;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* buf = reinterpret_cast<T*>(smem_raw);
+    const int b = 1 << logb, threads = blockDim.x;
+    const i64 kk = blockIdx.x / d;
+    const int t = (int)(blockIdx.x - kk * d);
+    const int last = ((logb - 1) / LOG_VPT) * LOG_VPT;     // the last round's first bit
+    const int rl = logb - last;
+    T* o = out + (kk * d + t) * (i64)b;
+    T fa[VPT];
+    sketch<T, S>(buf, A, sa_key, sa_vec, ia, ka, ga, k0 + kk, t, b);
+    transform<T, LOG_VPT>(buf, fa, logb, threads);
+    if (GRAM) {
+#pragma unroll
+        for (int q = 0; q < VPT; ++q)
+            o[round_index<VPT>(q, last, rl, threads)] = Mul<T>::mul(fa[q], fa[q]);
+        return;
+    }
+    __syncthreads();                                      // A's last round is read
+    T fb[VPT];
+    sketch<T, S>(buf, B, sb_key, sb_vec, ib, kb, gb, k0 + kk, t, b);
+    transform<T, LOG_VPT>(buf, fb, logb, threads);
+#pragma unroll
+    for (int q = 0; q < VPT; ++q)
+        o[round_index<VPT>(q, last, rl, threads)] = Mul<T>::mul(fa[q], fb[q]);
+}
