@@ -14,6 +14,7 @@ from . import auto, certificate, compiled, hashing, sketchfile
 from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
+from .reduction import block_sum
 from .sketch import Side, canonical
 
 #: Default bytes of inner-dimension temporaries per block on the CPU (the GPU default is
@@ -245,8 +246,9 @@ def _gpu_fused(sides, acc: Accumulator, be) -> bool:
         kernels.fused_supported(acc.b.bit_length() - 1, acc.dtype)
 
 
-def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int):
-    """(k1 - k0, d, b) Hadamard-domain terms of the inner indices k0 .. k1 - 1 on the GPU."""
+def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
+    """Nodes of the pairwise tree over the Hadamard-domain terms of the inner indices k0 ..
+    k1 - 1 (an aligned block of ``block``) on the GPU: sums of 2^c consecutive terms."""
     from .cuda import kernels
     VA = sides[0].gpu_vectors(k0, k1)
     VB = None
@@ -254,9 +256,11 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int):
         VB = sides[1].gpu_vectors(k0, k1)
         if VB.dtype != VA.dtype:            # one value type for the kernel: float64
             VA, VB = (sides[i].gpu_vectors(k0, k1, np.float64) for i in (0, 1))
+    log2b = acc.b.bit_length() - 1
     return kernels.fused_terms(VA, sides[0].gpu_table(), VB,
                                None if VB is None else sides[1].gpu_table(),
-                               acc.reps, acc.b.bit_length() - 1, acc.dtype)
+                               acc.reps, log2b, acc.dtype,
+                               kernels.fused_group(log2b, acc.dtype, block))
 
 
 def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
@@ -382,10 +386,10 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                 progress("inner", k1, n)
             continue
         if gpu_fused:           # sketch, transform and product of each index in one kernel
-            terms = _gpu_fused_terms(sides, acc, k0, k1)
+            nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
             clock("fused")
-            acc.sum.add(k0, terms)
-            del terms
+            acc.sum.add_node(k0, block_sum(nodes, be.xp))   # the tree above the kernel's
+            del nodes
             clock("accumulate")
             if progress:
                 progress("inner", k1, n)

@@ -62,19 +62,43 @@ __device__ __forceinline__ void round_stages(T* v, int r) {
     }
 }
 
-// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.
-template <typename T, typename S>
+// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.  Thread j takes
+// the buckets j + q THREADS, q < VPT, four at a time, and walks their key lists side by side,
+// one key of each per step: MLP independent loads in flight instead of one dependent chain.
+template <typename T, typename S, int VPT>
 __device__ __forceinline__ void sketch(T* buf, const S* __restrict__ X, i64 s_key, i64 s_vec,
                                        const i64* __restrict__ indptr, const i64* __restrict__ keys,
                                        const double* __restrict__ sgn, i64 k, int t, int b)
 {
+    constexpr int MLP = VPT < 4 ? VPT : 4;
     const S* x = X + k * s_vec;
-    for (int u = threadIdx.x; u < b; u += blockDim.x) {
-        const i64 r = (i64)t * b + u;
-        double s = 0.0;
-        for (i64 q = indptr[r]; q < indptr[r + 1]; ++q)
-            s = __dadd_rn(s, __dmul_rn(sgn[q], (double)x[keys[q] * s_key]));
-        buf[pad<T>(u)] = Mul<T>::from(s);
+    const i64* ip = indptr + (i64)t * b;
+    const i64 base = ip[0];                   // offsets from it fit 32 bits (< m < 2^32)
+#pragma unroll 1
+    for (int j0 = 0; j0 < VPT; j0 += MLP) {
+        unsigned q[MLP], e[MLP], most = 0;
+        double s[MLP];
+#pragma unroll
+        for (int j = 0; j < MLP; ++j) {
+            const int u = (j0 + j) * blockDim.x + threadIdx.x;
+            q[j] = (unsigned)(ip[u] - base);
+            e[j] = (unsigned)(ip[u + 1] - base);
+            s[j] = 0.0;
+            most = max(most, e[j] - q[j]);
+        }
+        for (unsigned step = 0; step < most; ++step) {
+#pragma unroll
+            for (int j = 0; j < MLP; ++j) {
+                if (q[j] < e[j]) {
+                    const i64 at = base + q[j];
+                    s[j] = __dadd_rn(s[j], __dmul_rn(sgn[at], (double)x[keys[at] * s_key]));
+                    ++q[j];
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MLP; ++j)
+            buf[pad<T>((j0 + j) * blockDim.x + threadIdx.x)] = Mul<T>::from(s[j]);
     }
 }
 
@@ -97,40 +121,90 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
     }
 }
 
-// out[(kk * d + t) * b + i]: the term of inner index k0 + kk, repetition t (blockIdx.x =
-// kk * d + t, blockDim.x = b / VPT: at most 1024 for float, 512 for double, whose values
-// take two registers), in T.  Shared memory: padded_size<T>(b) values.
+// The term of inner index k for repetition t into v (the last round's registers).
 template <typename T, typename S, int LOG_VPT, bool GRAM>
-__global__ void __launch_bounds__(sizeof(T) == 8 ? 512 : 1024)
+__device__ __forceinline__ void term(T* buf, T* v, const S* __restrict__ A, i64 sa_key,
+                                     i64 sa_vec, const i64* __restrict__ ia,
+                                     const i64* __restrict__ ka, const double* __restrict__ ga,
+                                     const S* __restrict__ B, i64 sb_key, i64 sb_vec,
+                                     const i64* __restrict__ ib, const i64* __restrict__ kb,
+                                     const double* __restrict__ gb, i64 k, int t, int logb)
+{
+    constexpr int VPT = 1 << LOG_VPT;
+    const int b = 1 << logb, threads = blockDim.x;
+    __syncthreads();                                      // the buffer's last reads are done
+    sketch<T, S, VPT>(buf, A, sa_key, sa_vec, ia, ka, ga, k, t, b);
+    transform<T, LOG_VPT>(buf, v, logb, threads);
+    if (GRAM) {
+#pragma unroll
+        for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
+        return;
+    }
+    T fb[VPT];
+    __syncthreads();                                      // A's last round is read
+    sketch<T, S, VPT>(buf, B, sb_key, sb_vec, ib, kb, gb, k, t, b);
+    transform<T, LOG_VPT>(buf, fb, logb, threads);
+#pragma unroll
+    for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[q]);
+}
+
+// out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
+// of the inner indices g 2^LOG_G .. + 2^LOG_G - 1 (those below nb; the others are absent
+// nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
+// (at most 1024).  The tree's pending nodes wait in shared memory after the buffer, each
+// thread keeping the values it owns (no synchronization).  Shared memory: (1 + LOG_G)
+// padded_size<T>(b) values.
+template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
+__global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
                   const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
                   const i64* __restrict__ kb, const double* __restrict__ gb,
-                  int d, int logb, i64 k0, T* __restrict__ out)
+                  int d, int logb, i64 nb, T* __restrict__ out)
 {
-    constexpr int VPT = 1 << LOG_VPT;
+    constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* buf = reinterpret_cast<T*>(smem_raw);
     const int b = 1 << logb, threads = blockDim.x;
-    const i64 kk = blockIdx.x / d;
-    const int t = (int)(blockIdx.x - kk * d);
+    const int span = b + ((b - 1) >> pad_shift<T>());
+    const i64 g = blockIdx.x / d;
+    const int t = (int)(blockIdx.x - g * d);
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT;     // the last round's first bit
     const int rl = logb - last;
-    T* o = out + (kk * d + t) * (i64)b;
-    T fa[VPT];
-    sketch<T, S>(buf, A, sa_key, sa_vec, ia, ka, ga, k0 + kk, t, b);
-    transform<T, LOG_VPT>(buf, fa, logb, threads);
-    if (GRAM) {
+    T* o = out + (g * d + t) * (i64)b;
+    T v[VPT];
+    int have = 0;                         // bit l: a node of level l waits in slot l
+    const i64 first = g * G;
+    const int count = (int)min((i64)G, nb - first);
+    for (int i = 0; i < count; ++i) {
+        term<T, S, LOG_VPT, GRAM>(buf, v, A, sa_key, sa_vec, ia, ka, ga, B, sb_key, sb_vec,
+                                  ib, kb, gb, first + i, t, logb);
+        int level = 0;                    // merge with the waiting left siblings
+        while (level < LOG_G && (i >> level) & 1) {
+            const T* slot = buf + (1 + level) * span;
 #pragma unroll
-        for (int q = 0; q < VPT; ++q)
-            o[round_index<VPT>(q, last, rl, threads)] = Mul<T>::mul(fa[q], fa[q]);
-        return;
+            for (int q = 0; q < VPT; ++q)
+                v[q] = Num<T>::add(slot[pad<T>(round_index<VPT>(q, last, rl, threads))], v[q]);
+            have &= ~(1 << level);
+            ++level;
+        }
+        if (level < LOG_G && i + 1 < count) {               // wait for the right sibling
+            T* slot = buf + (1 + level) * span;
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) slot[pad<T>(round_index<VPT>(q, last, rl, threads))] = v[q];
+            have |= 1 << level;
+        }
     }
-    __syncthreads();                                      // A's last round is read
-    T fb[VPT];
-    sketch<T, S>(buf, B, sb_key, sb_vec, ib, kb, gb, k0 + kk, t, b);
-    transform<T, LOG_VPT>(buf, fb, logb, threads);
+    // left nodes still waiting: their right siblings are absent, they move up unchanged
+    // and take the nodes above them as right siblings (the last term is in v)
+    for (int level = 0; level < LOG_G; ++level) {
+        if (have & (1 << level)) {
+            const T* slot = buf + (1 + level) * span;
 #pragma unroll
-    for (int q = 0; q < VPT; ++q)
-        o[round_index<VPT>(q, last, rl, threads)] = Mul<T>::mul(fa[q], fb[q]);
+            for (int q = 0; q < VPT; ++q)
+                v[q] = Num<T>::add(slot[pad<T>(round_index<VPT>(q, last, rl, threads))], v[q]);
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
 }

@@ -23,11 +23,13 @@ ESTIMATE_PARAMS = ("const i64*", "const double*", "const i64*", "const double*",
                    "int", "i64", "i64", "int", "i64", "i64", "double*")
 
 
-#: Largest log2 of the buckets of the fused dense kernel per transform dtype (its buffer of
-#: b values in shared memory, 16 values per thread in registers for each factor).
-FUSED_MAX_LOG2B = {"float": 14, "double": 13}
-#: log2 of the values per thread of the fused kernel (b / 2^LOG_VPT threads per block).
-FUSED_LOG_VPT = 4
+#: log2 of the values per thread of the fused kernel per transform dtype (b / 2^LOG_VPT
+#: threads per block, at most 1024: 16 FP32 or 8 FP64 values of each factor in registers).
+FUSED_LOG_VPT = {"float": 4, "double": 3}
+#: Largest log2 of the buckets of the fused dense kernel per transform dtype.
+FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
+#: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
+FUSED_MAX_LOG_G = 2
 
 #: The parameters of ``fused_dense_terms`` in order (C types; S, T: the templates').
 FUSED_PARAMS = ("const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
@@ -43,9 +45,10 @@ def names():
 
 def fused_names():
     """Every template instantiation of ``fused.cu``: ``(name, T, S)``."""
-    return [(f"fused_dense_terms<{t},{s},{v},{g}>", t, s)
+    return [(f"fused_dense_terms<{t},{s},{v},{g},{c}>", t, s)
             for t in ("float", "double") for s in ("double", "float")
-            for v in range(1, FUSED_LOG_VPT + 1) for g in ("false", "true")]
+            for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
+            for c in range(FUSED_MAX_LOG_G + 1)]
 
 
 def compile_unit() -> tuple[str, int]:
@@ -139,30 +142,47 @@ def fused_supported(log2b: int, dtype) -> bool:
     return name is not None and 1 <= log2b <= FUSED_MAX_LOG2B[name]
 
 
-def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype):
-    """(nb, d, b) Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram
-    product, FWHT(P_t a_k)^2) of the nb vectors k of ``VA`` and ``VB``, (keys, nb) float64 or
-    float32 arrays of one dtype (any strides), in ``dtype`` (float32 or float64): see
-    ``fused.cu``.  ``table_*``: the scatter tables (indptr, keys, signs) of
-    :meth:`pagh_mm.sketch.Side.gpu_table`."""
+def fused_group(log2b: int, dtype, block: int) -> int:
+    """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels,
+    their pending nodes in shared memory beside the buffer): as many as the device's shared
+    memory holds, up to FUSED_MAX_LOG_G, and no more than the ``block`` of the memory plan."""
+    item = np.dtype(dtype).itemsize
+    b = 1 << log2b
+    span = (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+    most = limits(cupy().cuda.Device().id).smem_per_block
+    c = 0
+    while c < FUSED_MAX_LOG_G and (c + 2) * span <= most and 2 << c <= block:
+        c += 1
+    return c
+
+
+def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int = 0):
+    """(ceil(nb / 2^log_g), d, b) nodes of the pairwise tree (``pagh_mm.reduction``) over the
+    Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram product,
+    FWHT(P_t a_k)^2) of the nb vectors k of ``VA`` and ``VB``, each node the sum of 2^log_g
+    consecutive terms (the last one of fewer): (keys, nb) float64 or float32 arrays of one
+    dtype (any strides), in ``dtype`` (float32 or float64): see ``fused.cu``.  ``table_*``:
+    the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table`."""
     cp = cupy()
     names = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+    t_name = names[np.dtype(dtype)]
     gram = VB is None
     b, nb = 1 << log2b, VA.shape[1]
-    out = cp.empty((nb, d, b), dtype=dtype)
+    groups = -(-nb // (1 << log_g))
+    out = cp.empty((groups, d, b), dtype=dtype)
     if out.size == 0:
         return out
-    log_vpt = min(FUSED_LOG_VPT, log2b)
+    log_vpt = min(FUSED_LOG_VPT[t_name], log2b)
     item = np.dtype(dtype).itemsize
-    smem = (b + ((b - 1) >> (4 if item == 8 else 5))) * item
-    fn = FUSED.function(f"fused_dense_terms<{names[np.dtype(dtype)]},{names[VA.dtype]},"
-                        f"{log_vpt},{'true' if gram else 'false'}>", smem)
+    smem = (1 + log_g) * (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+    fn = FUSED.function(f"fused_dense_terms<{t_name},{names[VA.dtype]},{log_vpt},"
+                        f"{'true' if gram else 'false'},{log_g}>", smem)
     if gram:
         VB, table_b = VA, table_a
     sa = [st // VA.itemsize for st in VA.strides]
     sb = [st // VB.itemsize for st in VB.strides]
-    fn((nb * d,), (b >> log_vpt,),
+    fn((groups * d,), (b >> log_vpt,),
        (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
         VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
-        np.int32(d), np.int32(log2b), np.int64(0), out), shared_mem=smem)
+        np.int32(d), np.int32(log2b), np.int64(nb), out), shared_mem=smem)
     return out
