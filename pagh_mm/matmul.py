@@ -14,7 +14,6 @@ from . import auto, certificate, compiled, hashing, sketchfile
 from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
-from .reduction import block_sum
 from .sketch import Side, canonical
 
 #: Default bytes of inner-dimension temporaries per block on the CPU (the GPU default is
@@ -31,6 +30,10 @@ SPARSE_BYTES = 40
 #: Whether dense GPU compressions use the fused kernel where it applies (False: the
 #: staged path, scatter / transform / product as separate kernels; for comparisons).
 GPU_FUSED = True
+#: Whether the fused kernel reads a block of vectors whose keys are not contiguous (a
+#: C-ordered A's columns) from a contiguous copy of the block (one read and one write of it:
+#: each thread block then gathers from one contiguous row instead of a strided column).
+GPU_FUSED_CONTIGUOUS = True
 
 
 # --- validation -----------------------------------------------------------------------------
@@ -246,6 +249,18 @@ def _gpu_fused(sides, acc: Accumulator, be) -> bool:
         kernels.fused_supported(acc.b.bit_length() - 1, acc.dtype)
 
 
+def _contiguous_keys(V):
+    """The (keys, vectors) array V with its keys contiguous (a C-ordered copy of V.T, viewed
+    back), for the fused kernel's gathers."""
+    import cupy
+    return cupy.ascontiguousarray(V.T).T
+
+
+def _gpu_tree_sum(nodes):
+    from .cuda import kernels
+    return kernels.tree_sum(nodes)
+
+
 def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
     """Nodes of the pairwise tree over the Hadamard-domain terms of the inner indices k0 ..
     k1 - 1 (an aligned block of ``block``) on the GPU: sums of 2^c consecutive terms."""
@@ -256,6 +271,9 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
         VB = sides[1].gpu_vectors(k0, k1)
         if VB.dtype != VA.dtype:            # one value type for the kernel: float64
             VA, VB = (sides[i].gpu_vectors(k0, k1, np.float64) for i in (0, 1))
+    if GPU_FUSED_CONTIGUOUS:
+        VA, VB = (V if V is None or V.strides[0] == V.itemsize or V.shape[0] < 2 else
+                  _contiguous_keys(V) for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
     return kernels.fused_terms(VA, sides[0].gpu_table(), VB,
                                None if VB is None else sides[1].gpu_table(),
@@ -388,7 +406,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         if gpu_fused:           # sketch, transform and product of each index in one kernel
             nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
             clock("fused")
-            acc.sum.add_node(k0, block_sum(nodes, be.xp))   # the tree above the kernel's
+            acc.sum.add_node(k0, _gpu_tree_sum(nodes))      # the tree above the kernel's
             del nodes
             clock("accumulate")
             if progress:

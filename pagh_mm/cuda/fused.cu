@@ -208,3 +208,35 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
 #pragma unroll
     for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
 }
+
+// out[j] := the pairwise tree sum (pagh_mm.reduction.block_sum's order: level by level,
+// x_2i + x_2i+1, an element without a partner moving up unchanged) of nodes[k * stride + j],
+// k < count, one thread per j: every node read once, in order, the tree's pending left
+// nodes in a per-thread stack (at most 63 levels).
+template <typename T>
+__global__ void tree_sum_rows(const T* __restrict__ nodes, i64 count, i64 stride,
+                              T* __restrict__ out)
+{
+    for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < stride;
+         j += (i64)gridDim.x * blockDim.x) {
+        T stack[64];
+        unsigned long long have = 0;
+        T v = T(0);
+        for (i64 k = 0; k < count; ++k) {
+            v = nodes[k * stride + j];
+            int level = 0;
+            while ((k >> level) & 1) {                   // the waiting left sibling
+                v = Num<T>::add(stack[level], v);
+                have &= ~(1ULL << level);
+                ++level;
+            }
+            if (k + 1 < count) {
+                stack[level] = v;
+                have |= 1ULL << level;
+            }
+        }
+        for (int level = 0; level < 64; ++level)         // right siblings absent: move up
+            if (have & (1ULL << level)) v = Num<T>::add(stack[level], v);
+        out[j] = v;
+    }
+}

@@ -51,6 +51,10 @@ def fused_names():
             for c in range(FUSED_MAX_LOG_G + 1)]
 
 
+#: Instantiations of ``tree_sum_rows`` (fused.cu).
+TREE_NAMES = ("tree_sum_rows<float>", "tree_sum_rows<double>")
+
+
 def compile_unit() -> tuple[str, int]:
     """One translation unit with every kernel of pagh_mm (the ``fwht_gpu.kernels`` entry point
     of the CI nvcc check) and its number of instantiations."""
@@ -60,7 +64,9 @@ def compile_unit() -> tuple[str, int]:
     for nm, t, s in fused_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
-    return "\n".join(lines) + "\n", len(names()) + len(fused_names())
+    for t in ("float", "double"):
+        lines.append(f"template __global__ void tree_sum_rows<{t}>(const {t}*, i64, i64, {t}*);")
+    return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + len(TREE_NAMES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -185,4 +191,19 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
        (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
         VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
         np.int32(d), np.int32(log2b), np.int64(nb), out), shared_mem=smem)
+    return out
+
+
+def tree_sum(nodes):
+    """The pairwise tree sum over axis 0 of ``nodes`` (CuPy, float32 or float64, C-ordered):
+    :func:`pagh_mm.reduction.block_sum`'s value in one pass over the nodes."""
+    cp = cupy()
+    nodes = cp.ascontiguousarray(nodes)
+    out = cp.empty(nodes.shape[1:], dtype=nodes.dtype)
+    stride = out.size
+    if stride == 0 or nodes.shape[0] == 0:
+        return out if nodes.shape[0] else cp.zeros(nodes.shape[1:], dtype=nodes.dtype)
+    name = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}[nodes.dtype]
+    FUSED.function(f"tree_sum_rows<{name}>")(
+        (_grid(stride),), (THREADS,), (nodes, np.int64(nodes.shape[0]), np.int64(stride), out))
     return out

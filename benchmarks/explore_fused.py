@@ -1,0 +1,78 @@
+"""The fused GPU compression kernel's stages and layouts (issue 16), one process:
+
+    python benchmarks/explore_fused.py --n 16384 --n 32768 --buckets 8192 [--json out.json]
+
+For each n and transform dtype: compress a dense N(0, 1) A (C order, then F order) by B
+with the fused kernel (with and without the contiguous copy of A's blocks), and with the
+staged path; prints the median wall time of the compression and the profile's stages
+(GPU synchronized between stages), and checks that every variant gives the same bits."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import pagh_mm
+from fwht_gpu import gpu
+from pagh_mm import matmul
+
+
+def _time(fn, repeats=3):
+    cp = gpu.cupy()
+    fn()
+    cp.cuda.Device().synchronize()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        cp.cuda.Device().synchronize()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, action="append")
+    ap.add_argument("--buckets", type=int, default=8192)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dtype", action="append")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    cp = gpu.cupy()
+    rows = []
+    for n in a.n or [8192, 16384]:
+        rng = cp.random.default_rng(n)
+        A = rng.standard_normal((n, n))
+        B = rng.standard_normal((n, n))
+        for dt in a.dtype or ["float64", "float32"]:
+            kw = dict(buckets=a.buckets, reps=a.reps, seed=1, dtype=dt)
+            ref = None
+            variants = [("fused, A C-order, contiguous copy", A, True, True),
+                        ("fused, A C-order, strided columns", A, True, False),
+                        ("fused, A F-order", cp.asfortranarray(A), True, True),
+                        ("staged", A, False, True)]
+            for name, AA, fused, contiguous in variants:
+                matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = fused, contiguous
+                t, sk = _time(lambda: pagh_mm.compress(AA, B, **kw))
+                prof = {}
+                pagh_mm.compress(AA, B, profile=prof, **kw)
+                same = True if ref is None else bool((sk.sketch == ref).all())
+                ref = sk.sketch if ref is None else ref
+                print(f"n={n} {dt} b={a.buckets}: {name:36} {t:8.4f} s  same bits {same}  "
+                      + ", ".join(f"{k} {v:.4f}" for k, v in prof.items()), flush=True)
+                rows.append({"n": n, "dtype": dt, "buckets": a.buckets, "variant": name,
+                             "time_s": t, "same_bits": same, "stages_s": prof})
+                sk = None
+                cp.get_default_memory_pool().free_all_blocks()
+    matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = True, True
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
