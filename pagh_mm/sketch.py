@@ -35,6 +35,7 @@ class Side:
         self.keys = M.shape[0] if which == 1 else M.shape[1]
         self.M = M
         self._table = None
+        self._positions = None
         self._hs = None
         self._ptr = None
 
@@ -157,6 +158,16 @@ class Side:
             self._table = (indptr, xp.tile(keys, d)[order], s.ravel()[order])
         return self._table
 
+    def gpu_positions(self):
+        """int32 (d keys,): the bucket (0 .. b - 1) of each position of :meth:`gpu_table`'s
+        key list (the keys of each repetition sorted by bucket, then key)."""
+        if self._positions is None:
+            xp, b = self.be.xp, 1 << self.log2b
+            indptr = self.gpu_table()[0]
+            at = xp.arange(int(indptr[-1]), dtype=xp.int64)
+            self._positions = (xp.searchsorted(indptr[1:], at, side="right") % b).astype(xp.int32)
+        return self._positions
+
     # --- sparse: only the stored values are hashed -----------------------------------
     def _sparse_block(self, k0: int, k1: int, ks=None):
         be, xp = self.be, self.be.xp
@@ -191,7 +202,7 @@ class Side:
     def table_bytes(self) -> int:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
         the temporaries of their construction (measured peak about 40 d keys)."""
-        return 0 if self.sparse else 48 * self.params.reps * self.keys
+        return 0 if self.sparse else 52 * self.params.reps * self.keys
 
 
 def canonical(M, which: int, be: Backend):

@@ -62,43 +62,54 @@ __device__ __forceinline__ void round_stages(T* v, int r) {
     }
 }
 
-// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.  Thread j takes
-// the buckets j + q THREADS, q < VPT, four at a time, and walks their key lists side by side,
-// one key of each per step: MLP independent loads in flight instead of one dependent chain.
-template <typename T, typename S, int VPT>
-__device__ __forceinline__ void sketch(T* buf, const S* __restrict__ X, i64 s_key, i64 s_vec,
-                                       const i64* __restrict__ indptr, const i64* __restrict__ keys,
-                                       const double* __restrict__ sgn, i64 k, int t, int b)
+// Values of one chunk of the bucket-sorted key list in shared memory (see sketch()).
+constexpr int CHUNK = 2048;
+struct Stage {
+    double* val;       // CHUNK signed values s(i) x_i
+    int* bucket;       // CHUNK buckets
+    double* carry;     // 2: the sum so far of a bucket that continues into the next chunk
+};
+
+// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.  The keys of
+// repetition t sorted by (bucket, key) (the scatter table: keys[p], sgn[p], bucket bpos[p]
+// of position p = indptr[t b] .. indptr[t b + b] - 1) are taken CHUNK positions at a time:
+// every thread gathers values of the chunk into shared memory at once (independent loads),
+// then each run of one bucket's positions is summed in order from shared memory by one
+// thread, from 0.0 (or from the sum carried over from the previous chunk).  Each bucket is
+// 0.0 plus its keys' values in increasing key order, the CPU's sum.
+template <typename T, typename S>
+__device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
+                                       i64 s_vec, const i64* __restrict__ indptr,
+                                       const i64* __restrict__ keys,
+                                       const double* __restrict__ sgn,
+                                       const int* __restrict__ bpos, i64 k, int t, int b)
 {
-    constexpr int MLP = VPT < 4 ? VPT : 4;
     const S* x = X + k * s_vec;
-    const i64* ip = indptr + (i64)t * b;
-    const i64 base = ip[0];                   // offsets from it fit 32 bits (< m < 2^32)
-#pragma unroll 1
-    for (int j0 = 0; j0 < VPT; j0 += MLP) {
-        unsigned q[MLP], e[MLP], most = 0;
-        double s[MLP];
-#pragma unroll
-        for (int j = 0; j < MLP; ++j) {
-            const int u = (j0 + j) * blockDim.x + threadIdx.x;
-            q[j] = (unsigned)(ip[u] - base);
-            e[j] = (unsigned)(ip[u + 1] - base);
-            s[j] = 0.0;
-            most = max(most, e[j] - q[j]);
+    const i64 p0 = indptr[(i64)t * b], p1 = indptr[(i64)t * b + b];
+    for (int u = threadIdx.x; u < b; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets
+    int parity = 0;
+    for (i64 c0 = p0; c0 < p1; c0 += CHUNK, parity ^= 1) {
+        const int len = (int)min((i64)CHUNK, p1 - c0);
+        __syncthreads();                      // the previous chunk is summed, its carry written
+        for (int i = threadIdx.x; i < len; i += blockDim.x) {
+            st.val[i] = __dmul_rn(sgn[c0 + i], (double)x[keys[c0 + i] * s_key]);
+            st.bucket[i] = bpos[c0 + i];
         }
-        for (unsigned step = 0; step < most; ++step) {
-#pragma unroll
-            for (int j = 0; j < MLP; ++j) {
-                if (q[j] < e[j]) {
-                    const i64 at = base + q[j];
-                    s[j] = __dadd_rn(s[j], __dmul_rn(sgn[at], (double)x[keys[at] * s_key]));
-                    ++q[j];
-                }
-            }
+        __syncthreads();
+        const bool more = c0 + len < p1;
+        const int next = more ? bpos[c0 + len] : -1;
+        const int before = c0 > p0 ? bpos[c0 - 1] : -1;
+        for (int i = threadIdx.x; i < len; i += blockDim.x) {
+            const int u = st.bucket[i];
+            if (i > 0 && st.bucket[i - 1] == u) continue;        // not the start of a run
+            double sum = (i == 0 && before == u) ? st.carry[parity] : 0.0;
+            int j = i;
+            for (; j < len && st.bucket[j] == u; ++j) sum = __dadd_rn(sum, st.val[j]);
+            if (j == len && next == u)
+                st.carry[parity ^ 1] = sum;                      // the run goes on
+            else
+                buf[pad<T>(u)] = Mul<T>::from(sum);
         }
-#pragma unroll
-        for (int j = 0; j < MLP; ++j)
-            buf[pad<T>((j0 + j) * blockDim.x + threadIdx.x)] = Mul<T>::from(s[j]);
     }
 }
 
@@ -123,17 +134,19 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 
 // The term of inner index k for repetition t into v (the last round's registers).
 template <typename T, typename S, int LOG_VPT, bool GRAM>
-__device__ __forceinline__ void term(T* buf, T* v, const S* __restrict__ A, i64 sa_key,
+__device__ __forceinline__ void term(T* buf, Stage st, T* v, const S* __restrict__ A, i64 sa_key,
                                      i64 sa_vec, const i64* __restrict__ ia,
                                      const i64* __restrict__ ka, const double* __restrict__ ga,
+                                     const int* __restrict__ pa,
                                      const S* __restrict__ B, i64 sb_key, i64 sb_vec,
                                      const i64* __restrict__ ib, const i64* __restrict__ kb,
-                                     const double* __restrict__ gb, i64 k, int t, int logb)
+                                     const double* __restrict__ gb, const int* __restrict__ pb,
+                                     i64 k, int t, int logb)
 {
     constexpr int VPT = 1 << LOG_VPT;
     const int b = 1 << logb, threads = blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch<T, S, VPT>(buf, A, sa_key, sa_vec, ia, ka, ga, k, t, b);
+    sketch<T, S>(buf, st, A, sa_key, sa_vec, ia, ka, ga, pa, k, t, b);
     transform<T, LOG_VPT>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll
@@ -142,7 +155,7 @@ __device__ __forceinline__ void term(T* buf, T* v, const S* __restrict__ A, i64 
     }
     T fb[VPT];
     __syncthreads();                                      // A's last round is read
-    sketch<T, S, VPT>(buf, B, sb_key, sb_vec, ib, kb, gb, k, t, b);
+    sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b);
     transform<T, LOG_VPT>(buf, fb, logb, threads);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[q]);
@@ -153,13 +166,16 @@ __device__ __forceinline__ void term(T* buf, T* v, const S* __restrict__ A, i64 
 // nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
 // (at most 1024).  The tree's pending nodes wait in shared memory after the buffer, each
 // thread keeping the values it owns (no synchronization).  Shared memory: (1 + LOG_G)
-// padded_size<T>(b) values.
+// padded_size<T>(b) values, rounded up to 16 bytes, then the sketch's Stage (CHUNK doubles,
+// CHUNK ints, 2 doubles).
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
+                  const int* __restrict__ pa,
                   const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
                   const i64* __restrict__ kb, const double* __restrict__ gb,
+                  const int* __restrict__ pb,
                   int d, int logb, i64 nb, T* __restrict__ out)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
@@ -167,6 +183,10 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     T* buf = reinterpret_cast<T*>(smem_raw);
     const int b = 1 << logb, threads = blockDim.x;
     const int span = b + ((b - 1) >> pad_shift<T>());
+    Stage st;                                 // after the buffer and the tree's slots
+    st.val = reinterpret_cast<double*>(smem_raw + ((((1 + LOG_G) * span * sizeof(T)) + 15) & ~(size_t)15));
+    st.bucket = reinterpret_cast<int*>(st.val + CHUNK);
+    st.carry = reinterpret_cast<double*>(st.bucket + CHUNK);
     const i64 g = blockIdx.x / d;
     const int t = (int)(blockIdx.x - g * d);
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT;     // the last round's first bit
@@ -177,8 +197,8 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     const i64 first = g * G;
     const int count = (int)min((i64)G, nb - first);
     for (int i = 0; i < count; ++i) {
-        term<T, S, LOG_VPT, GRAM>(buf, v, A, sa_key, sa_vec, ia, ka, ga, B, sb_key, sb_vec,
-                                  ib, kb, gb, first + i, t, logb);
+        term<T, S, LOG_VPT, GRAM>(buf, st, v, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
+                                  sb_vec, ib, kb, gb, pb, first + i, t, logb);
         int level = 0;                    // merge with the waiting left siblings
         while (level < LOG_G && (i >> level) & 1) {
             const T* slot = buf + (1 + level) * span;

@@ -33,8 +33,12 @@ FUSED_MAX_LOG_G = 2
 
 #: The parameters of ``fused_dense_terms`` in order (C types; S, T: the templates').
 FUSED_PARAMS = ("const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
+                "const int*",
                 "const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
-                "int", "int", "i64", "T*")
+                "const int*", "int", "int", "i64", "T*")
+#: Bytes of the fused kernel's sketch stage in shared memory (fused.cu's CHUNK doubles and
+#: ints, two doubles, 16-byte alignment).
+FUSED_STAGE_BYTES = 2048 * 12 + 16 + 16
 
 
 def names():
@@ -155,7 +159,7 @@ def fused_group(log2b: int, dtype, block: int) -> int:
     item = np.dtype(dtype).itemsize
     b = 1 << log2b
     span = (b + ((b - 1) >> (4 if item == 8 else 5))) * item
-    most = limits(cupy().cuda.Device().id).smem_per_block
+    most = limits(cupy().cuda.Device().id).smem_per_block - FUSED_STAGE_BYTES
     c = 0
     while c < FUSED_MAX_LOG_G and (c + 2) * span <= most and 2 << c <= block:
         c += 1
@@ -168,7 +172,8 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     FWHT(P_t a_k)^2) of the nb vectors k of ``VA`` and ``VB``, each node the sum of 2^log_g
     consecutive terms (the last one of fewer): (keys, nb) float64 or float32 arrays of one
     dtype (any strides), in ``dtype`` (float32 or float64): see ``fused.cu``.  ``table_*``:
-    the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table`."""
+    the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table` and the
+    bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`)."""
     cp = cupy()
     names = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
     t_name = names[np.dtype(dtype)]
@@ -181,6 +186,7 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     log_vpt = min(FUSED_LOG_VPT[t_name], log2b)
     item = np.dtype(dtype).itemsize
     smem = (1 + log_g) * (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+    smem = -(-smem // 16) * 16 + FUSED_STAGE_BYTES
     fn = FUSED.function(f"fused_dense_terms<{t_name},{names[VA.dtype]},{log_vpt},"
                         f"{'true' if gram else 'false'},{log_g}>", smem)
     if gram:
