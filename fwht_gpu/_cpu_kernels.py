@@ -13,7 +13,7 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
 
-from ._cpu_simd import HARDWARE_HALF, LOW, half_bits, half_value, low, pair, quad
+from ._cpu_simd import HARDWARE_HALF, LOW, half_bits, half_value, low_run, pair_run, quad_run
 
 #: Elements per parallel task of the row kernels (rows of up to this many go together).
 TASK = 1 << 15
@@ -226,81 +226,6 @@ def _scalar_stage(x, base, n, bit, mode):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _low_run(x, base, n, nb, mode):
-    """Stages at bits 0 .. nb-1 (nb <= 4) on n elements from base, LOW at a time in
-    registers (literal arguments for the intrinsic)."""
-    if mode == 0:
-        if nb == 4:
-            for g in range(base, base + n, LOW):
-                low(x, g, 4, 0)
-        elif nb == 3:
-            for g in range(base, base + n, LOW):
-                low(x, g, 3, 0)
-        elif nb == 2:
-            for g in range(base, base + n, LOW):
-                low(x, g, 2, 0)
-        else:
-            for g in range(base, base + n, LOW):
-                low(x, g, 1, 0)
-    elif mode == 1:
-        if nb == 4:
-            for g in range(base, base + n, LOW):
-                low(x, g, 4, 1)
-        elif nb == 3:
-            for g in range(base, base + n, LOW):
-                low(x, g, 3, 1)
-        elif nb == 2:
-            for g in range(base, base + n, LOW):
-                low(x, g, 2, 1)
-        else:
-            for g in range(base, base + n, LOW):
-                low(x, g, 1, 1)
-    else:
-        if nb == 4:
-            for g in range(base, base + n, LOW):
-                low(x, g, 4, 2)
-        elif nb == 3:
-            for g in range(base, base + n, LOW):
-                low(x, g, 3, 2)
-        elif nb == 2:
-            for g in range(base, base + n, LOW):
-                low(x, g, 2, 2)
-        else:
-            for g in range(base, base + n, LOW):
-                low(x, g, 1, 2)
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _pairs_at(x, start, count, h, v, mode):
-    """One stage of distance h on the ``count`` elements from start and their partners h
-    further, v (the vector length, dividing count and h) per intrinsic call."""
-    if mode == 0:
-        for i in range(start, start + count, v):
-            pair(x, i, h, 0)
-    elif mode == 1:
-        for i in range(start, start + count, v):
-            pair(x, i, h, 1)
-    else:
-        for i in range(start, start + count, v):
-            pair(x, i, h, 2)
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
-def _quads_at(x, start, count, h, v, mode):
-    """Stages of distance h and 2h on the ``count`` elements from start and their partners
-    h, 2h and 3h further (see :func:`_pairs_at`)."""
-    if mode == 0:
-        for i in range(start, start + count, v):
-            quad(x, i, h, 0)
-    elif mode == 1:
-        for i in range(start, start + count, v):
-            quad(x, i, h, 1)
-    else:
-        for i in range(start, start + count, v):
-            quad(x, i, h, 2)
-
-
-@numba.njit(nogil=True, cache=True, inline="always")
 def _run(x, base, n, bits, s, e, mode):
     """Stages ``bits[s:e]`` (each 2^bit < n), in order, on the n elements of x from base:
     the lowest four in registers, then two at a time on whole vectors."""
@@ -310,17 +235,17 @@ def _run(x, base, n, bits, s, e, mode):
         nb = 1
         while nb < 4 and t + nb < e and bits[t + nb] == nb:
             nb += 1
-        _low_run(x, base, n, nb, mode)
+        low_run(x, base, n, nb, mode)
         t += nb
     while t < e:
         h = 1 << bits[t]
         if h >= v and t + 1 < e and bits[t + 1] == bits[t] + 1:
             for start in range(base, base + n, 4 * h):
-                _quads_at(x, start, h, h, v, mode)
+                quad_run(x, start, h, h, mode)
             t += 2
         elif h >= v:
             for start in range(base, base + n, 2 * h):
-                _pairs_at(x, start, h, h, v, mode)
+                pair_run(x, start, h, h, mode)
             t += 1
         else:
             _scalar_stage(x, base, n, bits[t], mode)
@@ -423,16 +348,15 @@ def wide(x, bit, two, mode):
     """One stage at ``bit`` >= log2(LOW) (two stages, bit and bit + 1, with ``two``) over
     the whole flat work array, in chunks of pairs (quads) in parallel."""
     h = 1 << bit
-    v = 64 // x.itemsize
     span = 4 * h if two else 2 * h
     chunk = min(h, 1 << 11)
     per = h // chunk
     for q in numba.prange(x.size // span * per):
         start = q // per * span + q % per * chunk
         if two:
-            _quads_at(x, start, chunk, h, v, mode)
+            quad_run(x, start, chunk, h, mode)
         else:
-            _pairs_at(x, start, chunk, h, v, mode)
+            pair_run(x, start, chunk, h, mode)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)

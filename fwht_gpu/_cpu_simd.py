@@ -7,20 +7,24 @@ here loads whole vectors (``LOW`` = 16 elements for the lowest stages, 64 bytes 
 16 FP32, 8 FP64), does its butterflies in registers and stores them back; LLVM lowers the generic vector IR
 to whatever the machine has (SSE, AVX2, AVX-512, NEON).
 
-* :func:`low` - the stages at bits 0 .. nb-1 of one vector (partners through
+* :func:`low_run` - the stages at bits 0 .. nb-1 of each vector of a run (partners through
   ``shufflevector``);
-* :func:`pair` / :func:`quad` - one / two stages on vectors ``h`` elements apart.
+* :func:`pair_run` / :func:`quad_run` - one / two stages on vectors ``h`` elements apart.
+
+Each intrinsic emits its whole loop, one copy per (rounding mode, stage count) behind a
+``switch`` on the runtime arguments, so the loops themselves carry no dispatch.
 
 Every butterfly is (a + b, a - b) with IEEE ``fadd`` / ``fsub`` and no fast-math flags: the
 operations of the NumPy engine, in the same order per element, so the same bits.  With
 ``mode`` 1 or 2 (FP32 work vectors of FP16 / BF16 data) every result is rounded to the
-16-bit format in registers, the vector form of :func:`fwht_gpu._cpu_kernels._round`.
-``nb`` and ``mode`` must be literal constants at the call site.
+16-bit format in registers, the vector form of :func:`fwht_gpu._cpu_kernels._round`
+(mode 3: FP16 by integer operations even where the hardware converts, for tests).
 """
 import platform
 
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 #: Bytes of one vector of :func:`pair` and :func:`quad` (one AVX-512 register, two AVX2
@@ -141,78 +145,123 @@ class _Emit:
         return self.rnd(self.b.fadd(a, c)), self.rnd(self.b.fsub(a, c))
 
 
-def _literal(t):
-    return t.literal_value if isinstance(t, types.IntegerLiteral) else None
+def _switch(builder, value, cases) -> None:
+    """Emit a switch on the integer ``value``: ``cases`` maps constants to functions that emit
+    their code at the builder's position; other values do nothing (callers pass only the
+    cases listed)."""
+    end = builder.append_basic_block("switch.end")
+    default = builder.append_basic_block("switch.default")
+    sw = builder.switch(value, default)
+    for c, emit in cases.items():
+        block = builder.append_basic_block(f"switch.case{c}")
+        sw.add_case(ir.Constant(value.type, c), block)
+        builder.position_at_end(block)
+        emit()
+        builder.branch(end)
+    builder.position_at_end(default)
+    builder.branch(end)
+    builder.position_at_end(end)
 
 
-def _checked(arr, *lits):
+def _modes(arr):
+    """The rounding modes a work array can take (float64 work arrays: none)."""
+    return (0, 1, 2, 3) if arr.dtype == types.float32 else (0,)
+
+
+def _checked(arr):
     return isinstance(arr, types.Array) and arr.dtype in (types.float32, types.float64) \
-        and arr.layout == "C" and all(v is not None for v in lits)
+        and arr.layout == "C"
+
+
+def _loop(builder, start, count, step, body) -> None:
+    """for off in range(start, start + count, step): body(off)."""
+    stop = builder.add(start, count)
+    with cgutils.for_range_slice(builder, start, stop, ir.Constant(start.type, step)) as (off, _):
+        body(off)
 
 
 @intrinsic
-def low(typingctx, arr, off, nb, mode):
-    """Stages at bits 0 .. nb-1 (in that order, nb <= 4) of the vector
-    ``arr[off:off + LOW]``."""
-    k, m = _literal(nb), _literal(mode)
-    if not _checked(arr, k, m) or not 1 <= k <= LOW.bit_length() - 1:
+def low_run(typingctx, arr, base, n, nb, mode):
+    """Stages at bits 0 .. nb-1 (in that order, 1 <= nb <= 4) of every vector of ``LOW``
+    elements of ``arr[base:base + n]`` (n a multiple of LOW); ``mode``: 0 (IEEE), 1 / 2
+    (every result rounded to FP16 / BF16, float32 arrays), 3 (FP16 by integer operations)."""
+    if not _checked(arr):
         return None
 
     def codegen(context, builder, sig, args):
-        e = _Emit(context, builder, arr, args[0], m, LOW)
-        n = e.n
-        v = e.load(args[1])
-        for bit in range(k):
-            h = 1 << bit
-            a = builder.shuffle_vector(v, v, _consts(_I32, n, (i & ~h for i in range(n))))
-            c = builder.shuffle_vector(v, v, _consts(_I32, n, (i | h for i in range(n))))
-            s, d = e.bfly(a, c)
-            v = builder.shuffle_vector(s, d, _consts(_I32, n, (i + n if i & h else i
-                                                               for i in range(n))))
-        e.store(v, args[1])
+        ary, start, count, nbits, rmode = args
+
+        def variant(k, m):
+            def emit():
+                e = _Emit(context, builder, arr, ary, m, LOW)
+
+                def body(off):
+                    v = e.load(off)
+                    for bit in range(k):
+                        h = 1 << bit
+                        idx = range(LOW)
+                        a = builder.shuffle_vector(v, v, _consts(_I32, LOW, (i & ~h for i in idx)))
+                        c = builder.shuffle_vector(v, v, _consts(_I32, LOW, (i | h for i in idx)))
+                        s, d = e.bfly(a, c)
+                        v = builder.shuffle_vector(s, d, _consts(_I32, LOW, (i + LOW if i & h else i
+                                                                             for i in idx)))
+                    e.store(v, off)
+                _loop(builder, start, count, LOW, body)
+            return emit
+
+        _switch(builder, rmode, {m: (lambda m=m: _switch(builder, nbits, {
+            k: variant(k, m) for k in range(1, LOW.bit_length())})) for m in _modes(arr)})
         return context.get_dummy_value()
-    return types.void(arr, off, nb, mode), codegen
+    return types.void(arr, base, n, nb, mode), codegen
+
+
+def _network_run(vectors: int):
+    """The codegen of a run of butterfly networks on ``vectors`` vectors h elements apart
+    (log2(vectors) stages: distance h, 2h, ..., in that order), one vector of lanes per step."""
+    def codegen(context, builder, sig, args):
+        arr = sig.args[0]
+        ary, start, count, h, rmode = args
+
+        def variant(m):
+            def emit():
+                e = _Emit(context, builder, arr, ary, m)
+
+                def body(off):
+                    offs = [off]
+                    for _ in range(vectors - 1):
+                        offs.append(builder.add(offs[-1], h))
+                    v = [e.load(o) for o in offs]
+                    dist = 1
+                    while dist < vectors:
+                        for j in range(vectors):
+                            if not j & dist:
+                                v[j], v[j + dist] = e.bfly(v[j], v[j + dist])
+                        dist *= 2
+                    for x, o in zip(v, offs):
+                        e.store(x, o)
+                _loop(builder, start, count, e.n, body)
+            return emit
+
+        _switch(builder, rmode, {m: variant(m) for m in _modes(arr)})
+        return context.get_dummy_value()
+    return codegen
 
 
 @intrinsic
-def pair(typingctx, arr, off, h, mode):
-    """One stage on the vectors at ``off`` and ``off + h`` (h a multiple of LANES)."""
-    m = _literal(mode)
-    if not _checked(arr, m):
+def pair_run(typingctx, arr, start, count, h, mode):
+    """One stage of distance h on ``arr[start:start + count]`` and the elements h further
+    (h and count multiples of the vector length, ``lanes``); ``mode`` as for
+    :func:`low_run`."""
+    if not _checked(arr):
         return None
-
-    def codegen(context, builder, sig, args):
-        e = _Emit(context, builder, arr, args[0], m)
-        o0 = args[1]
-        o1 = builder.add(o0, args[2])
-        s, d = e.bfly(e.load(o0), e.load(o1))
-        e.store(s, o0)
-        e.store(d, o1)
-        return context.get_dummy_value()
-    return types.void(arr, off, h, mode), codegen
+    return types.void(arr, start, count, h, mode), _network_run(2)
 
 
 @intrinsic
-def quad(typingctx, arr, off, h, mode):
-    """Two stages (distance h, then 2h) on the vectors at ``off + j h``, j < 4: the
-    butterflies (0, 1), (2, 3), then (0, 2), (1, 3), as two :func:`pair` stages do them."""
-    m = _literal(mode)
-    if not _checked(arr, m):
+def quad_run(typingctx, arr, start, count, h, mode):
+    """Two stages (distance h, then 2h) on ``arr[start:start + count]`` and the elements h,
+    2h and 3h further: the butterflies (0, 1), (2, 3), then (0, 2), (1, 3), as two
+    :func:`pair_run` stages do them."""
+    if not _checked(arr):
         return None
-
-    def codegen(context, builder, sig, args):
-        e = _Emit(context, builder, arr, args[0], m)
-        h = args[2]
-        offs = [args[1]]
-        for _ in range(3):
-            offs.append(builder.add(offs[-1], h))
-        a, b, c, d = (e.load(o) for o in offs)
-        a, b = e.bfly(a, b)
-        c, d = e.bfly(c, d)
-        a, c = e.bfly(a, c)
-        b, d = e.bfly(b, d)
-        for v, o in zip((a, b, c, d), offs):
-            e.store(v, o)
-        return context.get_dummy_value()
-    return types.void(arr, off, h, mode), codegen
-
+    return types.void(arr, start, count, h, mode), _network_run(4)

@@ -183,7 +183,7 @@ def test_integer_fp16_fallbacks_equal_numpy_and_the_hardware_path():
     integer operations (fmt / mode 3 reaches them anywhere): every FP16 pattern widened,
     every FP16 value narrowed back, and the SIMD butterflies rounded both ways."""
     from fwht_gpu import _cpu_kernels as k
-    from fwht_gpu._cpu_simd import low, quad
+    from fwht_gpu._cpu_simd import low_run, quad_run
     allh = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
     want = allh.view(np.float16).astype(np.float32)
     for fmt in (1, 3):
@@ -197,26 +197,18 @@ def test_integer_fp16_fallbacks_equal_numpy_and_the_hardware_path():
         assert np.isnan(back[nan].view(np.float16)).all()
 
     @numba.njit
-    def butterflies(x, mode3):
+    def butterflies(x, mode):
         h = x.size // 4
-        for g in range(0, x.size, 16):
-            if mode3:
-                low(x, g, 4, 3)
-            else:
-                low(x, g, 4, 1)
-        for i in range(0, h, 16):
-            if mode3:
-                quad(x, i, h, 3)
-            else:
-                quad(x, i, h, 1)
+        low_run(x, 0, x.size, 4, mode)
+        quad_run(x, 0, h, h, mode)
 
     rng = np.random.default_rng(5)
     x = (rng.standard_normal(1 << 12) * np.exp2(rng.integers(-26, 14, 1 << 12))
          ).astype(np.float16).astype(np.float32)
     x[:3] = [np.inf, np.nan, -0.0]
     a, b = x.copy(), x.copy()
-    butterflies(a, False)
-    butterflies(b, True)
+    butterflies(a, 1)
+    butterflies(b, 3)
     assert _bits_equal(a, b)
 
 

@@ -22,7 +22,7 @@
 // go through shared memory (padded: one slot every 128 bytes).  The last round's values
 // stay in registers: A's wait there while B is sketched and transformed in the same buffer,
 // and the product is written from them.
-#include "../../fwht_gpu/cuda/kernels/numeric.cuh"
+#include "../../fwht_gpu/cuda/kernels/butterflies.cuh"
 #include "../../fwht_gpu/cuda/kernels/tile.cuh"
 
 template <typename T> struct Mul;
@@ -41,25 +41,6 @@ __device__ __forceinline__ int round_index(int q, int lo, int r, int threads) {
     const int g = (q >> r) * threads + (int)threadIdx.x;
     const int base = ((g >> lo) << (lo + r)) | (g & ((1 << lo) - 1));
     return base + ((q & ((1 << r) - 1)) << lo);
-}
-
-// Stages on register bits 0 .. r-1, lowest first, for every group of 2^r registers.
-template <typename T, int LOG_VPT>
-__device__ __forceinline__ void round_stages(T* v, int r) {
-    typedef Num<T> N;
-#pragma unroll
-    for (int m = 0; m < LOG_VPT; ++m) {
-        if (m < r) {
-#pragma unroll
-            for (int q = 0; q < (1 << LOG_VPT); ++q) {
-                if (!(q & (1 << m))) {
-                    const T a = v[q], c = v[q | (1 << m)];
-                    v[q] = N::add(a, c);
-                    v[q | (1 << m)] = N::sub(a, c);
-                }
-            }
-        }
-    }
 }
 
 // Values of one chunk of the bucket-sorted key list in shared memory (see sketch()).
@@ -123,7 +104,7 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
         __syncthreads();                                  // the buffer is complete
 #pragma unroll
         for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];
-        round_stages<T, LOG_VPT>(v, r);
+        radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers
         if (lo + R < logb) {
             __syncthreads();                              // every value of the round read
 #pragma unroll

@@ -6,8 +6,9 @@
 
 #include "numeric.cuh"
 
-// Radix-2 stages on bits 0 .. k-1 of the register index (k <= LOG_K), lowest first.
-template <typename W, int LOG_K>
+// Radix-2 stages on bits 0 .. k-1 of the register index (k <= LOG_K), lowest first, on the
+// registers below 2^k (ALL: on all 2^LOG_K registers, groups of 2^k side by side).
+template <typename W, int LOG_K, bool ALL = false>
 __device__ __forceinline__ void radix2_stages(W* v, int k) {
     typedef Num<W> N;
 #pragma unroll
@@ -15,7 +16,7 @@ __device__ __forceinline__ void radix2_stages(W* v, int k) {
         if (m < k) {
 #pragma unroll
             for (int j = 0; j < (1 << LOG_K); ++j) {
-                if (j < (1 << k) && !(j & (1 << m))) {
+                if ((ALL || j < (1 << k)) && !(j & (1 << m))) {
                     const W a = v[j], c = v[j | (1 << m)];
                     v[j] = N::add(a, c);
                     v[j | (1 << m)] = N::sub(a, c);
