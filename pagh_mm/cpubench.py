@@ -277,7 +277,8 @@ IMPLS = {
 
 # --- measuring -----------------------------------------------------------------------------------
 
-def _status_kib(field: str) -> int | None:
+def status_kib(field: str) -> int | None:
+    """A field of /proc/self/status in KiB (``VmRSS``, ``VmHWM``), None where there is none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -288,12 +289,12 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
-def _reset_peak() -> bool:
+def reset_peak() -> bool:
     """Reset VmHWM to the current resident set (Linux >= 4.0); False where refused."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-        return _status_kib("VmHWM") is not None
+        return status_kib("VmHWM") is not None
     except OSError:
         return False
 
@@ -333,9 +334,9 @@ def measure(case: str, impl: str, inputs: dict, prm: dict, repeats: int, warmup:
         f, s = make(_tiny(case, inputs), tp)
         s(f())
         f = s = None
-    rss_in = _status_kib("VmRSS")
+    rss_in = status_kib("VmRSS")
     first, second = make(inputs, prm)
-    prep = _status_kib("VmRSS")
+    prep = status_kib("VmRSS")
     if warmup == "full":
         second(first())
     t1, t2, tot, peaks = [], [], [], []
@@ -346,8 +347,8 @@ def measure(case: str, impl: str, inputs: dict, prm: dict, repeats: int, warmup:
         ans = None
         gc.collect()
         if track_memory:
-            base = _status_kib("VmRSS")
-            reset = _reset_peak()
+            base = status_kib("VmRSS")
+            reset = reset_peak()
             mem_method = "VmHWM reset" if reset else "ru_maxrss (upper bound)"
         a = time.perf_counter()
         mid = first()
@@ -355,7 +356,7 @@ def measure(case: str, impl: str, inputs: dict, prm: dict, repeats: int, warmup:
         ans = second(mid)
         c = time.perf_counter()
         if track_memory:
-            peak = _status_kib("VmHWM") if reset else \
+            peak = status_kib("VmHWM") if reset else \
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             if peak is not None and base is not None:
                 peaks.append(max(0, peak - base) * 1024)
@@ -395,7 +396,7 @@ def _child() -> None:
         json.dump(res, f)
 
 
-def _isolated(case, impl, paths, prm, repeats, tmp) -> dict:
+def isolated(case, impl, paths, prm, repeats, tmp) -> dict:
     """:func:`measure` in a child process (its own memory peak); errors as {"error": ...}."""
     spec_path = os.path.join(tmp, f"{case}-{impl}.json")
     out = os.path.join(tmp, f"{case}-{impl}.out.json")
@@ -499,7 +500,8 @@ def _dense_case(n, prm, planted, magnitude, repeats, peers, echo) -> list:
     return rows
 
 
-def _save(tmp, name, M) -> str:
+def save_input(tmp, name, M) -> str:
+    """Save the matrix ``M`` as ``tmp/name.npz`` (SciPy CSR) for :func:`isolated`; its path."""
     import scipy.sparse as sps
     path = os.path.join(tmp, name + ".npz")
     sps.save_npz(path, M.tocsr(), compressed=False)
@@ -508,7 +510,7 @@ def _save(tmp, name, M) -> str:
 
 def _child_case(case, impls, inputs, prm, repeats, isolate, tmp, peers, skip) -> dict:
     """{impl: measure result or {"error"}} for the implementations of a sparse case."""
-    paths = {k: _save(tmp, f"{case}-{k}", v) for k, v in inputs.items()} if isolate else None
+    paths = {k: save_input(tmp, f"{case}-{k}", v) for k, v in inputs.items()} if isolate else None
     out = {}
     for impl in impls:
         if impl in skip:
@@ -519,7 +521,7 @@ def _child_case(case, impls, inputs, prm, repeats, isolate, tmp, peers, skip) ->
             out[impl] = {"skip": peers[peer]}
             continue
         if isolate:
-            out[impl] = _isolated(case, impl, paths, prm, repeats, tmp)
+            out[impl] = isolated(case, impl, paths, prm, repeats, tmp)
         else:
             try:
                 out[impl] = measure(case, impl, inputs, prm, repeats, warmup="small")

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import query
 from .backend import is_sparse
-from .reduction import row_sums, sparse_row_sums
+from .reduction import PairwiseSum, row_sums, sparse_row_sums
 
 #: Integer dot products whose magnitude bound stays below this are exact in float64.
 _EXACT_FLOAT = float(2**53) * (1 - 2.0**-20)
@@ -157,8 +157,7 @@ def gram_diagonal(be, A):
     xp = be.xp
     m = A.shape[0]
     if not is_sparse(A):
-        idx = xp.arange(m, dtype=xp.int64)
-        return exact_pair(be, A, A.T, idx, idx)
+        return _dense_gram_diagonal(be, A)
     R = A.tocsr()
     v = R.data.astype(xp.float64)
     S = R.copy()
@@ -172,6 +171,32 @@ def gram_diagonal(be, A):
         big = xp.nonzero(out > _EXACT_FLOAT)[0]
         if big.size:
             out[big] = xp.asarray(_exact_integers(be, A, A.T.tocsr(), big, big))
+    return out
+
+
+def _dense_gram_diagonal(be, A):
+    """gram_diagonal of a dense A (m x n, usually the view X.T of n samples x m features):
+    the squares of aligned blocks of its columns (rows of X, read in X's row order when X is
+    C-ordered), each block's pairwise tree and the tree over the blocks
+    (:class:`pagh_mm.reduction.PairwiseSum`): the value :func:`exact_pair` gives for (i, i)
+    (the same tree), in one pass over A instead of a copy of every row."""
+    xp = be.xp
+    m, n = A.shape
+    out = xp.zeros(m, dtype=xp.float64)
+    if m == 0 or n == 0:
+        return out
+    X = A.T                                          # n x m: X[k] is inner index k
+    rows = 1 << max(0, (query.TILE_BUDGET // (2 * 8 * m)).bit_length() - 1)
+    tree = PairwiseSum(xp, rows)
+    for k0 in range(0, n, rows):
+        blk = xp.array(X[k0:k0 + rows], dtype=xp.float64, order="C")
+        xp.multiply(blk, blk, out=blk)
+        tree.add(k0, blk)
+    out = tree.total() + 0.0                         # (a -0.0 sum is +0.0, as exact_pair's)
+    if np.dtype(A.dtype).kind in "biu":               # squares: the bound is the value
+        big = xp.nonzero(out > _EXACT_FLOAT)[0]
+        if big.size:
+            out[big] = xp.asarray(_exact_integers(be, A, A.T, big, big))
     return out
 
 

@@ -676,9 +676,16 @@ def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=
                 "threshold, or more buckets", None)
     if crowded or tau - lam * sigma < 4 * sigma:
         want = certificate.buckets_for(cp.buckets, sigma, tau, lam)
-        return ("buckets", f"the residual noise ({sigma:.4g} per repetition, margin "
-                f"{lam * sigma:.4g}) is too close to the cut {tau:.6g}: compress with buckets="
-                f"{want} or more (now {cp.buckets})", want)
+        noise = (f"the residual noise ({sigma:.4g} per repetition, margin {lam * sigma:.4g}) is "
+                 f"too close to the cut {tau:.6g}")
+        from .matmul import MAX_LOG2B
+        if want > 1 << MAX_LOG2B:
+            return ("noise", f"{noise}, and no sketch (at most 2**{MAX_LOG2B} buckets) would "
+                    f"certify it ({want} needed): the entries asked for do not stand out of the "
+                    "rest of the product; ask for larger entries (a higher threshold, a smaller "
+                    "k), or compute them exactly", None)
+        return ("buckets", f"{noise}: compress with buckets={want} or more (now {cp.buckets})",
+                want)
     if left <= 0:
         return ("candidates", f"raise candidates= (now {candidates}; all were verified)", None)
     return ("rounds", f"raise rounds= (now {rounds})", None)

@@ -234,3 +234,21 @@ def test_cli_certified_top_threshold_and_per_row(tmp_path):
     assert r.exit_code == 2
     r = CliRunner().invoke(pagh_main, ["top", a, b, "--per-row", 2, "-o", str(tmp_path / "x.txt")])
     assert r.exit_code == 2
+
+
+def test_advice_beyond_the_largest_sketch_says_the_entries_do_not_stand_out():
+    """A cut so deep in the noise that no sketch of at most 2**MAX_LOG2B buckets would
+    certify it: the advice says so (kind "noise", no bucket count), so an automatically
+    sized sketch does not try to grow to an impossible size (it raised a ValueError from
+    compress before)."""
+    from types import SimpleNamespace
+    from pagh_mm import certificate, query
+    from pagh_mm.matmul import MAX_LOG2B
+    cp = SimpleNamespace(buckets=1 << 20)
+    target = SimpleNamespace(by="abs")
+    kind, text, want = query._advice(cp, target, 1e-3, 1.0, 14.0, 100, 10, 3, 1)
+    assert kind == "noise" and want is None
+    assert f"2**{MAX_LOG2B}" in text and "do not stand out" in text
+    kind, text, want = query._advice(cp, target, 17.0, 1.0, 14.0, 100, 10, 3, 1)
+    assert kind == "buckets" and want == certificate.buckets_for(1 << 20, 1.0, 17.0, 14.0)
+    assert f"buckets={want}" in text
