@@ -191,7 +191,7 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
-    "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-epyc/session11-cpubench.json"]),
+    "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
 }
 

@@ -33,8 +33,8 @@ that is not ours (for a peer: the fastest other peer).
 
 Every row records the 1-minute load average before its runs (``loadavg_1m``): on a machine
 whose cores are shared, OpenMP code that spin-waits at barriers (compmatmul) slows down by an
-order of magnitude (``OMP_WAIT_POLICY=passive`` limits that); compare rows measured at a low
-load.
+order of magnitude, so :func:`run` sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is set (it is
+recorded in ``thread_env``); compare rows measured at a low load.
 
 Memory (sparse and co-occurrence, ``isolate=True``): each implementation runs in its own
 child process (``sys.executable``, inputs passed through ``.npz`` files); ``peak_mib`` is the
@@ -634,6 +634,11 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
     unknown = set(cases) - {"dense", "sparse", "cooccurrence"}
     if unknown:
         raise ValueError(f"cases={cases!r}: choose from 'dense', 'sparse', 'cooccurrence'")
+    # OpenMP threads that spin at barriers lose their cores to any other process on a small
+    # machine (compmatmul's FWHT: 5.5-6.3 s against 0.35-0.43 s at n = 1024 on 2 cores):
+    # passive waiting unless the caller chose otherwise.  libgomp reads it once, when it starts
+    # (numba's OpenMP threading layer shares it with compmatmul), so before anything else.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     threads = _threads()
     mods, peers = {}, {}
     for name in ("compmatmul", "sparse_dot_topn"):
