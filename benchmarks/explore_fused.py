@@ -9,14 +9,11 @@ staged path; prints the median wall time of the compression and the profile's st
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
-import numpy as np
-
 import pagh_mm
-from fwht_gpu import gpu
+from fwht_gpu import gpu, provenance
 from pagh_mm import matmul
 
 
@@ -69,8 +66,10 @@ def main(argv=None) -> int:
                 cp.get_default_memory_pool().free_all_blocks()
     matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = True, True
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        settings = {"n": a.n or [8192, 16384], "buckets": a.buckets, "reps": a.reps,
+                    "dtypes": a.dtype or ["float64", "float32"], "repeats": 3}
+        provenance.write(provenance.record("pagh-fused-explore", rows, settings, device="gpu"),
+                         a.json)
     return 0
 
 
