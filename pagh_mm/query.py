@@ -680,10 +680,13 @@ def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=
                  f"too close to the cut {tau:.6g}")
         from .matmul import MAX_LOG2B
         if want > 1 << MAX_LOG2B:
-            return ("noise", f"{noise}, and no sketch (at most 2**{MAX_LOG2B} buckets) would "
-                    f"certify it ({want} needed): the entries asked for do not stand out of the "
-                    "rest of the product; ask for larger entries (a higher threshold, a smaller "
-                    "k), or compute them exactly", None)
+            more = min(1 << MAX_LOG2B, 16 * cp.buckets)
+            return ("noise", f"{noise}, and at this cut no sketch (at most 2**{MAX_LOG2B} "
+                    f"buckets) would certify it ({want} needed).  Either the entries asked for "
+                    "do not stand out of the rest of the product (ask for larger ones: a higher "
+                    "threshold, a smaller k; or compute them exactly), or this sketch is too "
+                    f"noisy to find them (compress with more buckets, e.g. buckets={more}; "
+                    f"now {cp.buckets})", None)
         return ("buckets", f"{noise}: compress with buckets={want} or more (now {cp.buckets})",
                 want)
     if left <= 0:
