@@ -302,8 +302,9 @@ def exact_integers(sides, bound: float) -> bool:
     if bound >= 2.0 ** 53:
         return False
     for s in sides:
-        data = np.asarray(s.M.data, dtype=np.float64)
-        if not bool((np.trunc(data) == data).all()):
+        xp = s.be.xp
+        data = s.M.data.astype(xp.float64)
+        if not bool((xp.trunc(data) == data).all()):
             return False
     return True
 

@@ -256,6 +256,13 @@ def _contiguous_keys(V):
     return cupy.ascontiguousarray(V.T).T
 
 
+def _gpu_pairs_add(sides, k0: int, k1: int, tab) -> None:
+    from .cuda import kernels
+    va = sides[0].sparse_values(k0, k1)
+    vb = sides[1].sparse_values(k0, k1) if len(sides) == 2 else None
+    kernels.pairs_direct(va, vb, sides[0].params.reps, tab.shape[1], tab)
+
+
 def _gpu_tree_sum(nodes):
     from .cuda import kernels
     return kernels.tree_sum(nodes)
@@ -283,13 +290,35 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
 
 
 def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
-    """Whether the compiled CPU engine will add the inner indices pair by pair (both factors
-    sparse with integer values, FP64 plain Folklore transforms): then more buckets cost no
-    compression time (:func:`pagh_mm.auto.choose`'s ``cheap``)."""
-    if be.gpu or method != "fwht" or not compiled.ENABLED or np.dtype(dt) != np.float64 or \
+    """Whether the compression will add the inner indices pair by pair (both factors sparse
+    with integer values, FP64 plain Folklore transforms; the compiled CPU engine or the GPU's
+    pair kernel): then more buckets cost no compression time (:func:`pagh_mm.auto.choose`'s
+    ``cheap``), on either device alike."""
+    if method != "fwht" or not (be.gpu or compiled.ENABLED) or np.dtype(dt) != np.float64 or \
             algorithm != "folklore" or stabilizer or not (_be.is_sparse(A) and _be.is_sparse(B)):
         return False
-    return all(bool((np.trunc(M.data) == M.data).all()) for M in (A, B))
+    xp = be.xp
+    return all(bool((xp.trunc(M.data) == M.data).all()) for M in (A, B))
+
+
+def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
+    """Whether a GPU compression adds every inner index pair by pair (``pairs_direct`` in
+    ``pagh_mm/cuda/scatter.cu``): sparse factors with integer values whose every sum stays an
+    exact integer (as the CPU engine's direct pairs), FP64 plain Folklore transforms (whose
+    route gives the same exact sums), and fewer pair updates than the transforms' butterflies
+    (d per pair against 2 d b log2 b per inner index)."""
+    if not be.gpu or acc.method != "fwht" or acc.dtype != np.float64 or \
+            not all(s.sparse for s in sides):
+        return False
+    plan = acc.transform.plan
+    if plan.stabilizer or plan.algorithm != "folklore" or plan.compute_dtype != plan.dtype:
+        return False
+    counts = [s.M.indptr[1:] - s.M.indptr[:-1] for s in sides]
+    pairs = float((counts[0] * counts[-1]).astype(be.xp.float64).sum())
+    n = int(counts[0].size)
+    if pairs > n * 2 * acc.b * max(1, acc.b.bit_length() - 1):
+        return False
+    return compiled.exact_integers(sides, acc.b * _abs_product_bound(sides))
 
 
 def _abs_product_bound(sides) -> float:
@@ -298,7 +327,7 @@ def _abs_product_bound(sides) -> float:
     norms = []
     for s in sides:
         v = abs(s.M).astype(np.float64)
-        norms.append(np.asarray(v.sum(axis=0 if s.which == 1 else 1)).ravel())
+        norms.append(s.be.xp.asarray(v.sum(axis=0 if s.which == 1 else 1)).ravel())
     a = norms[0]
     return float(a @ (norms[1] if len(norms) == 2 else a))
 
@@ -389,6 +418,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
     block = fused.block if fused else _plan_memory(sides, acc, n, m, p, be, memory_budget)[0]
     gpu_fused = _gpu_fused(sides, acc, be)
+    gpu_pairs = _gpu_pairs(sides, acc, be)
+    direct = be.xp.zeros((reps, 1 << log2b), dtype=np.float64) if gpu_pairs else None
     acc.begin(block)
     clock = _Clock(be, profile)
     live = _live(sides, n, be)
@@ -401,6 +432,12 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                                             *(() if len(sides) == 2 else (None,)),
                                             present, k1 - k0))
             clock("fused")
+            if progress:
+                progress("inner", k1, n)
+            continue
+        if gpu_pairs:           # exact integer pairs straight into the time domain
+            _gpu_pairs_add(sides, k0, k1, direct)
+            clock("pairs")
             if progress:
                 progress("inner", k1, n)
             continue
@@ -428,7 +465,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
             progress("inner", k1, n)
     if progress and (n == 0 or k1 != n):
         progress("inner", n, n)             # the empty inner indices at the end
-    sketch = acc.finish(fused.direct() if fused else None)
+    sketch = acc.finish(fused.direct() if fused else direct)
     clock("inverse")
     return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)], chosen, diagonal)

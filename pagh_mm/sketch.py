@@ -169,15 +169,25 @@ class Side:
         return self._positions
 
     # --- sparse: only the stored values are hashed -----------------------------------
+    def sparse_values(self, k0: int, k1: int):
+        """(ptr, h, w) of the sparse vectors k0 .. k1 - 1: the bounds (k1 - k0 + 1) of their
+        stored values, and per repetition the bucket h and signed value w (d, stored values)
+        of each."""
+        xp = self.be.xp
+        lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
+        keys = self.M.indices[lo:hi].astype(xp.int64)
+        vals = self.M.data[lo:hi].astype(xp.float64)
+        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
+        w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
+        return ptr, h, w
+
     def _sparse_block(self, k0: int, k1: int, ks=None):
         be, xp = self.be, self.be.xp
         d, b = self.params.reps, 1 << self.log2b
         if ks is None:
             nb = k1 - k0
-            lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
-            keys = self.M.indices[lo:hi].astype(xp.int64)
-            vals = self.M.data[lo:hi].astype(xp.float64)
-            ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+            ptr, h, w = self.sparse_values(k0, k1)
         else:                   # the stored values of the vectors ks, in order
             nb = int(ks.size)
             starts = self.M.indptr[ks].astype(xp.int64)
@@ -188,8 +198,8 @@ class Side:
             take = starts[owner] + at - ptr[owner]
             keys = self.M.indices[take].astype(xp.int64)
             vals = self.M.data[take].astype(xp.float64)
-        h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
-        w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
+            h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
+            w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
         if be.gpu:
             from .cuda import kernels
             return kernels.scatter_sparse(ptr, h, w, nb, b)

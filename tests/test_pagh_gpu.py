@@ -351,3 +351,35 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
         assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
     finally:
         matmul.GPU_FUSED = before
+
+
+def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
+    """Sparse factors with integer values (FP64 transforms): every inner index is added pair
+    by pair into the time domain (pairs_direct), exact, so the CPU's bits whatever route the
+    CPU took; Gram products too; float values or FP32 transforms keep the transform route;
+    automatic buckets are the same on both devices (pair-accumulated on either)."""
+    cp = _cp()
+    csp = cupyx_sparse()
+    rng = np.random.default_rng(21)
+    A, B = sparse_int_product(rng, m=400, n=300, p=350, density=0.03)
+    As, Bs = sps.csc_matrix(A), sps.csr_matrix(B)
+    for b in (1 << 4, 1 << 12):
+        kw = dict(buckets=b, reps=5, seed=3)
+        prof = {}
+        g = pagh_mm.compress(csp.csc_matrix(cp.asarray(A)), csp.csr_matrix(cp.asarray(B)),
+                             profile=prof, memory_budget=3 << 20, **kw)
+        assert "pairs" in prof
+        assert (g.sketch.get() == pagh_mm.compress(As, Bs, **kw).sketch).all(), b
+    X = sps.csr_matrix(np.round(rng.standard_normal((500, 80)) * (rng.random((500, 80)) < 0.05)))
+    gx = csp.csr_matrix(cp.asarray(X.toarray()))
+    prof = {}
+    g = pagh_mm.compress(gx.T, gx, buckets=1 << 10, reps=5, seed=4, profile=prof)
+    assert g.gram and "pairs" in prof
+    assert (g.sketch.get() == pagh_mm.compress(X.T, X, buckets=1 << 10, reps=5, seed=4).sketch).all()
+    prof = {}
+    pagh_mm.compress(csp.csc_matrix(cp.asarray(A * 0.5)), csp.csr_matrix(cp.asarray(B)),
+                     buckets=1 << 10, reps=5, seed=3, profile=prof)
+    assert "pairs" not in prof                                    # half-integers: transforms
+    ka = pagh_mm.compress(As, Bs, k=10, seed=3)
+    kg = pagh_mm.compress(csp.csc_matrix(cp.asarray(A)), csp.csr_matrix(cp.asarray(B)), k=10, seed=3)
+    assert ka.buckets == kg.buckets and (kg.sketch.get() == ka.sketch).all()

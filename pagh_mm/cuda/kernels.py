@@ -213,3 +213,18 @@ def tree_sum(nodes):
     FUSED.function(f"tree_sum_rows<{name}>")(
         (_grid(stride),), (THREADS,), (nodes, np.int64(nodes.shape[0]), np.int64(stride), out))
     return out
+
+
+def pairs_direct(va, vb, d: int, b: int, tab) -> None:
+    """Add the direct pairs of the sparse vectors ``va``, ``vb`` ((ptr, h, w) of
+    :meth:`pagh_mm.sketch.Side.sparse_values`; ``vb`` None: a Gram product, A's with
+    itself) to the (d, b) float64 time-domain table ``tab``: see ``scatter.cu``."""
+    cp = cupy()
+    ptrA, hA, wA = (cp.ascontiguousarray(x) for x in va)
+    ptrB, hB, wB = (ptrA, hA, wA) if vb is None else (cp.ascontiguousarray(x) for x in vb)
+    nb = int(ptrA.size) - 1
+    if nb <= 0:
+        return
+    SCATTER.function("pairs_direct")(
+        (nb,), (THREADS,), (ptrA, hA, wA, np.int64(hA.shape[1]), ptrB, hB, wB,
+                            np.int64(hB.shape[1]), np.int32(d), np.int64(b), tab))

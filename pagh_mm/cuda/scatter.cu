@@ -43,3 +43,27 @@ extern "C" __global__ void scatter_sparse(const i64* __restrict__ ptr, const i64
         }
     }
 }
+
+// Direct pairs of sparse inner indices (exact integer products only): for inner index k
+// (blockIdx.x) and every repetition t, each pair of a stored value i of A's vector k and
+// a stored value j of B's vector k adds wA[t, i] wB[t, j] (signed values) to the
+// time-domain table tab[t, hA[t, i] ^ hB[t, j]] - the XOR convolution of the two sketches
+// without transforms, the SpGEMM's multiplications without its output.  The products and
+// sums are integers below 2^53 (the caller checks), so they are exact in any order: the
+// same bits as the transform route and as the CPU.  h, w: (d, nnz) arrays; ptr: the nb + 1
+// bounds of the vectors' stored values.
+extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64* __restrict__ hA,
+                                        const double* __restrict__ wA, i64 nnzA,
+                                        const i64* __restrict__ ptrB, const i64* __restrict__ hB,
+                                        const double* __restrict__ wB, i64 nnzB, int d, i64 b,
+                                        double* __restrict__ tab)
+{
+    const i64 k = blockIdx.x;
+    const i64 a0 = ptrA[k], na = ptrA[k + 1] - a0, b0 = ptrB[k], nv = ptrB[k + 1] - b0;
+    const i64 per = na * nv, total = per * d;
+    for (i64 q = threadIdx.x; q < total; q += blockDim.x) {
+        const i64 t = q / per, r = q - t * per, i = r / nv, j = r - i * nv;
+        const i64 ia = t * nnzA + a0 + i, jb = t * nnzB + b0 + j;
+        atomicAdd(tab + t * b + (hA[ia] ^ hB[jb]), __dmul_rn(wA[ia], wB[jb]));
+    }
+}
