@@ -416,10 +416,16 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
     acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
-    block = fused.block if fused else _plan_memory(sides, acc, n, m, p, be, memory_budget)[0]
+    if fused:
+        block = fused.block
+    else:
+        block, budget = _plan_memory(sides, acc, n, m, p, be, memory_budget)
     gpu_fused = _gpu_fused(sides, acc, be)
     gpu_pairs = _gpu_pairs(sides, acc, be)
-    direct = be.xp.zeros((reps, 1 << log2b), dtype=np.float64) if gpu_pairs else None
+    direct = None
+    if gpu_pairs:               # blocks hold only their stored values' hashes: far larger
+        block = max(block, _block_size(sides, 0, n, reps, budget))
+        direct = be.xp.zeros((reps, 1 << log2b), dtype=np.float64)
     acc.begin(block)
     clock = _Clock(be, profile)
     live = _live(sides, n, be)
