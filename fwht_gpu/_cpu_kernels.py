@@ -13,7 +13,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic, overload
 
-from ._cpu_simd import HARDWARE_HALF, LOW, half_bits, half_value, low_run, pair_run, quad_run
+from ._cpu_simd import (HARDWARE_HALF, LOW, VECTOR_BYTES, half_bits, half_value, low_run,
+                        pair_run, quad_run)
 
 #: Elements per parallel task of the row kernels (rows of up to this many go together).
 TASK = 1 << 15
@@ -229,11 +230,11 @@ def _scalar_stage(x, base, n, bit, mode):
 def _run(x, base, n, bits, s, e, mode):
     """Stages ``bits[s:e]`` (each 2^bit < n), in order, on the n elements of x from base:
     the lowest four in registers, then two at a time on whole vectors."""
-    v = 64 // x.itemsize                      # elements of a pair/quad vector
+    v = VECTOR_BYTES // x.itemsize            # elements of a pair/quad vector
     t = s
     if n >= LOW and t < e and bits[t] == 0:
         nb = 1
-        while nb < 4 and t + nb < e and bits[t + nb] == nb:
+        while (1 << nb) < LOW and t + nb < e and bits[t + nb] == nb:
             nb += 1
         low_run(x, base, n, nb, mode)
         t += nb

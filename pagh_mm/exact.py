@@ -167,10 +167,17 @@ def gram_diagonal(be, A):
     S.sort_indices()
     row = xp.repeat(xp.arange(m, dtype=xp.int64), xp.diff(S.indptr).astype(xp.int64))
     out = sparse_row_sums(row, S.indices.astype(xp.int64), S.data, m, xp)
-    if np.dtype(A.dtype).kind in "biu":             # squares: the bound is the value
+    return _exact_large_squares(be, A, A.T.tocsr(), out)
+
+
+def _exact_large_squares(be, A, B, out):
+    """``out`` (the Gram diagonal of A, B = A.T) with the sums of integer squares beyond
+    2**53 recomputed exactly (squares: the bound is the value itself)."""
+    xp = be.xp
+    if np.dtype(A.dtype).kind in "biu":
         big = xp.nonzero(out > _EXACT_FLOAT)[0]
         if big.size:
-            out[big] = xp.asarray(_exact_integers(be, A, A.T.tocsr(), big, big))
+            out[big] = xp.asarray(_exact_integers(be, A, B, big, big))
     return out
 
 
@@ -192,12 +199,7 @@ def _dense_gram_diagonal(be, A):
         blk = xp.array(X[k0:k0 + rows], dtype=xp.float64, order="C")
         xp.multiply(blk, blk, out=blk)
         tree.add(k0, blk)
-    out = tree.total() + 0.0                         # (a -0.0 sum is +0.0, as exact_pair's)
-    if np.dtype(A.dtype).kind in "biu":               # squares: the bound is the value
-        big = xp.nonzero(out > _EXACT_FLOAT)[0]
-        if big.size:
-            out[big] = xp.asarray(_exact_integers(be, A, A.T, big, big))
-    return out
+    return _exact_large_squares(be, A, A.T, tree.total())
 
 
 def _dots(be, A, B, r, c, absolute: bool):

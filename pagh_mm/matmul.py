@@ -249,13 +249,6 @@ def _gpu_fused(sides, acc: Accumulator, be) -> bool:
         kernels.fused_supported(acc.b.bit_length() - 1, acc.dtype)
 
 
-def _contiguous_keys(V):
-    """The (keys, vectors) array V with its keys contiguous (a C-ordered copy of V.T, viewed
-    back), for the fused kernel's gathers."""
-    import cupy
-    return cupy.ascontiguousarray(V.T).T
-
-
 def _gpu_pairs_add(sides, k0: int, k1: int, tab) -> None:
     from .cuda import kernels
     va = sides[0].sparse_values(k0, k1)
@@ -278,9 +271,10 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
         VB = sides[1].gpu_vectors(k0, k1)
         if VB.dtype != VA.dtype:            # one value type for the kernel: float64
             VA, VB = (sides[i].gpu_vectors(k0, k1, np.float64) for i in (0, 1))
-    if GPU_FUSED_CONTIGUOUS:
+    if GPU_FUSED_CONTIGUOUS:           # keys contiguous: (keys, vectors) views of C copies
+        xp = sides[0].be.xp
         VA, VB = (V if V is None or V.strides[0] == V.itemsize or V.shape[0] < 2 else
-                  _contiguous_keys(V) for V in (VA, VB))
+                  xp.ascontiguousarray(V.T).T for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
     return kernels.fused_terms(VA, (*sides[0].gpu_table(), sides[0].gpu_positions()), VB,
                                None if VB is None else (*sides[1].gpu_table(),

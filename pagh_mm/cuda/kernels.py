@@ -23,6 +23,17 @@ ESTIMATE_PARAMS = ("const i64*", "const double*", "const i64*", "const double*",
                    "int", "i64", "i64", "int", "i64", "i64", "double*")
 
 
+#: The C type of each float dtype the fused kernels take.
+C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+def _span_bytes(b: int, dtype) -> int:
+    """Bytes of b padded values of ``dtype`` in shared memory (tile.cuh's padded_size: one
+    slot every 128 bytes)."""
+    item = np.dtype(dtype).itemsize
+    return (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+
+
 #: log2 of the values per thread of the fused kernel per transform dtype (b / 2^LOG_VPT
 #: threads per block, at most 1024: 16 FP32 or 8 FP64 values of each factor in registers).
 FUSED_LOG_VPT = {"float": 4, "double": 3}
@@ -56,7 +67,7 @@ def fused_names():
 
 
 #: Instantiations of ``tree_sum_rows`` (fused.cu).
-TREE_NAMES = ("tree_sum_rows<float>", "tree_sum_rows<double>")
+TREE_NAMES = tuple(f"tree_sum_rows<{t}>" for t in C_TYPES.values())
 
 
 def compile_unit() -> tuple[str, int]:
@@ -68,7 +79,7 @@ def compile_unit() -> tuple[str, int]:
     for nm, t, s in fused_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
-    for t in ("float", "double"):
+    for t in C_TYPES.values():
         lines.append(f"template __global__ void tree_sum_rows<{t}>(const {t}*, i64, i64, {t}*);")
     return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + len(TREE_NAMES)
 
@@ -148,7 +159,7 @@ def poly61(keys, coef):
 
 def fused_supported(log2b: int, dtype) -> bool:
     """Whether ``fused_terms`` computes transforms of 2^log2b buckets in ``dtype``."""
-    name = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(np.dtype(dtype))
+    name = C_TYPES.get(np.dtype(dtype))
     return name is not None and 1 <= log2b <= FUSED_MAX_LOG2B[name]
 
 
@@ -156,9 +167,7 @@ def fused_group(log2b: int, dtype, block: int) -> int:
     """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels,
     their pending nodes in shared memory beside the buffer): as many as the device's shared
     memory holds, up to FUSED_MAX_LOG_G, and no more than the ``block`` of the memory plan."""
-    item = np.dtype(dtype).itemsize
-    b = 1 << log2b
-    span = (b + ((b - 1) >> (4 if item == 8 else 5))) * item
+    span = _span_bytes(1 << log2b, dtype)
     most = limits(cupy().cuda.Device().id).smem_per_block - FUSED_STAGE_BYTES
     c = 0
     while c < FUSED_MAX_LOG_G and (c + 2) * span <= most and 2 << c <= block:
@@ -175,19 +184,16 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table` and the
     bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`)."""
     cp = cupy()
-    names = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
-    t_name = names[np.dtype(dtype)]
     gram = VB is None
     b, nb = 1 << log2b, VA.shape[1]
     groups = -(-nb // (1 << log_g))
     out = cp.empty((groups, d, b), dtype=dtype)
     if out.size == 0:
         return out
+    t_name = C_TYPES[np.dtype(dtype)]
     log_vpt = min(FUSED_LOG_VPT[t_name], log2b)
-    item = np.dtype(dtype).itemsize
-    smem = (1 + log_g) * (b + ((b - 1) >> (4 if item == 8 else 5))) * item
-    smem = -(-smem // 16) * 16 + FUSED_STAGE_BYTES
-    fn = FUSED.function(f"fused_dense_terms<{t_name},{names[VA.dtype]},{log_vpt},"
+    smem = -(-(1 + log_g) * _span_bytes(b, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+    fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                         f"{'true' if gram else 'false'},{log_g}>", smem)
     if gram:
         VB, table_b = VA, table_a
@@ -209,8 +215,7 @@ def tree_sum(nodes):
     stride = out.size
     if stride == 0 or nodes.shape[0] == 0:
         return out if nodes.shape[0] else cp.zeros(nodes.shape[1:], dtype=nodes.dtype)
-    name = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}[nodes.dtype]
-    FUSED.function(f"tree_sum_rows<{name}>")(
+    FUSED.function(f"tree_sum_rows<{C_TYPES[nodes.dtype]}>")(
         (_grid(stride),), (THREADS,), (nodes, np.int64(nodes.shape[0]), np.int64(stride), out))
     return out
 
