@@ -50,6 +50,10 @@ PRUNE_ROWS = 8192
 #: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
 #: about this many times its pool's entries, whose best set the floor for the rest.
 SEED_ENTRIES = 64
+#: GPU scans: entries of the largest chunk one selecting kernel call scans, and of the largest
+#: without a heavy-bucket filter (when every entry it evaluates may be returned).
+GPU_CHUNK = 1 << 32
+GPU_CHUNK_OPEN = 1 << 24
 #: Candidates the first scan of a certified ``above`` verifies (the largest estimates).
 FIRST_POOL_ABOVE = 4096
 
@@ -148,8 +152,8 @@ def _tile_estimates(cp, h1, s1, h2, s2, sketch, r0, c0, upper):
     xp = cp.backend.xp
     if cp.backend.gpu:
         from .cuda import kernels
-        est = kernels.tile_estimates(h1, s1, h2, s2, sketch, 0, h1.shape[1], cp.log2b,
-                                     cp.method == "fwht", cp.gram)
+        est = kernels.tile_estimates(h1, s1, h2, s2, sketch, cp.log2b, cp.method == "fwht",
+                                     cp.gram)
     elif compiled.ENABLED:          # (upper: the entries below the diagonal unused)
         est = compiled.tile_estimates(h1, s1, h2, s2, sketch, cp.method == "fwht",
                                       cp.gram, r0 - c0 if upper else -(1 << 62))
@@ -340,6 +344,73 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     return None
 
 
+def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
+    """(row0, col0, (h1, s1, h2, s2)) of the chunks of a GPU scan: whole column blocks (their
+    hashes within the tile budget), rows in chunks that start at ``first`` entries and
+    double, up to GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
+    else GPU_CHUNK_OPEN; ``upper``: the rows that hold entries on or above the diagonal."""
+    xp = cp.backend.xp
+    m, p = cp.shape
+    d = cp.reps
+    budget = TILE_BUDGET * 4
+    cols = max(1, min(p, budget // (16 * d)))
+    total = m * p
+    done, entries = 0, max(1, first)
+    for c0 in range(0, p, cols):
+        c1 = min(p, c0 + cols)
+        h2, s2 = cp._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
+        end = min(m, c1) if upper else m
+        r0 = 0
+        while r0 < end:
+            most = min(entries, GPU_CHUNK if filtered() else GPU_CHUNK_OPEN)
+            rows = max(1, min(end - r0, most // (c1 - c0), budget // (16 * d)))
+            h1, s1 = cp._hashes(1, xp.arange(r0, r0 + rows, dtype=xp.int64))
+            yield r0, c0, (h1, s1, h2, s2)
+            r0 += rows
+            done += rows * (c1 - c0)
+            entries *= 2
+            if progress:
+                progress("tiles", done, total)
+        done += (m - end) * (c1 - c0)
+
+
+class _Filter:
+    """The heavy-bucket bitmap of a GPU scan's sketch at its current limit (rebuilt when the
+    limit moves; none at a limit <= 0, where it cannot prune)."""
+
+    def __init__(self, cp, sketch):
+        self.cp, self.sketch, self.lim = cp, sketch, None
+        self.bits, self.bound = None, -math.inf
+
+    def at(self, lim: float):
+        if not (0 < lim < math.inf):
+            return None, -math.inf
+        if lim != self.lim:
+            from .cuda import kernels
+            self.bits, self.bound = kernels.heavy_bits(self.sketch, 0.5 if self.cp.gram else 1.0,
+                                                       lim)
+            self.lim = lim
+        return self.bits, self.bound
+
+
+def _gpu_select(cp, sketch, filt: _Filter, h, r0, c0, by, skip_diagonal, upper, lim, cut, cap):
+    """(estimates, flat ids (increasing), bound on the keys below ``cut`` of the others) of
+    a GPU chunk's entries :func:`scan` keeps: one selecting kernel (``scan_select``)."""
+    from .cuda import kernels
+    xp = cp.backend.xp
+    bits, bound = filt.at(lim)
+    size = h[0].shape[1] * h[2].shape[1]
+    room = size if lim == -math.inf else min(size, max(1 << 16, 4 * (cap + 1)))
+    vals, ids, low = kernels.scan_select(
+        *h, sketch, cp.log2b, cp.method == "fwht", cp.gram, r0=r0, c0=c0, p=cp.shape[1],
+        diagonal=cp.diagonal if cp.gram else None, by_abs=by == "abs",
+        skip_diagonal=skip_diagonal, upper=upper, lim=lim, cut=cut, bits=bits, room=room)
+    if bits is not None and bound < cut:
+        low = max(low, bound)
+    order = xp.argsort(ids)
+    return vals[order], ids[order], low
+
+
 def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
          skip_diagonal: bool = False, progress=None, what: str = "this query") -> Scan:
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
@@ -361,14 +432,19 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
 
     upper = cp.gram
     sketch = cp.sketch if sketch is None else sketch
-    fused = not cp.backend.gpu and compiled.ENABLED
+    gpu = cp.backend.gpu
+    filt = _Filter(cp, sketch) if gpu else None
+    fused = not gpu and compiled.ENABLED
     one_pass = fused and cp.method == "fwht" and cp.reps == 5
 
     def take(r0, c0, est):
         nonlocal pool_v, pool_i, parts_v, parts_i, held, floor, below
         lim = max(cut, floor)
         got = None
-        if one_pass:                    # estimates and selection in one compiled pass
+        if gpu:                         # estimates and selection in one kernel
+            got = _gpu_select(cp, sketch, filt, est, r0, c0, by, skip_diagonal, upper, lim, cut,
+                              cap)
+        elif one_pass:                  # estimates and selection in one compiled pass
             h1, s1, h2, s2 = est
             got = None if lim == -math.inf else compiled.scan_tile(
                 h1, s1, h2, s2, sketch, cp.gram, cp.diagonal,
@@ -423,8 +499,14 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
             below = low
         if progress:
             progress("tiles", cp.shape[0] * cp.shape[1], cp.shape[0] * cp.shape[1])
-    for r0, c0, est in () if pruned is not None else \
-            tiles(cp, sketch, progress, upper=upper, hashes=one_pass):
+    if pruned is not None:
+        chunks = ()
+    elif gpu:
+        chunks = _gpu_chunks(cp, SEED_ENTRIES * (cap + 1), upper,
+                             lambda: max(cut, floor) > 0, progress)
+    else:
+        chunks = tiles(cp, sketch, progress, upper=upper, hashes=one_pass)
+    for r0, c0, est in chunks:
         if one_pass and max(cut, floor) == -math.inf:
             # nothing to prune with: a few rows first (two passes), whose best entries set
             # the floor the rest of the tile is scanned against in one pass

@@ -383,3 +383,104 @@ def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
     ka = pagh_mm.compress(As, Bs, k=10, seed=3)
     kg = pagh_mm.compress(csp.csc_matrix(cp.asarray(A)), csp.csr_matrix(cp.asarray(B)), k=10, seed=3)
     assert ka.buckets == kg.buckets and (kg.sketch.get() == ka.sketch).all()
+
+
+# --- issue 16 item 3: the selecting query kernel --------------------------------------------
+
+def _selection(D, window, by, lim, cut, skip_diagonal, upper):
+    """What scan_select must return for the window (r0, c0, rows, cols) of the dense
+    estimates D: {flat id: estimate} of the entries whose key reaches lim, and the largest
+    key below cut of the others."""
+    r0, c0, rows, cols = window
+    p = D.shape[1]
+    i, j = np.indices(D.shape)
+    K = np.abs(D) if by == "abs" else D.copy()
+    K[(i == j) & skip_diagonal] = -np.inf
+    K[(i > j) & upper] = -np.inf
+    w = (slice(r0, r0 + rows), slice(c0, c0 + cols))
+    K, i, j = K[w], i[w], j[w]
+    sel = K >= lim if lim > -np.inf else K > lim
+    rest = K[~sel & (K < cut)]
+    return ({int(a) * p + int(b): D[a, b] for a, b in zip(i[sel], j[sel])},
+            float(rest.max()) if rest.size else -np.inf)
+
+
+@pytest.mark.parametrize("method,reps,gram", [("fwht", 5, False), ("fft", 4, False),
+                                              ("fwht", 11, False), ("fwht", 5, True)])
+def test_gpu_scan_kernel_selects_exactly_what_the_tile_holds(method, reps, gram):
+    """scan_select (estimates and selection in one pass, behind the heavy-bucket filter with
+    0, some or all repetitions' bitmaps in shared memory) returns exactly the entries of the
+    dense tile whose key reaches the limit, with their bits; the largest key below the cut
+    of the entries it evaluated, which with the filter's bound covers every other entry."""
+    from pagh_mm.cuda import kernels
+    cp = _cp()
+    rng = np.random.default_rng(reps)
+    if gram:
+        X = rng.standard_normal((200, 700))
+        X[:, 5] += 3 * X[:, 600]
+        c = pagh_mm.compress(X.T, X, buckets=1 << 9, reps=reps, seed=2)
+    else:
+        A, B = rng.standard_normal((700, 60)), rng.standard_normal((60, 590))
+        A[3, :] += 2.0
+        B[:, 9] += 2.0
+        c = pagh_mm.compress(A, B, buckets=1 << 9, reps=reps, seed=2, method=method)
+    g = c.to("gpu")
+    D = c.to_dense()
+    assert (g.to_dense().get() == D).all()
+    m, p = D.shape
+    for window in ((0, 0, m, p), (37, 101, 333, 450)):
+        r0, c0, rows, cols = window
+        h1, s1 = g._hashes(1, cp.arange(r0, r0 + rows, dtype=cp.int64))
+        h2, s2 = g._hashes(2, cp.arange(c0, c0 + cols, dtype=cp.int64))
+        mags = np.sort(np.abs(D[r0:r0 + rows, c0:c0 + cols]).ravel())[::-1]
+        for by in ("abs", "value"):
+            for lim, cut in ((-np.inf, -np.inf), (float(mags[40]), float(mags[60])),
+                             (float(mags[5]), float(mags[5])), (0.0, 1.0)):
+                for skip in (False, True):
+                    want, low = _selection(D, window, by, lim, cut, skip, gram)
+                    bits, bound = kernels.heavy_bits(g.sketch, 0.5 if gram else 1.0, lim) \
+                        if lim > 0 else (None, -np.inf)
+                    for staged in (0, 1, None):
+                        v, ids, lo = kernels.scan_select(
+                            h1, s1, h2, s2, g.sketch, g.log2b, method == "fwht", gram, r0=r0,
+                            c0=c0, p=p, diagonal=g.diagonal if gram else None,
+                            by_abs=by == "abs", skip_diagonal=skip, upper=gram, lim=lim,
+                            cut=cut, bits=bits, room=7, staged=staged)
+                        got = dict(zip(ids.get().tolist(), v.get().tolist()))
+                        assert len(got) == ids.size and got == want, (window, by, lim, staged)
+                        assert lo <= low, (window, by, lim, staged)
+                        if bits is None:
+                            assert lo == low
+                        else:
+                            assert max(lo, bound if bound < cut else -np.inf) >= low or \
+                                bound >= cut
+
+
+def test_gpu_scans_in_many_chunks_give_the_cpu_answers(monkeypatch):
+    """Chunked GPU scans (the limit rising between chunks, the filter rebuilt) give the
+    certified answers of the CPU, for top_k, above and Gram products."""
+    import warnings
+    from pagh_mm import query
+    monkeypatch.setattr(query, "SEED_ENTRIES", 1)
+    monkeypatch.setattr(query, "GPU_CHUNK", 2048)
+    monkeypatch.setattr(query, "GPU_CHUNK_OPEN", 1024)
+    rng = np.random.default_rng(8)
+    A, B = rng.standard_normal((900, 50)), rng.standard_normal((50, 800))
+    A[[4, 90, 400], :] += 1.5
+    B[:, [7, 300]] -= 1.5
+    X = rng.standard_normal((120, 700))
+    X[:, 5] += 2 * X[:, 600]
+    X[:, 70] -= 2 * X[:, 71]
+    for a, b in ((A, B), (X.T, X)):
+        c = pagh_mm.compress(a, b, buckets=1 << 11, reps=5, seed=5)
+        g = c.to("gpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pagh_mm.CertificateWarning)
+            for q in (lambda s: s.top_k(20, verify=True), lambda s: s.top_k(7, by="value"),
+                      lambda s: s.above(float(np.sort(np.abs(c.to_dense()).ravel())[-50]),
+                                        verify=True)):
+                ec, eg = q(c), q(g)
+                for f in ("rows", "cols", "estimates", "exact"):
+                    if getattr(ec, f) is not None:
+                        assert (_cp().asnumpy(getattr(eg, f)) == getattr(ec, f)).all(), f
+                assert (eg.certified, eg.verified) == (ec.certified, ec.verified)

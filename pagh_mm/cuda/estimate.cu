@@ -1,39 +1,215 @@
-// pagh_mm CUDA kernel: median-of-d estimates of a tile of rows of C = A @ B, read
-// straight from the hash tables and the (L2-resident) sketch, without materializing
-// the d per-repetition values.  Same arithmetic as the NumPy path: (s1 * s2) * c_t,
+// pagh_mm CUDA query kernels: the median-of-d estimates of a tile of C = A @ B read
+// straight from the hash tables and the (L2-resident) sketch, either all written out
+// (SELECT = false: the tile, for to_dense and the per-row queries) or selected in the same
+// pass (SELECT = true: only the entries whose key reaches the limit are written, with the
+// largest key below the cut), optionally behind a heavy-bucket filter.
+//
+// Arithmetic (the NumPy engine's): each repetition's value is (s1 * s2) * c_t[bucket];
 // median = middle value (odd d) or (a + b) / 2 of the two middle values (even d).
-// GRAM (one hash function on both sides): each value is halved, repetitions whose bucket
-// is 0 are left out, and the median of the c values left is (v[(c-1)/2] + v[c/2]) / 2
-// (0 when c = 0), as pagh_mm.query.masked_median computes it.
+// GRAM (one hash function on both sides): each value is halved, repetitions whose bucket is
+// 0 are left out, and the median of the c values left is (v[(c-1)/2] + v[c/2]) / 2 (0 when
+// c = 0), as pagh_mm.query.masked_median computes it.
+//
+// The filter (SELECT with a bitmap of the buckets whose |c_t| x factor >= lim): an entry
+// whose key (|median| or median) reaches lim > 0 has at least as many repetitions at a heavy
+// bucket as at a light one (the median lies between values of the majority), so an entry
+// with more light than heavy repetitions is skipped without reading the sketch; its key is at
+// most the largest light bucket's magnitude (the caller's bound).  The passing entries are
+// evaluated exactly as above: the selection is the unfiltered one, bit for bit.
+//
+// Layout: one thread per column of the tile (its buckets of the first REG repetitions in
+// registers), rows walked in order with their buckets staged in shared memory (a broadcast
+// read per row), the filter's bitmaps of the first `sreps` repetitions in shared memory.
 typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
 
-template <int MAXD, bool XOR, bool GRAM>
-__global__ void tile_estimates(const i64* __restrict__ h1, const double* __restrict__ s1,
-                               const i64* __restrict__ h2, const double* __restrict__ s2,
-                               const double* __restrict__ sketch, int d, i64 m, i64 p,
-                               int log2b, i64 r0, i64 rows, double* __restrict__ out)
+#define SCAN_REG 8          // repetitions whose buckets are kept in registers / staged
+#define SCAN_STAGED 32      // rows whose buckets a block stages at a time
+#define SCAN_ROW_CHUNK 256  // rows of one work item
+
+// Doubles as unsigned integers in the same order (for atomicMax).
+__device__ __forceinline__ u64 order_key(double x)
 {
-    const i64 total = rows * p;
-    const i64 bmask = ((i64)1 << log2b) - 1;
-    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-         e += (i64)gridDim.x * blockDim.x) {
-        const i64 i = r0 + e / p, j = e % p;
-        double v[MAXD];
-        int c = 0;
-        for (int t = 0; t < d; ++t) {
-            const i64 a = h1[t * m + i], b = h2[t * p + j];
-            const i64 idx = XOR ? (a ^ b) : ((a + b) & bmask);
-            if (GRAM && idx == 0) continue;
-            double val = __dmul_rn(__dmul_rn(s1[t * m + i], s2[t * p + j]),
-                                   sketch[(t << log2b) + idx]);
-            if (GRAM) val = __dmul_rn(val, 0.5);
-            int k = c++;                       // insertion sort
-            while (k > 0 && v[k - 1] > val) { v[k] = v[k - 1]; --k; }
-            v[k] = val;
-        }
-        if (GRAM)
-            out[e] = c == 0 ? 0.0 : __dmul_rn(__dadd_rn(v[(c - 1) >> 1], v[c >> 1]), 0.5);
-        else
-            out[e] = (d & 1) ? v[d >> 1] : __dmul_rn(__dadd_rn(v[(d >> 1) - 1], v[d >> 1]), 0.5);
+    const u64 b = (u64)__double_as_longlong(x);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+
+template <int MAXD, bool GRAM>
+struct Median {
+    double v[MAXD];
+    int c = 0;
+    __device__ __forceinline__ void add(u32 idx, double sa, double sb, double cell)
+    {
+        if (GRAM && idx == 0) return;
+        double val = __dmul_rn(__dmul_rn(sa, sb), cell);
+        if (GRAM) val = __dmul_rn(val, 0.5);
+        int k = c++;                            // insertion sort
+        while (k > 0 && v[k - 1] > val) { v[k] = v[k - 1]; --k; }
+        v[k] = val;
     }
+    __device__ __forceinline__ double get(int d) const
+    {
+        if (GRAM)
+            return c == 0 ? 0.0 : __dmul_rn(__dadd_rn(v[(c - 1) >> 1], v[c >> 1]), 0.5);
+        return (d & 1) ? v[d >> 1] : __dmul_rn(__dadd_rn(v[(d >> 1) - 1], v[d >> 1]), 0.5);
+    }
+};
+
+template <bool XOR>
+__device__ __forceinline__ u32 bucket_of(u32 a, u32 b, u32 bmask)
+{
+    return XOR ? (a ^ b) : ((a + b) & bmask);
+}
+
+// flags: 1 key = |estimate| (else the estimate), 2 skip the diagonal, 4 only entries on or
+// above the diagonal.  h1/s1: (d, rows) of tile rows r0.., h2/s2: (d, cols) of tile columns
+// c0..; ids are flat ids of the m x p product (i p + j).  SELECT = false: out[(i-r0) cols +
+// (j-c0)] = estimate, nothing else.  diag (GRAM, SELECT): the exact diagonal.
+template <int MAXD, bool XOR, bool GRAM, bool SELECT>
+__global__ void __launch_bounds__(512, 2)
+scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
+          const i64* __restrict__ h2, const double* __restrict__ s2, i64 cols,
+          const double* __restrict__ sketch, int d, int log2b,
+          const u32* __restrict__ bits, int sreps,
+          i64 r0, i64 c0, i64 p, const double* __restrict__ diag, int flags,
+          double lim, double cut,
+          double* __restrict__ vals, i64* __restrict__ ids, u64* __restrict__ count, i64 room,
+          u64* __restrict__ low)
+{
+    extern __shared__ u32 sbits[];
+    __shared__ u32 sh1[SCAN_REG][SCAN_STAGED];
+    __shared__ double ss1[SCAN_REG][SCAN_STAGED];
+    const i64 words = log2b >= 5 ? ((i64)1 << (log2b - 5)) : 1;
+    const u32 bmask = (u32)(((u64)1 << log2b) - 1);
+    const bool by_abs = flags & 1, skip_diag = flags & 2, upper = flags & 4;
+    const bool filter = SELECT && bits != nullptr;
+    if (filter)
+        for (i64 w = threadIdx.x; w < (i64)sreps * words; w += blockDim.x) sbits[w] = bits[w];
+    __syncthreads();
+    const int dr = d < SCAN_REG ? d : SCAN_REG;
+    const int width = blockDim.x;
+    const i64 slabs = (cols + width - 1) / width;
+    const i64 items = slabs * ((rows + SCAN_ROW_CHUNK - 1) / SCAN_ROW_CHUNK);
+    double lowv = -INFINITY;
+    for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+        const i64 slab = item % slabs, rbeg = (item / slabs) * SCAN_ROW_CHUNK;
+        const i64 rend = min(rows, rbeg + SCAN_ROW_CHUNK);
+        if (SELECT && upper && r0 + rbeg > c0 + min(cols, (slab + 1) * width) - 1)
+            continue;                           // the whole item lies below the diagonal
+        const i64 jl = slab * width + threadIdx.x, j = c0 + jl;
+        const bool valid = jl < cols;
+        u32 hj[SCAN_REG];
+#pragma unroll
+        for (int t = 0; t < SCAN_REG; ++t) hj[t] = (t < d && valid) ? (u32)h2[t * cols + jl] : 0u;
+        for (i64 rs = rbeg; rs < rend; rs += SCAN_STAGED) {
+            const int nr = (int)min((i64)SCAN_STAGED, rend - rs);
+            __syncthreads();
+            for (int q = threadIdx.x; q < dr * SCAN_STAGED; q += width) {
+                const int t = q / SCAN_STAGED, r = q % SCAN_STAGED;
+                if (r < nr) {
+                    sh1[t][r] = (u32)h1[t * rows + rs + r];
+                    ss1[t][r] = s1[t * rows + rs + r];
+                }
+            }
+            __syncthreads();
+            if (!valid) continue;
+            for (int r = 0; r < nr; ++r) {
+                const i64 il = rs + r, i = r0 + il;
+                const bool on_diag = i == j;
+                if (SELECT) {
+                    if (upper && i > j) break;  // the later rows are below the diagonal too
+                    if (skip_diag && on_diag) continue;
+                    if (filter && !(GRAM && on_diag)) {
+                        int heavy = 0, light = 0;
+                        bool pass = true;
+#pragma unroll
+                        for (int t = 0; t < SCAN_REG; ++t) {
+                            if (t < d && pass) {
+                                const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
+                                if (!(GRAM && idx == 0)) {
+                                    const u32 w = t < sreps ? sbits[t * words + (idx >> 5)]
+                                                            : __ldg(bits + t * words + (idx >> 5));
+                                    if ((w >> (idx & 31)) & 1u) ++heavy; else ++light;
+                                    pass = light <= heavy + (d - 1 - t);
+                                }
+                            }
+                        }
+                        for (int t = SCAN_REG; t < d && pass; ++t) {
+                            const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il],
+                                                           (u32)h2[t * cols + jl], bmask);
+                            if (GRAM && idx == 0) continue;
+                            const u32 w = t < sreps ? sbits[t * words + (idx >> 5)]
+                                                    : __ldg(bits + t * words + (idx >> 5));
+                            if ((w >> (idx & 31)) & 1u) ++heavy; else ++light;
+                            pass = light <= heavy + (d - 1 - t);
+                        }
+                        if (!pass) continue;
+                    }
+                }
+                double est;
+                if (SELECT && GRAM && on_diag && diag != nullptr) {
+                    est = diag[i];
+                } else {
+                    Median<MAXD, GRAM> md;
+#pragma unroll
+                    for (int t = 0; t < SCAN_REG; ++t)
+                        if (t < d) {
+                            const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
+                            md.add(idx, ss1[t][r], s2[t * cols + jl], sketch[((i64)t << log2b) + idx]);
+                        }
+                    for (int t = SCAN_REG; t < d; ++t) {
+                        const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il], (u32)h2[t * cols + jl],
+                                                       bmask);
+                        md.add(idx, s1[t * rows + il], s2[t * cols + jl],
+                               sketch[((i64)t << log2b) + idx]);
+                    }
+                    est = md.get(d);
+                }
+                if (!SELECT) {
+                    vals[il * cols + jl] = est;
+                    continue;
+                }
+                const double key = by_abs ? fabs(est) : est;
+                if (lim == -INFINITY ? key > lim : key >= lim) {
+                    const u64 at = atomicAdd(count, 1ull);
+                    if (at < (u64)room) {
+                        vals[at] = est;
+                        ids[at] = i * p + j;
+                    }
+                } else if (key < cut) {
+                    lowv = fmax(lowv, key);
+                }
+            }
+        }
+    }
+    if (SELECT) {
+        for (int o = 16; o > 0; o >>= 1) lowv = fmax(lowv, __shfl_xor_sync(0xffffffffu, lowv, o));
+        if ((threadIdx.x & 31) == 0 && lowv > -INFINITY) atomicMax(low, order_key(lowv));
+    }
+}
+
+// The filter's bitmap: bit v % 32 of word t * words + v / 32 set when |sketch[t, v]| x factor
+// >= lim; bound: the largest |sketch[t, v]| x factor of the other buckets (order_key).
+__global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, double factor,
+                           double lim, u32* __restrict__ bits, u64* __restrict__ bound)
+{
+    const i64 b = (i64)1 << log2b, words = log2b >= 5 ? b >> 5 : 1;
+    double most = -INFINITY;
+    for (i64 w = (i64)blockIdx.x * blockDim.x + threadIdx.x; w < d * words;
+         w += (i64)gridDim.x * blockDim.x) {
+        const i64 t = w / words, q = w % words;
+        u32 word = 0;
+        for (int k = 0; k < 32; ++k) {
+            const i64 v = q * 32 + k;
+            if (v < b) {
+                const double mag = __dmul_rn(fabs(sketch[t * b + v]), factor);
+                if (mag >= lim) word |= 1u << k;
+                else most = fmax(most, mag);
+            }
+        }
+        bits[w] = word;
+    }
+    for (int o = 16; o > 0; o >>= 1) most = fmax(most, __shfl_xor_sync(0xffffffffu, most, o));
+    if ((threadIdx.x & 31) == 0 && most > -INFINITY) atomicMax(bound, order_key(most));
 }

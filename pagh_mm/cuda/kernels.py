@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from fwht_gpu import memory
 from fwht_gpu.gpu import KernelModule, cupy, limits
 
 HERE = os.path.dirname(__file__)
@@ -18,9 +19,15 @@ MAXDS = (7, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
 
-#: The parameters of ``tile_estimates`` in order (C types), for the instantiation text.
-ESTIMATE_PARAMS = ("const i64*", "const double*", "const i64*", "const double*", "const double*",
-                   "int", "i64", "i64", "int", "i64", "i64", "double*")
+#: The parameters of ``scan_tile`` in order (C types), for the instantiation text.
+SCAN_PARAMS = ("const i64*", "const double*", "i64", "const i64*", "const double*", "i64",
+               "const double*", "int", "int", "const u32*", "int", "i64", "i64", "i64",
+               "const double*", "int", "double", "double", "double*", "i64*", "u64*", "i64",
+               "u64*")
+#: Threads per block of ``scan_tile`` (one per column of the tile; estimate.cu's launch bounds).
+SCAN_THREADS = 512
+#: Shared memory of ``scan_tile`` besides the filter's bitmaps (estimate.cu's staged rows).
+SCAN_STATIC_BYTES = 8 * 32 * 12
 
 
 #: The C type of each float dtype the fused kernels take.
@@ -54,8 +61,9 @@ FUSED_STAGE_BYTES = 2048 * 12 + 16 + 16
 
 def names():
     """Every template instantiation of ``estimate.cu`` (also compiled by the CI nvcc check)."""
-    return [f"tile_estimates<{d},{x},{g}>" for d in MAXDS
-            for x, g in (("true", "false"), ("false", "false"), ("true", "true"))]
+    return [f"scan_tile<{d},{x},{g},{sel}>" for d in MAXDS
+            for x, g in (("true", "false"), ("false", "false"), ("true", "true"))
+            for sel in ("false", "true")] + ["heavy_bits"]
 
 
 def fused_names():
@@ -74,8 +82,8 @@ def compile_unit() -> tuple[str, int]:
     """One translation unit with every kernel of pagh_mm (the ``fwht_gpu.kernels`` entry point
     of the CI nvcc check) and its number of instantiations."""
     lines = [f'#include "{m.path}"' for m in (ESTIMATE, SCATTER, HASH, FUSED)]
-    params = ", ".join(ESTIMATE_PARAMS)
-    lines += [f"template __global__ void {nm}({params});" for nm in names()]
+    params = ", ".join(SCAN_PARAMS)
+    lines += [f"template __global__ void {nm}({params});" for nm in names() if "<" in nm]
     for nm, t, s in fused_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
@@ -94,23 +102,114 @@ def _grid(total: int, threads: int = THREADS) -> int:
     return int(max(1, min((total + threads - 1) // threads, _grid_cap(cupy().cuda.Device().id))))
 
 
-def tile_estimates(h1, s1, h2, s2, sketch, r0: int, rows: int, log2b: int, xor: bool,
-                   gram: bool = False):
-    """(rows, p) median estimates of rows r0 .. r0 + rows - 1 of the rows hashed in h1/s1
-    ((d, m) tables) against the columns hashed in h2/s2 ((d, p)); CuPy in, CuPy out
-    (``gram``: halved, bucket 0 left out)."""
-    cp = cupy()
-    d, m = h1.shape
-    p = h2.shape[1]
+def _scan_function(d: int, log2b: int, xor: bool, gram: bool, select: bool, smem: int = 0):
     if d > MAXDS[-1]:
-        raise ValueError(f"reps={d}: the GPU query kernel supports at most {MAXDS[-1]} repetitions")
+        raise ValueError(f"reps={d}: the GPU query kernels support at most {MAXDS[-1]} repetitions")
+    if log2b > 31:
+        raise ValueError(f"2^{log2b} buckets: the GPU query kernels take at most 2^31")
     maxd = next(x for x in MAXDS if x >= d)
     flag = {True: "true", False: "false"}
-    fn = ESTIMATE.function(f"tile_estimates<{maxd},{flag[bool(xor)]},{flag[bool(gram)]}>")
-    out = cp.empty((rows, p), dtype=cp.float64)
-    fn((_grid(rows * p),), (THREADS,), (h1, s1, h2, s2, sketch, np.int32(d), np.int64(m), np.int64(p),
-                                        np.int32(log2b), np.int64(r0), np.int64(rows), out))
+    return ESTIMATE.function(f"scan_tile<{maxd},{flag[bool(xor)]},{flag[bool(gram)]},"
+                             f"{flag[bool(select)]}>", smem)
+
+
+def _scan_grid(rows: int, cols: int) -> int:
+    items = -(-cols // SCAN_THREADS) * -(-rows // 256)
+    return int(max(1, min(items, 2 * limits(cupy().cuda.Device().id).sm_count)))
+
+
+def tile_estimates(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool = False):
+    """(rows, cols) median estimates of the rows hashed in h1/s1 ((d, rows) tables) against
+    the columns hashed in h2/s2 ((d, cols)); CuPy in, CuPy out (``gram``: halved, bucket 0
+    left out)."""
+    cp = cupy()
+    d, rows = h1.shape
+    cols = h2.shape[1]
+    fn = _scan_function(d, log2b, xor, gram, False)
+    out = cp.empty((rows, cols), dtype=cp.float64)
+    if out.size:
+        none = np.uint64(0)
+        fn((_scan_grid(rows, cols),), (SCAN_THREADS,),
+           (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
+            none, np.int32(0), np.int64(0), np.int64(0), np.int64(cols), none, np.int32(0),
+            np.float64(-np.inf), np.float64(-np.inf), out, none, none, np.int64(0), none))
     return out
+
+
+#: order_key(-inf) of estimate.cu: the start of an atomicMax over keys.
+_NO_KEY = 0x000FFFFFFFFFFFFF
+
+
+def _key_value(u: int) -> float:
+    """The double whose estimate.cu order_key is ``u``."""
+    bits = u ^ (1 << 63) if u >> 63 else ~u & ((1 << 64) - 1)
+    return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+
+
+def heavy_bits(sketch, factor: float, lim: float):
+    """(bitmap, bound) of the (d, b) ``sketch`` at ``lim``: (d, max(1, b / 32)) uint32 words,
+    bit v % 32 of word v // 32 set when the bucket's |value| x ``factor`` >= lim, and the
+    largest |value| x ``factor`` of the other buckets (-inf when none)."""
+    cp = cupy()
+    d, b = sketch.shape
+    log2b = b.bit_length() - 1
+    bits = cp.empty((d, max(1, b >> 5)), dtype=cp.uint32)
+    bound = cp.full(1, _NO_KEY, dtype=cp.uint64)
+    ESTIMATE.function("heavy_bits")((_grid(bits.size),), (THREADS,),
+                                    (sketch, np.int32(d), np.int32(log2b), np.float64(factor),
+                                     np.float64(lim), bits, bound))
+    return bits, _key_value(int(bound.get()[0]))
+
+
+def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0: int, c0: int,
+                p: int, diagonal=None, by_abs: bool, skip_diagonal: bool, upper: bool,
+                lim: float, cut: float, bits=None, room: int = 1 << 16,
+                staged: int | None = None):
+    """The entries of the tile (rows r0.. hashed in h1/s1, columns c0.. in h2/s2, of an m x p
+    product) whose key (|estimate| with ``by_abs``, else the estimate) is >= ``lim`` (> -inf
+    when lim is -inf), without the diagonal (``skip_diagonal``) or the entries below it
+    (``upper``): (estimates, flat ids) in no particular order, and the largest key below
+    ``cut`` among the other entries the kernel evaluated (-inf when none).  ``bits``: the
+    :func:`heavy_bits` bitmap at ``lim`` (> 0): entries with more light repetitions than
+    heavy ones are not evaluated (their keys are below the bitmap's bound).  ``diagonal``:
+    a Gram product's exact diagonal.  ``staged``: at most this many repetitions' bitmaps in
+    shared memory (default: as many as keep two blocks per SM, or one; the rest are read
+    from L2)."""
+    cp = cupy()
+    d, rows = h1.shape
+    cols = h2.shape[1]
+    words = max(1, (1 << log2b) >> 5)
+    lim_ = limits(cupy().cuda.Device().id)
+    sreps = 0
+    if bits is not None:                # as many repetitions' bitmaps as keep 2 blocks per SM
+        for most in (lim_.smem_per_sm // 2, lim_.smem_per_block):
+            sreps = min(d, max(0, (most - SCAN_STATIC_BYTES - 1024) // (4 * words)))
+            if sreps:
+                break
+        sreps = sreps if staged is None else min(sreps, staged)
+    smem = 4 * words * sreps
+    fn = _scan_function(d, log2b, xor, gram, True, smem)
+    flags = (1 if by_abs else 0) | (2 if skip_diagonal else 0) | (4 if upper else 0)
+    none = np.uint64(0)
+    low = cp.full(1, _NO_KEY, dtype=cp.uint64)
+    count = cp.zeros(1, dtype=cp.uint64)
+    while True:
+        vals = cp.empty(room, dtype=cp.float64)
+        ids = cp.empty(room, dtype=cp.int64)
+        fn((_scan_grid(rows, cols),), (SCAN_THREADS,),
+           (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
+            none if bits is None else bits, np.int32(sreps), np.int64(r0), np.int64(c0),
+            np.int64(p), none if diagonal is None else diagonal, np.int32(flags),
+            np.float64(lim), np.float64(cut), vals, ids, count, np.int64(room), low),
+           shared_mem=smem)
+        n = int(count.get()[0])
+        if n <= room:
+            return vals[:n], ids[:n], _key_value(int(low.get()[0]))
+        memory.check(16 * n, f"the {n} entries of a query tile that reach the limit",
+                     "raise the threshold, or lower candidates", device="gpu", force=True)
+        room = n                        # once more, with room for every entry
+        count.fill(0)
+        low.fill(_NO_KEY)
 
 
 def scatter_dense(X, indptr, keys, sgn, rows: int):
