@@ -27,6 +27,7 @@ typedef unsigned int u32;
 #define SCAN_REG 8          // repetitions whose buckets are kept in registers / staged
 #define SCAN_STAGED 32      // rows whose buckets a block stages at a time
 #define SCAN_ROW_CHUNK 256  // rows of one work item
+#define NEG_INF __longlong_as_double((long long)0xfff0000000000000ull)   // (NVRTC has no INFINITY)
 
 // Doubles as unsigned integers in the same order (for atomicMax).
 __device__ __forceinline__ u64 order_key(double x)
@@ -91,7 +92,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
     const int width = blockDim.x;
     const i64 slabs = (cols + width - 1) / width;
     const i64 items = slabs * ((rows + SCAN_ROW_CHUNK - 1) / SCAN_ROW_CHUNK);
-    double lowv = -INFINITY;
+    double lowv = NEG_INF;
     for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
         const i64 slab = item % slabs, rbeg = (item / slabs) * SCAN_ROW_CHUNK;
         const i64 rend = min(rows, rbeg + SCAN_ROW_CHUNK);
@@ -171,7 +172,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                     continue;
                 }
                 const double key = by_abs ? fabs(est) : est;
-                if (lim == -INFINITY ? key > lim : key >= lim) {
+                if (lim == NEG_INF ? key > lim : key >= lim) {
                     const u64 at = atomicAdd(count, 1ull);
                     if (at < (u64)room) {
                         vals[at] = est;
@@ -185,7 +186,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
     }
     if (SELECT) {
         for (int o = 16; o > 0; o >>= 1) lowv = fmax(lowv, __shfl_xor_sync(0xffffffffu, lowv, o));
-        if ((threadIdx.x & 31) == 0 && lowv > -INFINITY) atomicMax(low, order_key(lowv));
+        if ((threadIdx.x & 31) == 0 && lowv > NEG_INF) atomicMax(low, order_key(lowv));
     }
 }
 
@@ -195,7 +196,7 @@ __global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, 
                            double lim, u32* __restrict__ bits, u64* __restrict__ bound)
 {
     const i64 b = (i64)1 << log2b, words = log2b >= 5 ? b >> 5 : 1;
-    double most = -INFINITY;
+    double most = NEG_INF;
     for (i64 w = (i64)blockIdx.x * blockDim.x + threadIdx.x; w < d * words;
          w += (i64)gridDim.x * blockDim.x) {
         const i64 t = w / words, q = w % words;
@@ -211,5 +212,5 @@ __global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, 
         bits[w] = word;
     }
     for (int o = 16; o > 0; o >>= 1) most = fmax(most, __shfl_xor_sync(0xffffffffu, most, o));
-    if ((threadIdx.x & 31) == 0 && most > -INFINITY) atomicMax(bound, order_key(most));
+    if ((threadIdx.x & 31) == 0 && most > NEG_INF) atomicMax(bound, order_key(most));
 }
