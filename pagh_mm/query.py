@@ -347,7 +347,7 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
 def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
     """(row0, col0, (h1, s1, h2, s2)) of the chunks of a GPU scan: whole column blocks (their
     hashes within the tile budget), rows in chunks that start at ``first`` entries and
-    double, up to GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
+    grow 8-fold (as the pool's floor rises, each returns about as many entries), up to GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
     else GPU_CHUNK_OPEN; ``upper``: the rows that hold entries on or above the diagonal."""
     xp = cp.backend.xp
     m, p = cp.shape
@@ -368,7 +368,7 @@ def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
             yield r0, c0, (h1, s1, h2, s2)
             r0 += rows
             done += rows * (c1 - c0)
-            entries *= 2
+            entries *= 8
             if progress:
                 progress("tiles", done, total)
         done += (m - end) * (c1 - c0)

@@ -63,6 +63,44 @@ __device__ __forceinline__ u32 bucket_of(u32 a, u32 b, u32 bmask)
     return XOR ? (a ^ b) : ((a + b) & bmask);
 }
 
+// Median's result for d <= MAXD <= SCAN_REG repetitions (not Gram) in registers: the same
+// insertion sort unrolled (the slots past d hold +inf, inserted last, where they stay) and
+// the middle read by a select, so no local memory.
+template <int MAXD, bool XOR>
+__device__ __forceinline__ double register_median(const u32 (*sh1)[SCAN_STAGED],
+                                                  const double (*ss1)[SCAN_STAGED], int r,
+                                                  const u32* hj, const double* s2, i64 cols,
+                                                  const double* __restrict__ sketch, int d,
+                                                  int log2b, u32 bmask)
+{
+    double v[MAXD];
+#pragma unroll
+    for (int t = 0; t < MAXD; ++t) {
+        double val = __longlong_as_double(0x7ff0000000000000ll);
+        if (t < d) {
+            const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
+            val = __dmul_rn(__dmul_rn(ss1[t][r], s2[t * cols]), sketch[((i64)t << log2b) + idx]);
+        }
+        v[t] = val;
+        bool go = true;
+#pragma unroll
+        for (int k = t; k > 0; --k) {
+            go = go && v[k - 1] > v[k];
+            const double lo = go ? v[k] : v[k - 1], hi = go ? v[k - 1] : v[k];
+            v[k - 1] = lo;
+            v[k] = hi;
+        }
+    }
+    const int a = (d & 1) ? d >> 1 : (d >> 1) - 1, b = d >> 1;
+    double x = v[0], y = v[0];
+#pragma unroll
+    for (int t = 0; t < MAXD; ++t) {
+        if (t == a) x = v[t];
+        if (t == b) y = v[t];
+    }
+    return (d & 1) ? y : __dmul_rn(__dadd_rn(x, y), 0.5);
+}
+
 // flags: 1 key = |estimate| (else the estimate), 2 skip the diagonal, 4 only entries on or
 // above the diagonal.  h1/s1: (d, rows) of tile rows r0.., h2/s2: (d, cols) of tile columns
 // c0..; ids are flat ids of the m x p product (i p + j).  SELECT = false: out[(i-r0) cols +
@@ -152,20 +190,26 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                 if (SELECT && GRAM && on_diag && diag != nullptr) {
                     est = diag[i];
                 } else {
-                    Median<MAXD, GRAM> md;
+                    if (!GRAM && MAXD <= SCAN_REG) {
+                        est = register_median<MAXD, XOR>(sh1, ss1, r, hj, s2 + jl, cols, sketch,
+                                                         d, log2b, bmask);
+                    } else {
+                        Median<MAXD, GRAM> md;
 #pragma unroll
-                    for (int t = 0; t < SCAN_REG; ++t)
-                        if (t < d) {
-                            const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
-                            md.add(idx, ss1[t][r], s2[t * cols + jl], sketch[((i64)t << log2b) + idx]);
+                        for (int t = 0; t < SCAN_REG; ++t)
+                            if (t < d) {
+                                const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
+                                md.add(idx, ss1[t][r], s2[t * cols + jl],
+                                       sketch[((i64)t << log2b) + idx]);
+                            }
+                        for (int t = SCAN_REG; t < d; ++t) {
+                            const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il],
+                                                           (u32)h2[t * cols + jl], bmask);
+                            md.add(idx, s1[t * rows + il], s2[t * cols + jl],
+                                   sketch[((i64)t << log2b) + idx]);
                         }
-                    for (int t = SCAN_REG; t < d; ++t) {
-                        const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il], (u32)h2[t * cols + jl],
-                                                       bmask);
-                        md.add(idx, s1[t * rows + il], s2[t * cols + jl],
-                               sketch[((i64)t << log2b) + idx]);
+                        est = md.get(d);
                     }
-                    est = md.get(d);
                 }
                 if (!SELECT) {
                     vals[il * cols + jl] = est;
