@@ -347,7 +347,8 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
 def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
     """(row0, col0, (h1, s1, h2, s2)) of the chunks of a GPU scan: whole column blocks (their
     hashes within the tile budget), rows in chunks that start at ``first`` entries and
-    grow 32-fold (as the pool's floor rises, each returns about as many entries), up to GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
+    grow 32-fold (the pool's floor rises with them: each returns about 32 pools), up to
+    GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
     else GPU_CHUNK_OPEN; ``upper``: the rows that hold entries on or above the diagonal."""
     xp = cp.backend.xp
     m, p = cp.shape
@@ -400,7 +401,7 @@ def _gpu_select(cp, sketch, filt: _Filter, h, r0, c0, by, skip_diagonal, upper, 
     xp = cp.backend.xp
     bits, bound = filt.at(lim)
     size = h[0].shape[1] * h[2].shape[1]
-    room = min(size, 1 << 20) if lim == -math.inf else min(size, max(1 << 16, 4 * (cap + 1)), 1 << 20)
+    room = min(size, 1 << 20, max(1 << 16, 64 * (cap + 1)))
     vals, ids, low = kernels.scan_select(
         *h, sketch, cp.log2b, cp.method == "fwht", cp.gram, r0=r0, c0=c0, p=cp.shape[1],
         diagonal=cp.diagonal if cp.gram else None, by_abs=by == "abs",
