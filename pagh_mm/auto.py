@@ -7,8 +7,8 @@ sigma = ||A B||_F / sqrt(b) (:mod:`pagh_mm.certificate`).  So
 
     b = ((lam + 4.5) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
 
-with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B||_F / sqrt(s) for a
-Gaussian s x m matrix G, costing s (nnz(A) + nnz(B)) operations), 1.15 the slack for its
+with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B||_F for G an s x m
+Count-Sketch of A's rows, costing nnz(A) + s nnz(B) operations), 1.15 the slack for its
 error and for the largest-repetition noise estimate, tau the threshold when one is stated,
 else F / sqrt(2 k) for a top-k query (exact when the product is k equal entries plus a
 background of the same mass; smaller cuts need more buckets, and the query then peels and
@@ -24,13 +24,13 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import certificate
+from . import certificate, hashing
 from .backend import is_sparse
 
 AUTO = "auto"
 DEFAULT_REPS = 5
 MIN_LOG2B = 10
-#: Gaussian rows of the Frobenius-norm estimate (relative standard deviation sqrt(2 / s) of
+#: Rows of the Count-Sketch of the Frobenius-norm estimate (relative standard deviation at most sqrt(2 / s) of
 #: the squared norm: 25%).
 JL_ROWS = 32
 #: Sketch bytes per bucket and repetition the memory cap allows for (the sums, the block
@@ -46,26 +46,35 @@ def default_buckets(m: int, p: int) -> int:
 
 
 def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) -> float:
-    """||A @ B||_F estimated as ||G A B||_F / sqrt(s), G an s x m standard Gaussian matrix
-    drawn from ``seed`` (unbiased for the square), in O(s (nnz(A) + nnz(B))) and float64.
-    With ``diagonal`` (of a square product): ||A @ B - diag||_F, as ||G A B - G D||_F."""
+    """||A @ B||_F estimated as ||G A B||_F, G an s x m Count-Sketch of A's rows (one random
+    sign per column, in a random row: the polynomial hash family's 4-independent functions,
+    seeded from ``seed``; unbiased for the square, relative deviation at most sqrt(2 / s)),
+    computed where the data is in O(nnz(A) + s nnz(B)) and float64.  With ``diagonal`` (of
+    a square product): ||A @ B - diag||_F, as ||G A B - G D||_F."""
     xp = be.xp
     m = A.shape[0]
     if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
         return 0.0
-    G = xp.asarray(np.random.default_rng(np.random.SeedSequence([seed, 0x4A4C])).standard_normal(
-        (rows, m)))
+    if rows & (rows - 1):
+        raise ValueError(f"rows={rows} must be a power of two")
+    params = hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
+    keys = xp.arange(m, dtype=xp.int64)
+    row = hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0]
+    sign = hashing.sign_table(params, 1, keys, xp)[0]
+    G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
     if is_sparse(A):
-        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T)
+        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray())
     else:
-        GA = G @ xp.asarray(A, dtype=xp.float64)
+        GA = xp.asarray(G @ xp.asarray(A, dtype=xp.float64))
     if is_sparse(B):
         Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
     else:
         Y = GA @ xp.asarray(B, dtype=xp.float64)
     if diagonal is not None:
-        Y = Y - G * diagonal[None, :]
-    return float(xp.sqrt((Y * Y).sum() / rows))
+        GD = xp.zeros((rows, m))
+        GD[row, keys] = sign * diagonal
+        Y = Y - GD
+    return float(xp.sqrt((Y * Y).sum()))
 
 
 @dataclass(frozen=True)
