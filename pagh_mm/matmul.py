@@ -390,12 +390,14 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
     A, B, be, dt, log2b, reps, memory_budget = _validate(
         A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, check_finite, memory_budget)
+    clock = _Clock(be, profile)
     seed = hashing.check_seed(seed)
     _check_query_hint(k, threshold, failure_probability)
     diagonal = _gram_diagonal(A, B, be, method, hash) if gram else None
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal,
                          cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer))
+    clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     if be.gpu and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
@@ -421,10 +423,11 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         block = max(block, _block_size(sides, 0, n, reps, budget))
         direct = be.xp.zeros((reps, 1 << log2b), dtype=np.float64)
     acc.begin(block)
-    clock = _Clock(be, profile)
     live = _live(sides, n, be)
     k1 = 0
-    for k0 in _blocks_to_visit(live, n, block, be):
+    visit = _blocks_to_visit(live, n, block, be)
+    clock("setup")
+    for k0 in visit:
         k1 = min(n, k0 + block)
         if fused:               # scatter, transform, multiply and sum in one compiled kernel
             present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
