@@ -409,7 +409,8 @@ def _selection(D, window, by, lim, cut, skip_diagonal, upper):
                                               ("fwht", 11, False), ("fwht", 5, True)])
 def test_gpu_scan_kernel_selects_exactly_what_the_tile_holds(method, reps, gram):
     """scan_select (estimates and selection in one pass, behind the heavy-bucket filter with
-    0, some or all repetitions' bitmaps in shared memory) returns exactly the entries of the
+    0, some or all repetitions' bitmaps in shared memory, one bit per bucket or per group of
+    four) returns exactly the entries of the
     dense tile whose key reaches the limit, with their bits; the largest key below the cut
     of the entries it evaluated, which with the filter's bound covers every other entry."""
     from pagh_mm.cuda import kernels
@@ -438,9 +439,9 @@ def test_gpu_scan_kernel_selects_exactly_what_the_tile_holds(method, reps, gram)
                              (float(mags[5]), float(mags[5])), (0.0, 1.0)):
                 for skip in (False, True):
                     want, low = _selection(D, window, by, lim, cut, skip, gram)
-                    bits, bound = kernels.heavy_bits(g.sketch, 0.5 if gram else 1.0, lim) \
-                        if lim > 0 else (None, -np.inf)
-                    for staged in (0, 1, None):
+                    for log2g, staged in ((None, 0), (None, 1), (None, None), (2, None)):
+                        bits, bound = kernels.heavy_bits(g.sketch, 0.5 if gram else 1.0, lim,
+                                                         log2g) if lim > 0 else (None, -np.inf)
                         v, ids, lo = kernels.scan_select(
                             h1, s1, h2, s2, g.sketch, g.log2b, method == "fwht", gram, r0=r0,
                             c0=c0, p=p, diagonal=g.diagonal if gram else None,

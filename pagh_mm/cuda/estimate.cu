@@ -10,7 +10,8 @@
 // 0 are left out, and the median of the c values left is (v[(c-1)/2] + v[c/2]) / 2 (0 when
 // c = 0), as pagh_mm.query.masked_median computes it.
 //
-// The filter (SELECT with a bitmap of the buckets whose |c_t| x factor >= lim): an entry
+// The filter (SELECT with a bitmap of the groups of 2^log2g buckets that hold a bucket whose
+// |c_t| x factor >= lim, coarse enough for shared memory; "heavy" below: in such a group): an entry
 // whose key (|median| or median) reaches lim > 0 has at least as many repetitions at a heavy
 // bucket as at a light one (the median lies between values of the majority), so an entry
 // with more light than heavy repetitions is skipped without reading the sketch; its key is at
@@ -110,7 +111,7 @@ __global__ void __launch_bounds__(512, 2)
 scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
           const i64* __restrict__ h2, const double* __restrict__ s2, i64 cols,
           const double* __restrict__ sketch, int d, int log2b,
-          const u32* __restrict__ bits, int sreps,
+          const u32* __restrict__ bits, int sreps, int log2g,
           i64 r0, i64 c0, i64 p, const double* __restrict__ diag, int flags,
           double lim, double cut,
           double* __restrict__ vals, i64* __restrict__ ids, u64* __restrict__ count, i64 room,
@@ -119,7 +120,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
     extern __shared__ u32 sbits[];
     __shared__ u32 sh1[SCAN_REG][SCAN_STAGED];
     __shared__ double ss1[SCAN_REG][SCAN_STAGED];
-    const i64 words = log2b >= 5 ? ((i64)1 << (log2b - 5)) : 1;
+    const i64 words = log2b - log2g >= 5 ? ((i64)1 << (log2b - log2g - 5)) : 1;
     const u32 bmask = (u32)(((u64)1 << log2b) - 1);
     const bool by_abs = flags & 1, skip_diag = flags & 2, upper = flags & 4;
     const bool filter = SELECT && bits != nullptr;
@@ -167,9 +168,10 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                             if (t < d && pass) {
                                 const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
                                 if (!(GRAM && idx == 0)) {
-                                    const u32 w = t < sreps ? sbits[t * words + (idx >> 5)]
-                                                            : __ldg(bits + t * words + (idx >> 5));
-                                    if ((w >> (idx & 31)) & 1u) ++heavy; else ++light;
+                                    const u32 g = idx >> log2g;
+                                    const u32 w = t < sreps ? sbits[t * words + (g >> 5)]
+                                                            : __ldg(bits + t * words + (g >> 5));
+                                    if ((w >> (g & 31)) & 1u) ++heavy; else ++light;
                                     pass = light <= heavy + (d - 1 - t);
                                 }
                             }
@@ -178,9 +180,10 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                             const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il],
                                                            (u32)h2[t * cols + jl], bmask);
                             if (GRAM && idx == 0) continue;
-                            const u32 w = t < sreps ? sbits[t * words + (idx >> 5)]
-                                                    : __ldg(bits + t * words + (idx >> 5));
-                            if ((w >> (idx & 31)) & 1u) ++heavy; else ++light;
+                            const u32 g = idx >> log2g;
+                            const u32 w = t < sreps ? sbits[t * words + (g >> 5)]
+                                                    : __ldg(bits + t * words + (g >> 5));
+                            if ((w >> (g & 31)) & 1u) ++heavy; else ++light;
                             pass = light <= heavy + (d - 1 - t);
                         }
                         if (!pass) continue;
@@ -234,21 +237,26 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
     }
 }
 
-// The filter's bitmap: bit v % 32 of word t * words + v / 32 set when |sketch[t, v]| x factor
-// >= lim; bound: the largest |sketch[t, v]| x factor of the other buckets (order_key).
-__global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, double factor,
-                           double lim, u32* __restrict__ bits, u64* __restrict__ bound)
+// The filter's bitmap over groups of 2^log2g buckets: bit u % 32 of word t * words + u / 32
+// set when a bucket v of group u = v >> log2g has |sketch[t, v]| x factor >= lim; bound: the
+// largest |sketch[t, v]| x factor of the other buckets (order_key).
+__global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, int log2g,
+                           double factor, double lim, u32* __restrict__ bits,
+                           u64* __restrict__ bound)
 {
-    const i64 b = (i64)1 << log2b, words = log2b >= 5 ? b >> 5 : 1;
+    const i64 b = (i64)1 << log2b, groups = (i64)1 << (log2b - log2g);
+    const i64 words = groups >= 32 ? groups >> 5 : 1;
+    const int gsize = 1 << log2g;
     double most = NEG_INF;
     for (i64 w = (i64)blockIdx.x * blockDim.x + threadIdx.x; w < d * words;
          w += (i64)gridDim.x * blockDim.x) {
         const i64 t = w / words, q = w % words;
         u32 word = 0;
         for (int k = 0; k < 32; ++k) {
-            const i64 v = q * 32 + k;
-            if (v < b) {
-                const double mag = __dmul_rn(fabs(sketch[t * b + v]), factor);
+            const i64 u = q * 32 + k;
+            if (u >= groups) break;
+            for (int e = 0; e < gsize; ++e) {
+                const double mag = __dmul_rn(fabs(sketch[t * b + (u << log2g) + e]), factor);
                 if (mag >= lim) word |= 1u << k;
                 else most = fmax(most, mag);
             }

@@ -21,7 +21,7 @@ THREADS, BLOCKS_PER_SM = 256, 8
 
 #: The parameters of ``scan_tile`` in order (C types), for the instantiation text.
 SCAN_PARAMS = ("const i64*", "const double*", "i64", "const i64*", "const double*", "i64",
-               "const double*", "int", "int", "const u32*", "int", "i64", "i64", "i64",
+               "const double*", "int", "int", "const u32*", "int", "int", "i64", "i64", "i64",
                "const double*", "int", "double", "double", "double*", "i64*", "u64*", "i64",
                "u64*")
 #: Threads per block of ``scan_tile`` (one per column of the tile; estimate.cu's launch bounds).
@@ -131,7 +131,8 @@ def tile_estimates(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool = F
         none = np.uint64(0)
         fn((_scan_grid(rows, cols),), (SCAN_THREADS,),
            (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
-            none, np.int32(0), np.int64(0), np.int64(0), np.int64(cols), none, np.int32(0),
+            none, np.int32(0), np.int32(0), np.int64(0), np.int64(0), np.int64(cols), none,
+            np.int32(0),
             np.float64(-np.inf), np.float64(-np.inf), out, none, none, np.int64(0), none))
     return out
 
@@ -146,19 +147,39 @@ def _key_value(u: int) -> float:
     return float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
 
 
-def heavy_bits(sketch, factor: float, lim: float):
-    """(bitmap, bound) of the (d, b) ``sketch`` at ``lim``: (d, max(1, b / 32)) uint32 words,
-    bit v % 32 of word v // 32 set when the bucket's |value| x ``factor`` >= lim, and the
-    largest |value| x ``factor`` of the other buckets (-inf when none)."""
+#: Repetitions whose filter bitmaps a scan keeps in shared memory (an entry whose first
+#: three repetitions are light, nearly every entry, is settled by them when d = 5).
+FILTER_STAGED = 3
+
+
+def filter_groups(d: int, log2b: int) -> int:
+    """log2 of the buckets per bit of a scan's filter bitmap: the finest at which the first
+    FILTER_STAGED repetitions' bitmaps fit in shared memory with two blocks per SM."""
+    room = limits(cupy().cuda.Device().id).smem_per_sm // 2 - SCAN_STATIC_BYTES - 1024
+    reps = min(d, FILTER_STAGED)
+    g = 0
+    while g < log2b and reps * 4 * max(1, (1 << (log2b - g)) >> 5) > room:
+        g += 1
+    return g
+
+
+def heavy_bits(sketch, factor: float, lim: float, log2g: int | None = None):
+    """((bitmap, log2g), bound) of the (d, b) ``sketch`` at ``lim``: the bitmap has one bit per
+    group of 2^log2g buckets (default :func:`filter_groups`), (d, max(1, b / 2^log2g / 32))
+    uint32 words, bit u % 32 of word u // 32 set when a bucket of group u has |value| x
+    ``factor`` >= lim; bound: the largest |value| x ``factor`` of the other buckets (-inf
+    when none)."""
     cp = cupy()
     d, b = sketch.shape
     log2b = b.bit_length() - 1
-    bits = cp.empty((d, max(1, b >> 5)), dtype=cp.uint32)
+    if log2g is None:
+        log2g = filter_groups(d, log2b)
+    bits = cp.empty((d, max(1, (b >> log2g) >> 5)), dtype=cp.uint32)
     bound = cp.full(1, _NO_KEY, dtype=cp.uint64)
     ESTIMATE.function("heavy_bits")((_grid(bits.size),), (THREADS,),
-                                    (sketch, np.int32(d), np.int32(log2b), np.float64(factor),
-                                     np.float64(lim), bits, bound))
-    return bits, _key_value(int(bound.get()[0]))
+                                    (sketch, np.int32(d), np.int32(log2b), np.int32(log2g),
+                                     np.float64(factor), np.float64(lim), bits, bound))
+    return (bits, log2g), _key_value(int(bound.get()[0]))
 
 
 def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0: int, c0: int,
@@ -170,7 +191,7 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
     when lim is -inf), without the diagonal (``skip_diagonal``) or the entries below it
     (``upper``): (estimates, flat ids) in no particular order, and the largest key below
     ``cut`` among the other entries the kernel evaluated (-inf when none).  ``bits``: the
-    :func:`heavy_bits` bitmap at ``lim`` (> 0): entries with more light repetitions than
+    :func:`heavy_bits` filter at ``lim`` (> 0): entries with more light repetitions than
     heavy ones are not evaluated (their keys are below the bitmap's bound).  ``diagonal``:
     a Gram product's exact diagonal.  ``staged``: at most this many repetitions' bitmaps in
     shared memory (default: as many as keep two blocks per SM, or one; the rest are read
@@ -178,7 +199,10 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
     cp = cupy()
     d, rows = h1.shape
     cols = h2.shape[1]
-    words = max(1, (1 << log2b) >> 5)
+    log2g = 0
+    if bits is not None:
+        bits, log2g = bits
+    words = max(1, (1 << (log2b - log2g)) >> 5)
     lim_ = limits(cupy().cuda.Device().id)
     sreps = 0
     if bits is not None:                # as many repetitions' bitmaps as keep 2 blocks per SM
@@ -198,7 +222,8 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
         ids = cp.empty(room, dtype=cp.int64)
         fn((_scan_grid(rows, cols),), (SCAN_THREADS,),
            (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
-            none if bits is None else bits, np.int32(sreps), np.int64(r0), np.int64(c0),
+            none if bits is None else bits, np.int32(sreps), np.int32(log2g), np.int64(r0),
+            np.int64(c0),
             np.int64(p), none if diagonal is None else diagonal, np.int32(flags),
             np.float64(lim), np.float64(cut), vals, ids, count, np.int64(room), low),
            shared_mem=smem)
