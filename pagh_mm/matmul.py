@@ -151,6 +151,8 @@ def _block_size(sides, per_index: int, n: int, reps: int, budget: int) -> int:
     """The largest power of two B such that every aligned block of B inner indices (with its
     sparse stored values) keeps its temporaries within ``budget``; 0 if not even one fits."""
     B = 1 << max(0, (max(n, 1) - 1).bit_length())
+    if per_index > 0:           # no larger block fits its per-index bytes alone
+        B = min(B, 1 << (max(1, budget // per_index).bit_length() - 1))
     while B >= 1 and _block_cost(sides, B, per_index, reps) > budget:
         B //= 2
     return B
