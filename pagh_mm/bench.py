@@ -192,17 +192,84 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
     return row
 
 
+#: Value of every planted entry of the sparse rows (inner indices A's row and B's column share).
+SPARSE_MAGNITUDE = 256
+
+
+def _spgemm_topk(A, B, k, xp):
+    """cuSPARSE SpGEMM (cupyx) and the k largest |values| of the product: (C, flat positions
+    into C.data of the k largest)."""
+    C = A @ B
+    v = xp.abs(C.data)
+    sel = xp.argpartition(-v, min(k, v.size) - 1)[:k] if v.size else v.astype(xp.int64)
+    return C, sel
+
+
+def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
+    """One sparse planted product (``per`` +-1 values per column of A and row of B, n x n):
+    automatic compression + certified top-k against cuSPARSE SpGEMM + top-k."""
+    import cupyx.scipy.sparse as csp
+    xp = be.xp
+    data = synthetic.sparse_planted(n, per, planted, SPARSE_MAGNITUDE, seed=n + per)
+    A, B = csp.csr_matrix(data.A), csp.csr_matrix(data.B)
+    prof: dict = {}
+    t_sk, sk = _wall(be, lambda: compress(A, B, k=planted, seed=1), repeats)
+    compress(A, B, k=planted, seed=1, profile=prof)
+    t_top, top = _wall(be, lambda: sk.top_k(planted, verify=True), max(1, repeats // 2))
+    rows_, cols_ = be.asnumpy(top.rows), be.asnumpy(top.cols)
+    rec = synthetic.recall(data.rows, data.cols, rows_, cols_)
+    nbytes = sum(int(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes) for M in (A, B))
+    floor = nbytes / (bw / 2)
+    pairs = float((xp.diff(A.tocsc().indptr).astype(xp.float64)
+                   * xp.diff(B.indptr).astype(xp.float64)).sum())
+    row = {"kind": "sparse", "n": n, "per_vector": per, "planted": planted, "nnz_A": int(A.nnz),
+           "nnz_B": int(B.nnz), "pairs": pairs, "buckets": sk.buckets, "reps": sk.reps,
+           "chosen": sk.chosen.reason if sk.chosen else None, "sketch_s": t_sk,
+           "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
+           "certified": bool(top.certified), "verified": int(top.verified), "stages_s": prof,
+           "floor_s": floor, "sketch_ratio_floor": t_sk / floor, "copy_bandwidth": bw}
+    exact = be.asnumpy(top.exact)
+    sk = top = None
+    _free_gpu(be)
+    try:
+        t_sp, (C, sel) = _wall(be, lambda: _spgemm_topk(A, B, planted, xp), repeats)
+        picked = C[xp.asarray(rows_)].get()             # the returned entries' rows, on the host
+        got = np.asarray(picked[np.arange(rows_.size), cols_]).ravel()
+        row.update(spgemm_s=t_sp, nnz_C=int(C.nnz), speedup_vs_spgemm=t_sp / row["total_s"],
+                   sketch_vs_spgemm=t_sp / t_sk, exact_values_equal=bool((got == exact).all()))
+        C = sel = None
+    except Exception as exc:  # noqa: BLE001 - out of device memory
+        row["spgemm_error"] = str(exc).splitlines()[0][:120]
+        row["spgemm_need_bytes_at_least"] = 12 * pairs     # upper bound of nnz(C): the pairs
+    _free_gpu(be)
+    sp = (f"{row['spgemm_s']:9.4f} {row['speedup_vs_spgemm']:6.2f}x"
+          if "spgemm_s" in row else f"{'failed':>9} {'':>7}")
+    echo(f"{n:>8} {per:>3} {row['buckets']:>9} {row['reps']:>2} {t_sk:9.4f} {t_top:8.4f} "
+         f"{rec:7.3f} {'yes' if row['certified'] else 'NO':>4} {row['sketch_ratio_floor']:8.0f} | "
+         f"{sp}")
+    echo("         stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
+         + (f"; SpGEMM: {row['spgemm_error']}" if "spgemm_error" in row else
+            f"; exact values equal SpGEMM's: {row['exact_values_equal']}"))
+    return row
+
+
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=None,
         device="auto", repeats=3, echo=print, command: str | None = None, buckets=None,
-        staged: bool = False) -> dict:
-    """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`)."""
+        staged: bool = False, sparse=(), per_vector=(16,)) -> dict:
+    """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`).  ``sparse``: sizes
+    of sparse planted products (GPU; ``per_vector`` values per column of A and row of B)
+    against cuSPARSE SpGEMM, after the dense ``sizes``."""
     be = gpu() if devices.resolve(device) == "gpu" else cpu()
     xp = be.xp
+    if sparse and not be.gpu:
+        raise ValueError("sparse rows compare with cuSPARSE: the GPU benchmark only "
+                         "(the CPU benchmark has its own sparse row)")
     bw = _copy_bandwidth(be)
     echo(f"device: {'GPU' if be.gpu else 'CPU'}; copy bandwidth {bw / 1e9:.0f} GB/s (read + write)")
-    echo(f"{'n':>6} {'dtype':5} {'buckets':>9} {'d':>2} {'sketch s':>9} {'top-k s':>8} {'recall':>7} "
-         f"{'cert':>4} {'cost':>6} "
-         f"{'x floor':>8} | {'GEMM64 s':>9} {'GEMM32 s':>9} {'GEMM16 s':>9} {'vs 64':>6} {'vs 32':>6}")
+    if sizes:
+        echo(f"{'n':>6} {'dtype':5} {'buckets':>9} {'d':>2} {'sketch s':>9} {'top-k s':>8} "
+             f"{'recall':>7} {'cert':>4} {'cost':>6} {'x floor':>8} | {'GEMM64 s':>9} "
+             f"{'GEMM32 s':>9} {'GEMM16 s':>9} {'vs 64':>6} {'vs 32':>6}")
     rows = []
     for n in sizes:
         for name in dtypes:
@@ -213,8 +280,18 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
                 continue
             rows.append(_case(be, n, name, planted, reps, repeats, bw, echo, buckets, staged))
             _free_gpu(be)
+    if sparse:
+        echo(f"sparse planted products ({SPARSE_MAGNITUDE} shared inner indices per planted "
+             "entry), automatic parameters, certified top-k, against cuSPARSE SpGEMM + top-k:")
+        echo(f"{'n':>8} {'nnz':>3} {'buckets':>9} {'d':>2} {'sketch s':>9} {'top-k s':>8} "
+             f"{'recall':>7} {'cert':>4} {'x floor':>8} | {'SpGEMM s':>9} {'vs it':>7}")
+    for n in sparse:
+        for per in per_vector:
+            rows.append(_sparse_case(be, n, per, min(planted, n), repeats, bw, echo))
     settings = {"sizes": list(sizes), "dtypes": list(dtypes), "planted": planted, "reps": reps,
-                "buckets": buckets, "staged": staged, "repeats": repeats, "device": "gpu" if be.gpu else "cpu", "method": METHOD}
+                "buckets": buckets, "staged": staged, "repeats": repeats,
+                "sparse": list(sparse), "per_vector": list(per_vector),
+                "device": "gpu" if be.gpu else "cpu", "method": METHOD}
     return provenance.record("pagh-bench", rows, settings, command,
                              device="gpu" if be.gpu else "cpu")
 

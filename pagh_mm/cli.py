@@ -245,13 +245,20 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
 @click.option("--staged", is_flag=True,
               help="GPU: also time the staged compression (scatter, transforms and products "
                    "as separate kernels) that the fused kernel replaces.")
+@click.option("--sparse", "sparse", multiple=True, type=click.IntRange(1024, None),
+              help="GPU: also sparse planted products of this size n (repeatable, e.g. 65536 "
+                   "... 1048576) against cuSPARSE SpGEMM + top-k; without --size, only these.")
+@click.option("--per-vector", "per_vector", multiple=True, type=click.IntRange(1, None),
+              default=(16,), show_default=True,
+              help="GPU sparse rows: +-1 values per column of A and row of B (repeatable).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
               show_default=True, help="Where to write the results.")
 @force_option
 @debug_option
 @guarded
-def bench(sizes, dtypes, planted, reps, buckets, staged, device, out_json, force, debug) -> None:
+def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, device, out_json,
+          force, debug) -> None:
     """Compress + top-k versus the exact routes (table + JSON).  GPU: planted heavy hitters
     against cuBLAS GEMM + top-k.  CPU: dense planted products against NumPy and compmatmul
     (when importable), a sparse planted product against SciPy and sparse_dot_topn (when
@@ -260,9 +267,10 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, device, out_json, force
     check_outputs([out_json], force=force)
     dev = _device(device)
     if dev == "cpu":
-        if buckets is not None or staged:
-            raise click.UsageError("--buckets and --staged apply to the GPU benchmark only "
-                                   "(the CPU benchmark uses b = 16384, compmatmul's size)")
+        if buckets is not None or staged or sparse:
+            raise click.UsageError("--buckets, --staged and --sparse apply to the GPU benchmark "
+                                   "only (the CPU benchmark uses b = 16384, compmatmul's size, "
+                                   "and has its own sparse row)")
         from . import cpubench
         res = cpubench.run(sizes=sizes or (1024, 4096), planted=min(planted, min(sizes or (1024,))),
                            reps=reps or 5, echo=click.echo,
@@ -270,10 +278,11 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, device, out_json, force
         io.write_json(out_json, res)
         click.echo(f"wrote {out_json}")
         return
-    if not sizes:
+    if not sizes and not sparse:
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
-    res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes)), reps=reps,
-                     device=dev, echo=click.echo, buckets=buckets, staged=staged,
+    res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes or sparse)),
+                     reps=reps, device=dev, echo=click.echo, buckets=buckets, staged=staged,
+                     sparse=sparse, per_vector=per_vector,
                      command="pagh-mm " + " ".join(sys.argv[1:]))
     io.write_json(out_json, res)
     click.echo(f"wrote {out_json}")
