@@ -140,6 +140,24 @@ def pagh_mm_certified(records) -> list[str]:
                   out)
 
 
+def pagh_mm_sparse(records) -> list[str]:
+    """pagh-mm bench --sparse: sparse planted products against cuSPARSE SpGEMM + top-k."""
+    out = []
+    for rec in records:
+        for r in rec["rows"]:
+            if r.get("kind") != "sparse":
+                continue
+            sp = _s(r["spgemm_s"]) if "spgemm_s" in r else "out of memory"
+            out.append([r["n"], r["per_vector"], r["buckets"], _s(r["sketch_s"]),
+                        _s(r["topk_s"]), "yes" if r["certified"] else "no", f"{r['recall']:.3f}",
+                        f"{r['sketch_ratio_floor']:.0f}", sp,
+                        f"{r['sketch_vs_spgemm']:.2f}x" if "spgemm_s" in r else "-",
+                        f"{r['speedup_vs_spgemm']:.2f}x" if "spgemm_s" in r else "-"])
+    return _table(["n", "values per vector", "buckets (auto)", "sketch", "certified top-k",
+                   "certified", "recall", "sketch x floor", "SpGEMM + top-k",
+                   "sketch vs SpGEMM", "total vs SpGEMM"], out)
+
+
 def pagh_mm_cpu(records) -> list[str]:
     """pagh-mm bench --device cpu: every implementation of every case, in the record's order."""
     out = []
@@ -191,6 +209,7 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
+    "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session13-sparse-bench.json"]),
     "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
 }
