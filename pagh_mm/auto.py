@@ -33,6 +33,9 @@ MIN_LOG2B = 10
 #: Rows of the Count-Sketch of the Frobenius-norm estimate (relative standard deviation at most sqrt(2 / s) of
 #: the squared norm: 25%).
 JL_ROWS = 32
+#: Largest dense copy of the Frobenius estimate's Count-Sketch matrix (GPU, sparse A: cuSPARSE's
+#: sparse-dense product is many times faster than its sparse-sparse one; on the CPU it is not).
+DENSE_SKETCH_BYTES = 256 << 20
 #: Sketch bytes per bucket and repetition the memory cap allows for (the sums, the block
 #: temporaries of one inner index, the queries' residual).
 BYTES_PER_BUCKET = 320
@@ -62,7 +65,11 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     row = hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0]
     sign = hashing.sign_table(params, 1, keys, xp)[0]
     G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
-    if is_sparse(A):
+    if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES:
+        Gt = xp.zeros((m, rows))                # G^T dense: a sparse-dense product (SpMM)
+        Gt[keys, row] = sign
+        GA = xp.asarray(A.T.astype(np.float64) @ Gt).T
+    elif is_sparse(A):
         GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray())
     else:
         GA = xp.asarray(G @ xp.asarray(A, dtype=xp.float64))
