@@ -413,13 +413,16 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     sides = (Side(A, 1, params, log2b, be),) if gram else \
         (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
     acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
+    clock("sides")
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
     if fused:
         block = fused.block
     else:
         block, budget = _plan_memory(sides, acc, n, m, p, be, memory_budget)
+    clock("plan")
     gpu_fused = _gpu_fused(sides, acc, be)
     gpu_pairs = _gpu_pairs(sides, acc, be)
+    clock("route")
     direct = None
     if gpu_pairs:               # blocks hold only their stored values' hashes: far larger
         block = max(block, _block_size(sides, 0, n, reps, budget))
