@@ -45,11 +45,15 @@ class Side:
             return 0
         if self._ptr is None:                 # one host copy of the index, for every block size
             self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
+            self._most = {}
         n = self._ptr.size - 1
         if n == 0:
             return 0
-        starts = np.arange(0, n, block)
-        return int((self._ptr[np.minimum(starts + block, n)] - self._ptr[starts]).max())
+        if block not in self._most:             # aligned blocks: strided views, no gathers
+            ptr = self._ptr
+            ends = np.concatenate([ptr[block:n:block], ptr[n:]])
+            self._most[block] = int((ends - ptr[0:n:block]).max())
+        return self._most[block]
 
     def nonempty(self):
         """Per inner index: whether its vector has a stored value (None: dense, all)."""
