@@ -7,7 +7,6 @@ to_dense, on the planted sparse case and a dense planted product.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import cupy
@@ -63,9 +62,7 @@ def main() -> None:
             thr = float(abs(sk.top_k(300).estimates[-1]))
             report(case, sk, "above (300th)", n * n, timed(lambda: sk.above(thr)))
     if args.out:
-        rec = provenance.record("explore-scan", rows, vars(args), None, device="gpu")
-        with open(args.out, "w") as f:
-            json.dump(rec, f, indent=1, default=str)
+        provenance.write(provenance.record("explore-scan", rows, vars(args), None, device="gpu"), args.out)
 
 
 if __name__ == "__main__":

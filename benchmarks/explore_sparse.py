@@ -7,7 +7,6 @@ top-k of the same planted products.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import cupy
@@ -89,9 +88,7 @@ def main() -> None:
             rows.append(row)
             cupy.get_default_memory_pool().free_all_blocks()
     if args.out:
-        rec = provenance.record("explore-sparse", rows, vars(args), None, device="gpu")
-        with open(args.out, "w") as f:
-            json.dump(rec, f, indent=1, default=str)
+        provenance.write(provenance.record("explore-sparse", rows, vars(args), None, device="gpu"), args.out)
 
 
 if __name__ == "__main__":
