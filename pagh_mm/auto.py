@@ -64,8 +64,9 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     keys = xp.arange(m, dtype=xp.int64)
     row = hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0]
     sign = hashing.sign_table(params, 1, keys, xp)[0]
-    G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
-    if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES:
+    G = None if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES else \
+        be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
+    if G is None:
         Gt = xp.zeros((m, rows))                # G^T dense: a sparse-dense product (SpMM)
         Gt[keys, row] = sign
         GA = xp.asarray(A.T.astype(np.float64) @ Gt).T
