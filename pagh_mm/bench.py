@@ -232,12 +232,12 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     sk = top = None
     _free_gpu(be)
     try:
-        t_sp, (C, sel) = _wall(be, lambda: _spgemm_topk(A, B, planted, xp), repeats)
+        t_sp, (C, _) = _wall(be, lambda: _spgemm_topk(A, B, planted, xp), repeats)
         picked = C[xp.asarray(rows_)].get()             # the returned entries' rows, on the host
         got = np.asarray(picked[np.arange(rows_.size), cols_]).ravel()
         row.update(spgemm_s=t_sp, nnz_C=int(C.nnz), speedup_vs_spgemm=t_sp / row["total_s"],
                    sketch_vs_spgemm=t_sp / t_sk, exact_values_equal=bool((got == exact).all()))
-        C = sel = None
+        C = None
     except Exception as exc:  # noqa: BLE001 - out of device memory
         row["spgemm_error"] = str(exc).splitlines()[0][:120]
         row["spgemm_need_bytes_at_least"] = 12 * pairs     # upper bound of nnz(C): the pairs

@@ -45,6 +45,11 @@ CROWDED = 64
 #: until one admits the pool (:func:`_pruned`).
 PRUNE_COST = 0.25
 PRUNE_FRACTIONS = (2.0 ** -8, 2.0 ** -6)
+#: GPU: the limits a pruned scan without a cut tries make this many pools of buckets heavy in
+#: repetition 0; it pays when the (row, heavy bucket) pairs it visits are at most this
+#: fraction of the entries a scan evaluates (besides :data:`PRUNE_COST`).
+GPU_PRUNE_POOLS = (4, 32)
+GPU_PRUNE_THREADS = 0.25
 #: Rows per call of the pruned kernel (its per-row buffers).
 PRUNE_ROWS = 8192
 #: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
@@ -285,63 +290,131 @@ def _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut):
 
 def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: bool):
     """What :func:`scan` returns (values, ids, next_key bound or None), found without
-    looking at every entry (CPU, five repetitions of an FWHT sketch): the entries whose key
-    can reach a limit L > 0 are among those that a heavy bucket of repetition 0, 1 or 2
-    points to, with three heavy repetitions (:func:`pagh_mm.compiled.pruned_scan`); every
-    other entry's key is at most the largest magnitude of the other buckets, below L.  With a cut, L is the cut; without one, L is
-    lowered through :data:`PRUNE_FRACTIONS` of heavy buckets until at least cap + 1 entries
-    reach it (then they hold the cap + 1 largest keys).  None when no limit pays
-    (:data:`PRUNE_COST`) or the memory for it is not there: the caller scans."""
+    looking at every entry (an FWHT sketch; on the CPU five repetitions): the entries whose
+    key can reach a limit L > 0 have at least (d + 1) // 2 repetitions in heavy buckets, so
+    one of the first d - (d + 1) // 2 + 1 repetitions sees them in a heavy bucket and they
+    are among the entries those buckets point to (:func:`pagh_mm.compiled.pruned_scan`,
+    ``pruned_tile`` of ``pagh_mm/cuda/estimate.cu``); every other entry's key is at most the
+    largest magnitude of the other buckets, below L.  With a cut, L is the cut; without one,
+    L is lowered through :data:`PRUNE_FRACTIONS` of heavy buckets (GPU:
+    :data:`GPU_PRUNE_POOLS` pools of them) until at least cap + 1 entries reach it (then
+    they hold the cap + 1 largest keys).  None when no limit pays (:data:`PRUNE_COST`) or
+    the memory for it is not there: the caller scans."""
+    gpu = cp.backend.gpu
+    xp = cp.backend.xp
     m, p = cp.shape
-    b = sketch.shape[1]
+    d, b = sketch.shape
     scanned = m * p / (2.0 if cp.gram else 1.0)
     factor = 0.5 if cp.gram else 1.0
-    room = memory.available("cpu")
-    if room is not None and 16 * 8 * (m + p) + 8 * 5 * (b + 1) > room // 4:
+    room = memory.available(cp.backend.name)
+    if room is not None and 16 * 8 * (m + p) + 8 * d * (b + 1) > room // 4:
         return None
     if cut > -math.inf:
         limits = [cut] if cut > 0 else []
     else:
-        mags = np.sort(np.abs(sketch[0]) * factor)[::-1]
-        limits = sorted({float(mags[min(b - 1, max(int(f * b), cap + 1))])
-                         for f in PRUNE_FRACTIONS}, reverse=True)
+        mags = xp.sort(xp.abs(sketch[0]) * factor)[::-1]
+        counts = [c * (cap + 1) for c in GPU_PRUNE_POOLS] if gpu else \
+            [int(f * b) for f in PRUNE_FRACTIONS]
+        limits = sorted({float(mags[min(b - 1, max(c, cap + 1))]) for c in counts},
+                        reverse=True)
         limits = [x for x in limits if x > 0]
     h1 = s1 = starts = members = h2T = s2T = None
     for lim in limits:
-        heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
-        if heavy.size * m * (p / b) > PRUNE_COST * scanned:
+        if gpu:
+            heavy, hstart, bitmap, bound = _gpu_heavy(cp, sketch, factor, lim)
+            if hstart * m > GPU_PRUNE_THREADS * scanned:
+                return None
+        else:
+            heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
+        if (hstart if gpu else heavy.size) * m * (p / b) > PRUNE_COST * scanned:
             return None
         if h1 is None:
-            h1, s1 = cp._hashes(1, np.arange(m, dtype=np.int64))
-            h2, s2 = (h1, s1) if cp.gram else cp._hashes(2, np.arange(p, dtype=np.int64))
-            starts, members = compiled.bucket_members(h2, b)
-            h2T = np.ascontiguousarray(h2.T)
-            s2T = np.ascontiguousarray(s2.T, dtype=np.float64)
-        vals, ids, low = [], [], -math.inf
-        for r0 in range(0, m, PRUNE_ROWS):
-            got = compiled.pruned_scan(h1[:, r0:r0 + PRUNE_ROWS], s1[:, r0:r0 + PRUNE_ROWS],
-                                       h2T, s2T, sketch, cp.gram, cp.diagonal, r0, heavy,
-                                       hstart, bitmap, starts, members, p, by == "abs",
-                                       skip_diagonal, lim, cut)
-            if got is None:
-                return None
-            v, i, lo = got
+            h1, s1 = cp._hashes(1, xp.arange(m, dtype=xp.int64))
+            h2, s2 = (h1, s1) if cp.gram else cp._hashes(2, xp.arange(p, dtype=xp.int64))
+            if gpu:
+                from .cuda import kernels
+                starts, members = kernels.bucket_members(h2, b)
+            else:
+                starts, members = compiled.bucket_members(h2, b)
+                h2T = np.ascontiguousarray(h2.T)
+                s2T = np.ascontiguousarray(s2.T, dtype=np.float64)
+        if gpu:
+            vals, ids, low = _gpu_pruned(cp, sketch, h1, s1, h2, s2, heavy, bitmap, starts,
+                                         members, by, skip_diagonal, lim, cut)
             if exclude is not None and exclude.size:
-                new = ~_member(i, exclude, np)
-                v, i = v[new], i[new]
-            vals.append(v)
-            ids.append(i)
-            low = max(low, lo)
-            if sum(x.size for x in ids) > 2 * (cap + 1):          # keep the pool's size
-                v, i = np.concatenate(vals), np.concatenate(ids)
-                keep = best(key_of(v, by, np), i, cap + 1, np)
-                vals, ids = [v[keep]], [i[keep]]
-        vals, ids = np.concatenate(vals), np.concatenate(ids)
+                new = ~_member(ids, exclude, xp)
+                vals, ids = vals[new], ids[new]
+        else:
+            vals, ids, low = [], [], -math.inf
+            for r0 in range(0, m, PRUNE_ROWS):
+                got = compiled.pruned_scan(h1[:, r0:r0 + PRUNE_ROWS], s1[:, r0:r0 + PRUNE_ROWS],
+                                           h2T, s2T, sketch, cp.gram, cp.diagonal, r0, heavy,
+                                           hstart, bitmap, starts, members, p, by == "abs",
+                                           skip_diagonal, lim, cut)
+                if got is None:
+                    return None
+                v, i, lo = got
+                if exclude is not None and exclude.size:
+                    new = ~_member(i, exclude, np)
+                    v, i = v[new], i[new]
+                vals.append(v)
+                ids.append(i)
+                low = max(low, lo)
+                if sum(x.size for x in ids) > 2 * (cap + 1):          # keep the pool's size
+                    v, i = np.concatenate(vals), np.concatenate(ids)
+                    keep = best(key_of(v, by, np), i, cap + 1, np)
+                    vals, ids = [v[keep]], [i[keep]]
+            vals, ids = np.concatenate(vals), np.concatenate(ids)
         if cut > -math.inf:
             return vals, ids, max(low, bound) if bound < cut else low
         if ids.size > cap:
             return vals, ids, None
     return None
+
+
+def _gpu_heavy(cp, sketch, factor: float, lim: float):
+    """((heavy buckets, their repetitions), how many of them are heavy (not blind), exact
+    bitmap, bound) of a GPU sketch at ``lim``: the heavy buckets of the first d - (d + 1) //
+    2 + 1 repetitions (and, for a Gram sketch, bucket -1 of every repetition: the blind
+    entries), as :func:`_pruned` needs them."""
+    from .cuda import kernels
+    xp = cp.backend.xp
+    d = sketch.shape[0]
+    first = d - (d + 1) // 2 + 1
+    items = [xp.nonzero(xp.abs(sketch[t]) * factor >= lim)[0].astype(xp.int64)
+             for t in range(first)]
+    reps = [xp.full(int(x.size), t, dtype=xp.int32) for t, x in enumerate(items)]
+    heavy = sum(int(x.size) for x in items)
+    if cp.gram:
+        items.append(xp.full(d, -1, dtype=xp.int64))
+        reps.append(xp.arange(d, dtype=xp.int32))
+    (bits, _), bound = kernels.heavy_bits(sketch, factor, lim, 0)
+    return (xp.concatenate(items), xp.concatenate(reps)), heavy, bits, bound
+
+
+def _gpu_pruned(cp, sketch, h1, s1, h2, s2, heavy, bits, starts, members, by, skip_diagonal,
+                lim, cut):
+    """(estimates, flat ids (increasing), largest key below ``cut`` among the entries
+    evaluated) of :func:`_pruned` on the GPU: ``pruned_select`` over every row, and a Gram
+    product's diagonal (exact) unless skipped."""
+    from .cuda import kernels
+    xp = cp.backend.xp
+    p = cp.shape[1]
+    items, reps = heavy
+    vals, ids, low = kernels.pruned_select(h1, s1, 0, h2, s2, sketch, cp.gram, bits, items, reps,
+                                           starts, members, by_abs=by == "abs",
+                                           skip_diagonal=skip_diagonal, lim=lim, cut=cut)
+    if cp.gram and not skip_diagonal:
+        diag = cp.diagonal
+        key = key_of(diag, by, xp)
+        on = xp.nonzero(key >= lim)[0]
+        vals = xp.concatenate([vals, diag[on]])
+        ids = xp.concatenate([ids, on * p + on])
+        under = key[key < cut]
+        if under.size:
+            low = max(low, float(under.max()))
+    order = xp.argsort(ids)
+    return vals[order], ids[order], low
 
 
 def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
@@ -492,7 +565,8 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
                 need=32 * held, available=room, device=cp.backend.name,
                 hint="raise the threshold or lower candidates")
 
-    pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal) if one_pass else None
+    pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal) \
+        if one_pass or (gpu and cp.method == "fwht") else None
     if pruned is not None:              # the entries that can reach the limit, directly
         flat, ids, low = pruned
         parts_v, parts_i = [flat], [ids]

@@ -488,3 +488,51 @@ def test_gpu_scans_in_many_chunks_give_the_cpu_answers(monkeypatch):
                     if getattr(ec, f) is not None:
                         assert (_cp().asnumpy(getattr(eg, f)) == getattr(ec, f)).all(), f
                 assert (eg.certified, eg.verified) == (ec.certified, ec.verified)
+
+
+@pytest.mark.parametrize("reps,gram", [(5, False), (4, False), (3, False), (5, True), (4, True)])
+def test_gpu_pruned_search_selects_exactly_what_the_scan_selects(reps, gram):
+    """The sub-quadratic search (heavy buckets of the first d - (d + 1) // 2 + 1 repetitions,
+    the columns they point to, each entry once): exactly the entries whose key reaches the
+    limit, with their bits, for any d, Gram products (blind repetitions, the diagonal)
+    included; its bound on the other keys covers every entry it skipped; and scan() on the
+    GPU returns the CPU scan's pool."""
+    from pagh_mm import query
+    cp = _cp()
+    rng = np.random.default_rng(30 + reps)
+    if gram:
+        X = rng.standard_normal((150, 500))
+        X[:, 5] += 3 * X[:, 400]
+        X[:, 7] -= 2 * X[:, 8]
+        c = pagh_mm.compress(X.T, X, buckets=1 << 8, reps=reps, seed=4)
+        g = pagh_mm.compress(cp.asarray(X).T, cp.asarray(X), buckets=1 << 8, reps=reps, seed=4)
+    else:
+        A, B = rng.standard_normal((600, 50)), rng.standard_normal((50, 450))
+        A[[3, 70], :] += 2.0
+        B[:, [9, 200]] -= 2.0
+        c = pagh_mm.compress(A, B, buckets=1 << 9, reps=reps, seed=4)
+        g = pagh_mm.compress(cp.asarray(A), cp.asarray(B), buckets=1 << 9, reps=reps, seed=4)
+    assert (g.sketch.get() == c.sketch).all()
+    D = c.to_dense()
+    m, p = D.shape
+    factor = 0.5 if gram else 1.0
+    h1, s1 = g._hashes(1, cp.arange(m, dtype=cp.int64))
+    h2, s2 = g._hashes(2, cp.arange(p, dtype=cp.int64))
+    from pagh_mm.cuda import kernels
+    starts, members = kernels.bucket_members(h2, g.buckets)
+    mags = np.sort(np.abs(D).ravel())[::-1]
+    for by in ("abs", "value"):
+        for lim, cut in ((float(mags[30]), float(mags[50])), (float(mags[3]), float(mags[3])),
+                         (float(mags[200]), -np.inf)):
+            for skip in (False, True):
+                want, low = _selection(D, (0, 0, m, p), by, lim, cut, skip, gram)
+                heavy, _, bits, bound = query._gpu_heavy(g, g.sketch, factor, lim)
+                v, ids, lo = query._gpu_pruned(g, g.sketch, h1, s1, h2, s2, heavy, bits, starts,
+                                               members, by, skip, lim, cut)
+                got = dict(zip(ids.get().tolist(), v.get().tolist()))
+                assert len(got) == ids.size and got == want, (by, lim, skip)
+                assert lo <= low
+                assert max(lo, bound if bound < cut else -np.inf) >= low or bound >= cut
+    for cap, cut in ((20, -np.inf), (400, float(mags[40]))):
+        sc, sg = query.scan(c, "abs", cap, cut), query.scan(g, "abs", cap, cut)
+        assert (sg.ids.get() == sc.ids).all() and (sg.values.get() == sc.values).all()

@@ -266,3 +266,76 @@ __global__ void heavy_bits(const double* __restrict__ sketch, int d, int log2b, 
     for (int o = 16; o > 0; o >>= 1) most = fmax(most, __shfl_xor_sync(0xffffffffu, most, o));
     if ((threadIdx.x & 31) == 0 && most > NEG_INF) atomicMax(bound, order_key(most));
 }
+
+// The entries of rows r0 .. r0 + rows (all p columns) of an FWHT sketch that heavy buckets
+// point to, selected as scan_tile selects (issue 17's sub-quadratic search; the CPU's
+// pruned_scan5 for any d).  A key can reach lim > 0 only when at least need = (d + 1) / 2
+// repetitions see the entry in a heavy bucket, so one of the first T = d - need + 1 does:
+// thread (item q, row r) takes heavy bucket items[q] of repetition item_rep[q] < T and the
+// columns c with h_t(r) ^ h_t(c) = items[q] (members[t, starts[t, v] .. starts[t, v + 1]],
+// v = h_t(r) ^ items[q]), skips an entry an earlier repetition (< t) finds, and evaluates
+// it when need repetitions are heavy (bits: the exact bitmap, one bit per bucket).  GRAM:
+// the strict upper triangle; entries with a blind repetition (bucket 0) are left to the
+// items -1 of repetition t (the columns in row r's bucket of repetition t), each evaluated
+// once (at its first blind repetition) with the general median; the diagonal is the caller's.
+template <int MAXD, bool GRAM>
+__global__ void __launch_bounds__(256)
+pruned_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows, i64 r0,
+            const i64* __restrict__ h2, const double* __restrict__ s2, i64 p,
+            const double* __restrict__ sketch, int d, int log2b, const u32* __restrict__ bits,
+            const i64* __restrict__ items, const int* __restrict__ item_rep, i64 nitems,
+            const i64* __restrict__ starts, const i64* __restrict__ members, int flags,
+            double lim, double cut, double* __restrict__ vals, i64* __restrict__ ids,
+            u64* __restrict__ count, i64 room, u64* __restrict__ low)
+{
+    const i64 b = (i64)1 << log2b, words = log2b >= 5 ? b >> 5 : 1;
+    const bool by_abs = flags & 1, skip_diag = flags & 2;
+    const int need = (d + 1) / 2;
+    double lowv = NEG_INF;
+    for (i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x; e < nitems * rows;
+         e += (i64)gridDim.x * blockDim.x) {
+        const i64 q = e / rows, rl = e - q * rows, gr = r0 + rl;
+        const int t = item_rep[q];
+        const bool blind = GRAM && items[q] < 0;
+        const i64 v = h1[t * rows + rl] ^ (blind ? 0 : items[q]);
+        const i64 z1 = starts[t * (b + 1) + v + 1];
+        for (i64 z = starts[t * (b + 1) + v]; z < z1; ++z) {
+            const i64 c = members[t * p + z];
+            if ((GRAM && c <= gr) || (skip_diag && c == gr)) continue;
+            bool skip = false;
+            if (!blind) {
+                int heavy = 0;
+                for (int t2 = 0; t2 < d; ++t2) {
+                    const u32 idx = (u32)(h1[t2 * rows + rl] ^ h2[t2 * p + c]);
+                    if (GRAM && idx == 0) { skip = true; break; }   // a blind repetition
+                    const bool hv = (bits[t2 * words + (idx >> 5)] >> (idx & 31)) & 1u;
+                    if (hv && t2 < t) { skip = true; break; }       // found there
+                    heavy += hv;
+                }
+                skip = skip || heavy < need;                        // below lim (the bound)
+            } else {
+                for (int t2 = 0; t2 < t; ++t2)                      // its first blind one?
+                    if (h1[t2 * rows + rl] == h2[t2 * p + c]) skip = true;
+            }
+            if (skip) continue;
+            Median<MAXD, GRAM> md;
+            for (int t2 = 0; t2 < d; ++t2) {
+                const u32 idx = (u32)(h1[t2 * rows + rl] ^ h2[t2 * p + c]);
+                md.add(idx, s1[t2 * rows + rl], s2[t2 * p + c], sketch[((i64)t2 << log2b) + idx]);
+            }
+            const double est = md.get(d);
+            const double key = by_abs ? fabs(est) : est;
+            if (key >= lim) {
+                const u64 at = atomicAdd(count, 1ull);
+                if (at < (u64)room) {
+                    vals[at] = est;
+                    ids[at] = gr * p + c;
+                }
+            } else if (key < cut) {
+                lowv = fmax(lowv, key);
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) lowv = fmax(lowv, __shfl_xor_sync(0xffffffffu, lowv, o));
+    if ((threadIdx.x & 31) == 0 && lowv > NEG_INF) atomicMax(low, order_key(lowv));
+}

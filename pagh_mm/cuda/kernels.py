@@ -24,6 +24,11 @@ SCAN_PARAMS = ("const i64*", "const double*", "i64", "const i64*", "const double
                "const double*", "int", "int", "const u32*", "int", "int", "i64", "i64", "i64",
                "const double*", "int", "double", "double", "double*", "i64*", "u64*", "i64",
                "u64*")
+#: The parameters of ``pruned_tile`` in order (C types).
+PRUNED_PARAMS = ("const i64*", "const double*", "i64", "i64", "const i64*", "const double*", "i64",
+                 "const double*", "int", "int", "const u32*", "const i64*", "const int*", "i64",
+                 "const i64*", "const i64*", "int", "double", "double", "double*", "i64*",
+                 "u64*", "i64", "u64*")
 #: Threads per block of ``scan_tile`` (one per column of the tile; estimate.cu's launch bounds).
 SCAN_THREADS = 512
 #: Shared memory of ``scan_tile`` besides the filter's bitmaps (estimate.cu's staged rows).
@@ -63,7 +68,8 @@ def names():
     """Every template instantiation of ``estimate.cu`` (also compiled by the CI nvcc check)."""
     return [f"scan_tile<{d},{x},{g},{sel}>" for d in MAXDS
             for x, g in (("true", "false"), ("false", "false"), ("true", "true"))
-            for sel in ("false", "true")] + ["heavy_bits"]
+            for sel in ("false", "true")] + \
+        [f"pruned_tile<{d},{g}>" for d in MAXDS for g in ("false", "true")] + ["heavy_bits"]
 
 
 def fused_names():
@@ -83,7 +89,9 @@ def compile_unit() -> tuple[str, int]:
     of the CI nvcc check) and its number of instantiations."""
     lines = [f'#include "{m.path}"' for m in (ESTIMATE, SCATTER, HASH, FUSED)]
     params = ", ".join(SCAN_PARAMS)
-    lines += [f"template __global__ void {nm}({params});" for nm in names() if "<" in nm]
+    pruned = ", ".join(PRUNED_PARAMS)
+    lines += [f"template __global__ void {nm}({pruned if nm.startswith('pruned') else params});"
+              for nm in names() if "<" in nm]
     for nm, t, s in fused_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
@@ -196,7 +204,6 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
     a Gram product's exact diagonal.  ``staged``: at most this many repetitions' bitmaps in
     shared memory (default: as many as keep two blocks per SM, or one; the rest are read
     from L2)."""
-    cp = cupy()
     d, rows = h1.shape
     cols = h2.shape[1]
     log2g = 0
@@ -215,18 +222,25 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
     fn = _scan_function(d, log2b, xor, gram, True, smem)
     flags = (1 if by_abs else 0) | (2 if skip_diagonal else 0) | (4 if upper else 0)
     none = np.uint64(0)
+    return _selected(lambda vals, ids, count, room, low: fn(
+        (_scan_grid(rows, cols),), (SCAN_THREADS,),
+        (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
+         none if bits is None else bits, np.int32(sreps), np.int32(log2g), np.int64(r0),
+         np.int64(c0), np.int64(p), none if diagonal is None else diagonal, np.int32(flags),
+         np.float64(lim), np.float64(cut), vals, ids, count, np.int64(room), low),
+        shared_mem=smem), room)
+
+
+def _selected(launch, room: int):
+    """(estimates, flat ids, largest key below the cut) of a selecting kernel ``launch(vals,
+    ids, count, room, low)``, run again with room for every entry when it found more."""
+    cp = cupy()
     low = cp.full(1, _NO_KEY, dtype=cp.uint64)
     count = cp.zeros(1, dtype=cp.uint64)
     while True:
         vals = cp.empty(room, dtype=cp.float64)
         ids = cp.empty(room, dtype=cp.int64)
-        fn((_scan_grid(rows, cols),), (SCAN_THREADS,),
-           (h1, s1, np.int64(rows), h2, s2, np.int64(cols), sketch, np.int32(d), np.int32(log2b),
-            none if bits is None else bits, np.int32(sreps), np.int32(log2g), np.int64(r0),
-            np.int64(c0),
-            np.int64(p), none if diagonal is None else diagonal, np.int32(flags),
-            np.float64(lim), np.float64(cut), vals, ids, count, np.int64(room), low),
-           shared_mem=smem)
+        launch(vals, ids, count, room, low)
         n = int(count.get()[0])
         if n <= room:
             return vals[:n], ids[:n], _key_value(int(low.get()[0]))
@@ -235,6 +249,48 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
         room = n                        # once more, with room for every entry
         count.fill(0)
         low.fill(_NO_KEY)
+
+
+def pruned_select(h1, s1, r0: int, h2, s2, sketch, gram: bool, bits, items, item_rep, starts,
+                  members, *, by_abs: bool, skip_diagonal: bool, lim: float, cut: float,
+                  room: int = 1 << 16):
+    """The entries of rows r0.. (hashed in h1/s1, (d, rows)) against all columns (h2/s2,
+    (d, p)) of an FWHT sketch whose key reaches ``lim`` > 0, found from the heavy buckets
+    ``items`` (int64; -1: a Gram product's blind bucket) of repetitions ``item_rep`` (int32)
+    through the columns sorted by bucket (``starts`` (d, b + 1), ``members`` (d, p)) and the
+    exact heavy-bucket bitmap ``bits`` (:func:`heavy_bits` with log2g = 0): (estimates,
+    flat ids, largest key below ``cut`` among the entries evaluated).  Gram: the strict
+    upper triangle, without the diagonal.  See ``pruned_tile`` in estimate.cu."""
+    d, rows = h1.shape
+    p = h2.shape[1]
+    log2b = sketch.shape[1].bit_length() - 1
+    if d > MAXDS[-1] or log2b > 31:
+        raise ValueError(f"reps={d}, 2^{log2b} buckets: the GPU query kernels take at most "
+                         f"{MAXDS[-1]} repetitions and 2^31 buckets")
+    maxd = next(x for x in MAXDS if x >= d)
+    fn = ESTIMATE.function(f"pruned_tile<{maxd},{'true' if gram else 'false'}>")
+    flags = (1 if by_abs else 0) | (2 if skip_diagonal else 0)
+    total = int(items.size) * rows
+    return _selected(lambda vals, ids, count, room, low: fn(
+        (_grid(total),), (THREADS,),
+        (h1, s1, np.int64(rows), np.int64(r0), h2, s2, np.int64(p), sketch, np.int32(d),
+         np.int32(log2b), bits, items, item_rep, np.int64(items.size), starts, members,
+         np.int32(flags), np.float64(lim), np.float64(cut), vals, ids, count, np.int64(room),
+         low)), room)
+
+
+def bucket_members(h, b: int):
+    """(starts (d, b + 1), members (d, n)) of the (d, n) buckets ``h`` (CuPy): per repetition
+    t the indices in bucket v are members[t, starts[t, v]:starts[t, v + 1]], increasing
+    (:func:`pagh_mm.compiled.bucket_members` on the GPU)."""
+    cp = cupy()
+    d, n = h.shape
+    members = cp.empty((d, n), dtype=cp.int64)
+    starts = cp.zeros((d, b + 1), dtype=cp.int64)
+    for t in range(d):
+        members[t] = cp.argsort(h[t], kind="stable")
+        cp.cumsum(cp.bincount(h[t], minlength=b), out=starts[t, 1:])
+    return starts, members
 
 
 def scatter_dense(X, indptr, keys, sgn, rows: int):
