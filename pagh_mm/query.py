@@ -45,10 +45,11 @@ CROWDED = 64
 #: until one admits the pool (:func:`_pruned`).
 PRUNE_COST = 0.25
 PRUNE_FRACTIONS = (2.0 ** -8, 2.0 ** -6)
-#: GPU: the limits a pruned scan without a cut tries make this many pools of buckets heavy in
-#: repetition 0; it pays when the (row, heavy bucket) pairs it visits are at most this
-#: fraction of the entries a scan evaluates (besides :data:`PRUNE_COST`).
-GPU_PRUNE_POOLS = (4, 32)
+#: The limits a pruned scan without a cut tries first make this many pools (cap + 1) of buckets
+#: heavy in repetition 0 (then, on the CPU, :data:`PRUNE_FRACTIONS` of them).  GPU: it pays
+#: when the (row, heavy bucket) pairs it visits are at most GPU_PRUNE_THREADS of the entries a
+#: scan evaluates (besides :data:`PRUNE_COST`).
+PRUNE_POOLS = (4, 32)
 GPU_PRUNE_THREADS = 0.25
 #: Rows per call of the pruned kernel (its per-row buffers).
 PRUNE_ROWS = 8192
@@ -296,9 +297,9 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     are among the entries those buckets point to (:func:`pagh_mm.compiled.pruned_scan`,
     ``pruned_tile`` of ``pagh_mm/cuda/estimate.cu``); every other entry's key is at most the
     largest magnitude of the other buckets, below L.  With a cut, L is the cut; without one,
-    L is lowered through :data:`PRUNE_FRACTIONS` of heavy buckets (GPU:
-    :data:`GPU_PRUNE_POOLS` pools of them) until at least cap + 1 entries reach it (then
-    they hold the cap + 1 largest keys).  None when no limit pays (:data:`PRUNE_COST`) or
+    L is lowered through :data:`PRUNE_POOLS` pools of heavy buckets (then, on the CPU,
+    :data:`PRUNE_FRACTIONS` of them) until at least cap + 1 entries reach it (then they hold
+    the cap + 1 largest keys).  None when no limit pays (:data:`PRUNE_COST`) or
     the memory for it is not there: the caller scans."""
     gpu = cp.backend.gpu
     xp = cp.backend.xp
@@ -313,8 +314,8 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
         limits = [cut] if cut > 0 else []
     else:
         mags = xp.sort(xp.abs(sketch[0]) * factor)[::-1]
-        counts = [c * (cap + 1) for c in GPU_PRUNE_POOLS] if gpu else \
-            [int(f * b) for f in PRUNE_FRACTIONS]
+        counts = [c * (cap + 1) for c in PRUNE_POOLS] + \
+            ([] if gpu else [int(f * b) for f in PRUNE_FRACTIONS])
         limits = sorted({float(mags[min(b - 1, max(c, cap + 1))]) for c in counts},
                         reverse=True)
         limits = [x for x in limits if x > 0]
