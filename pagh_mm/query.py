@@ -39,10 +39,10 @@ DEFAULT_ROUNDS = 4
 #: A later round whose scan is predicted to return more than this many noise entries per
 #: entry that can reach the cut stops and asks for more buckets instead.
 CROWDED = 64
-#: A CPU scan of a five-repetition FWHT sketch evaluates only the entries that heavy
-#: buckets point to when that visits at most this fraction of the entries a scan evaluates;
-#: without a cut, it tries limits that make these fractions of the buckets heavy, in turn,
-#: until one admits the pool (:func:`_pruned`).
+#: A scan of an FWHT sketch (on the CPU: of five repetitions) evaluates only the entries
+#: that heavy buckets point to when that visits at most this fraction of the entries a scan
+#: evaluates; without a cut, it tries limits that make PRUNE_POOLS pools and then (CPU)
+#: these fractions of the buckets heavy, in turn, until one admits the pool (:func:`_pruned`).
 PRUNE_COST = 0.25
 PRUNE_FRACTIONS = (2.0 ** -8, 2.0 ** -6)
 #: The limits a pruned scan without a cut tries first make this many pools (cap + 1) of buckets
