@@ -267,10 +267,11 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, dev
     check_outputs([out_json], force=force)
     dev = _device(device)
     if dev == "cpu":
-        if buckets is not None or staged or sparse:
-            raise click.UsageError("--buckets, --staged and --sparse apply to the GPU benchmark "
-                                   "only (the CPU benchmark uses b = 16384, compmatmul's size, "
-                                   "and has its own sparse row)")
+        if buckets is not None or staged or sparse or tuple(per_vector) != (16,):
+            raise click.UsageError("--buckets, --staged, --sparse and --per-vector apply to the "
+                                   "GPU benchmark only (the CPU benchmark uses b = 16384, "
+                                   "compmatmul's size, and has its own sparse row)"
+                                   + ("" if device == "cpu" else "; no GPU was found"))
         from . import cpubench
         res = cpubench.run(sizes=sizes or (1024, 4096), planted=min(planted, min(sizes or (1024,))),
                            reps=reps or 5, echo=click.echo,

@@ -331,8 +331,11 @@ def test_bench_json_force_and_atomic(files, monkeypatch):
     assert run(fwht_main, ["bench", "--min-log2n", 20, "--max-log2n", 10])[0] == 2
     code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
                                  "--sparse", 65536])
-    assert code == 2 and "--sparse apply to the GPU benchmark" in text
+    assert code == 2 and "--per-vector apply to the GPU benchmark" in text
     assert not (tmp / "s.json").exists()
+    code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
+                                 "--per-vector", 64])
+    assert code == 2 and "GPU benchmark only" in text and not (tmp / "s.json").exists()
 
 
 def test_accuracy_out_dir_force(tmp_path):
