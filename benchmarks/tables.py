@@ -148,12 +148,18 @@ def pagh_mm_sparse(records) -> list[str]:
             if r.get("kind") != "sparse":
                 continue
             sp = _s(r["spgemm_s"]) if "spgemm_s" in r else "out of memory"
-            out.append([r["n"], r["per_vector"], r["buckets"], _s(r["sketch_s"]),
+            b = r["buckets"]
+            if r.get("buckets_final", b) != b:
+                b = f"{b} -> {r['buckets_final']}"
+            elif "grown to" in (r.get("chosen") or ""):
+                b = f"{b} (grown by the first query)"
+            out.append([r["n"], r["per_vector"], b, _s(r["sketch_s"]),
                         _s(r["topk_s"]), "yes" if r["certified"] else "no", f"{r['recall']:.3f}",
                         f"{r['sketch_ratio_floor']:.0f}", sp,
                         f"{r['sketch_vs_spgemm']:.2f}x" if "spgemm_s" in r else "-",
                         f"{r['speedup_vs_spgemm']:.2f}x" if "spgemm_s" in r else "-"])
-    return _table(["n", "values per vector", "buckets (auto)", "sketch", "certified top-k",
+    return _table(["n", "non-zeros per column of A / row of B", "buckets (auto)", "sketch",
+                   "certified top-k",
                    "certified", "recall", "sketch x floor", "SpGEMM + top-k",
                    "sketch vs SpGEMM", "total vs SpGEMM"], out)
 
