@@ -246,11 +246,13 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
               help="GPU: also time the staged compression (scatter, transforms and products "
                    "as separate kernels) that the fused kernel replaces.")
 @click.option("--sparse", "sparse", multiple=True, type=click.IntRange(1024, None),
-              help="GPU: also sparse planted products of this size n (repeatable, e.g. 65536 "
-                   "... 1048576) against cuSPARSE SpGEMM + top-k; without --size, only these.")
+              help="Also sparse planted products of this size n (repeatable, e.g. 65536 ... "
+                   "1048576), automatic parameters, against cuSPARSE SpGEMM + top-k on the GPU, "
+                   "SciPy and sparse_dot_topn on the CPU; without --size, only these.")
 @click.option("--per-vector", "per_vector", multiple=True, type=click.IntRange(1, None),
               default=(16,), show_default=True,
-              help="GPU sparse rows: +-1 values per column of A and row of B (repeatable).")
+              help="Sparse rows: +-1 values per column of A and row of B (repeatable on the "
+                   "GPU).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
               show_default=True, help="Where to write the results.")
@@ -267,15 +269,21 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, dev
     check_outputs([out_json], force=force)
     dev = _device(device)
     if dev == "cpu":
-        if buckets is not None or staged or sparse or tuple(per_vector) != (16,):
-            raise click.UsageError("--buckets, --staged, --sparse and --per-vector apply to the "
-                                   "GPU benchmark only (the CPU benchmark uses b = 16384, "
-                                   "compmatmul's size, and has its own sparse row)"
+        if buckets is not None or staged:
+            raise click.UsageError("--buckets and --staged apply to the GPU benchmark only (the "
+                                   "CPU benchmark uses b = 16384, compmatmul's size)"
                                    + ("" if device == "cpu" else "; no GPU was found"))
+        if len(per_vector) > 1:
+            raise click.UsageError("the CPU benchmark takes one --per-vector value")
         from . import cpubench
-        res = cpubench.run(sizes=sizes or (1024, 4096), planted=min(planted, min(sizes or (1024,))),
+        kw = {}
+        if sparse:                  # the large sparse rows; the other cases only with --size
+            kw = dict(scale=tuple(sparse), sparse_per_vector=per_vector[0],
+                      cases=("dense",) if sizes else ())
+        res = cpubench.run(sizes=sizes or (1024, 4096),
+                           planted=min(planted, min(sizes or sparse or (1024,))),
                            reps=reps or 5, echo=click.echo,
-                           command="pagh-mm " + " ".join(sys.argv[1:]))
+                           command="pagh-mm " + " ".join(sys.argv[1:]), **kw)
         io.write_json(out_json, res)
         click.echo(f"wrote {out_json}")
         return

@@ -15,6 +15,9 @@ Cases (each a block of table rows, one per implementation):
   SciPy ``A @ B`` + top-k, ``sparse_dot_topn.sp_matmul_topn`` (per-row top-n by value: two
   calls, on A and -A, with top_n = k, merged into the global top-k by magnitude; the global
   top-k is always among them), compmatmul-fwht on densified inputs when memory allows.
+- ``scale`` (``scale=(n, ...)``): the sparse case at large n with automatic parameters: ours
+  ``compress(A, B, k=k)`` + ``top_k(k, verify=True)`` (the first query may recompress with
+  the buckets its certificate asks for: timed), SciPy and sparse_dot_topn as above.
 - ``cooccurrence``: the binary documents x terms matrix of the standard library's sources
   (:func:`pagh_mm.corpus.cooccurrence`), the off-diagonal top-k of X.T @ X by value (the
   most co-occurring pairs of identifiers): ours ``compress_gram(X, k=k)`` then
@@ -181,7 +184,7 @@ def _answer(rows, cols, values, **extra):
             "values": np.asarray(values, dtype=np.float64).tolist(), **extra}
 
 
-def _ours(inputs, prm, method="fwht", gram=False):
+def _ours(inputs, prm, method="fwht", gram=False, auto=False):
     import pagh_mm
     info = {}
 
@@ -189,6 +192,9 @@ def _ours(inputs, prm, method="fwht", gram=False):
         prof = {}
         if gram:
             sk = pagh_mm.compress_gram(inputs["X"], k=prm["k"], seed=prm["seed"], profile=prof)
+        elif auto:
+            sk = pagh_mm.compress(inputs["A"], inputs["B"], k=prm["k"], seed=prm["seed"],
+                                  profile=prof)
         else:
             sk = pagh_mm.compress(inputs["A"], inputs["B"], buckets=prm["buckets"], reps=prm["reps"],
                                   method=method, seed=prm["seed"], profile=prof)
@@ -269,6 +275,9 @@ IMPLS = {
     ("sparse", "scipy"): _scipy,
     ("sparse", "sparse_dot_topn"): _sdt,
     ("sparse", "compmatmul-fwht"): lambda i, p: _compmatmul(i, p, "fwht"),
+    ("scale", "ours-auto"): lambda i, p: _ours(i, p, auto=True),
+    ("scale", "scipy"): _scipy,
+    ("scale", "sparse_dot_topn"): _sdt,
     ("cooccurrence", "ours"): lambda i, p: _ours(i, p, gram=True),
     ("cooccurrence", "scipy"): lambda i, p: _scipy(i, p, gram=True),
     ("cooccurrence", "sparse_dot_topn"): lambda i, p: _sdt(i, p, gram=True),
@@ -615,8 +624,37 @@ def _peer_versions(peers_mods) -> dict:
     return out
 
 
+def _scale_case(n, per_vector, planted, magnitude, prm, repeats, isolate, tmp, peers,
+                echo) -> list:
+    """A large sparse planted product with automatic parameters (the buckets a certified
+    top-k needs, grown by the first query when they are too few: the time includes it)
+    against SciPy's exact product and sparse_dot_topn."""
+    data = synthetic.sparse_planted(n, per_vector, planted, min(magnitude, n), seed=n)
+    size = f"n={n}, {per_vector}/vector"
+    impls = ["ours-auto", "scipy", "sparse_dot_topn"]
+    res = _child_case("scale", impls, {"A": data.A, "B": data.B}, prm, repeats, isolate, tmp,
+                      peers, {})
+    rows = []
+    for impl in impls:
+        r = res[impl]
+        if "skip" in r:
+            rows.append(_skip("scale", size, impl, r["skip"]))
+            continue
+        row = _row("scale", size, impl, r, shape=[n, n, n], planted=planted,
+                   magnitude=data.magnitude, nnz=[int(data.A.nnz), int(data.B.nnz)])
+        if "rows" in r:
+            row["recall"] = synthetic.recall(data.rows, data.cols, r["rows"], r["cols"])
+        if impl == "ours-auto":
+            row["answer"] = ("compress(A, B, k=k) + top_k(k, verify=True): automatic buckets, "
+                             "grown by the first query when the certificate asks (timed)")
+        if impl == "sparse_dot_topn":
+            row["answer"] = "per-row top-n by value (two calls: A and -A), merged to a global top-k"
+        rows.append(row)
+    return rows
+
+
 def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=16384, echo=print,
-        repeats=3, *, dense_magnitude=0.25, sparse_n=8192, sparse_per_vector=16,
+        repeats=3, *, scale=(), dense_magnitude=0.25, sparse_n=8192, sparse_per_vector=16,
         sparse_magnitude=256, k=100, corpus_min_df=2, corpus_lines=50, corpus_roots=None,
         corpus_repeats=None, cases=("dense", "sparse", "cooccurrence"), isolate=True, seed=1,
         command: str | None = None) -> dict:
@@ -628,7 +666,9 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
     ``corpus_*``: :func:`pagh_mm.corpus.cooccurrence`'s max_terms, min_df, lines_per_doc and
     roots; ``corpus_repeats``: timed runs of that case (default: ``repeats``);
     ``cases``: which to run; ``isolate``: sparse and co-occurrence implementations in child
-    processes (peak memory measured), else in this one."""
+    processes (peak memory measured), else in this one; ``scale``: sizes n of large sparse
+    planted products (``sparse_per_vector`` per vector) compressed with automatic
+    parameters, after the other cases."""
     cases = tuple(cases)
     corpus_repeats = repeats if corpus_repeats is None else corpus_repeats
     unknown = set(cases) - {"dense", "sparse", "cooccurrence"}
@@ -679,6 +719,12 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
             _ratios(block)
             _echo_rows(block, echo)
             rows += block
+        for n in scale:
+            block = _scale_case(n, sparse_per_vector, min(planted, n), sparse_magnitude,
+                                dict(prm, k=min(planted, n)), repeats, isolate, tmp, peers, echo)
+            _ratios(block)
+            _echo_rows(block, echo)
+            rows += block
         if "cooccurrence" in cases:
             from . import corpus
             corp = corpus.cooccurrence(max_terms=corpus_terms, min_df=corpus_min_df,
@@ -694,7 +740,7 @@ def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=163
     settings = {"sizes": list(sizes), "planted": planted, "dense_magnitude": dense_magnitude,
                 "buckets": buckets, "reps": reps, "seed": seed, "repeats": repeats, "k": k,
                 "sparse": {"n": sparse_n, "per_vector": sparse_per_vector,
-                           "magnitude": sparse_magnitude},
+                           "magnitude": sparse_magnitude}, "scale": list(scale),
                 "corpus": corpus_desc, "corpus_repeats": corpus_repeats, "cases": list(cases),
                 "isolate": isolate, "compmatmul_hash": CM_HASH, "loadavg_1m": [load0, _load()],
                 "numba_threads": threads,

@@ -330,12 +330,18 @@ def test_bench_json_force_and_atomic(files, monkeypatch):
     assert code == 0 and json.loads(out.read_text())["sizes"] == [128]
     assert run(fwht_main, ["bench", "--min-log2n", 20, "--max-log2n", 10])[0] == 2
     code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
-                                 "--sparse", 65536])
-    assert code == 2 and "--per-vector apply to the GPU benchmark" in text
+                                 "--staged"])
+    assert code == 2 and "--staged apply to the GPU benchmark" in text
     assert not (tmp / "s.json").exists()
     code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
-                                 "--per-vector", 64])
-    assert code == 2 and "GPU benchmark only" in text and not (tmp / "s.json").exists()
+                                 "--sparse", 4096, "--per-vector", 8, "--per-vector", 16])
+    assert code == 2 and "one --per-vector" in text and not (tmp / "s.json").exists()
+    seen = {}
+    monkeypatch.setattr("pagh_mm.cpubench.run", lambda **kw: seen.update(kw) or {"rows": []})
+    code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
+                                 "--sparse", 4096, "--per-vector", 8])
+    assert code == 0 and seen["scale"] == (4096,) and seen["sparse_per_vector"] == 8
+    assert seen["cases"] == () and seen["planted"] == 300
 
 
 def test_accuracy_out_dir_force(tmp_path):

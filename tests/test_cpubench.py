@@ -166,3 +166,19 @@ def test_isolated_children_measure_memory(tmp_path, monkeypatch):
 def test_bad_case():
     with pytest.raises(ValueError, match="cases"):
         cpubench.run(cases=("gpu",), echo=lambda s: None)
+
+
+def test_scale_rows_use_automatic_parameters(monkeypatch):
+    """``scale=(n,)``: the large sparse case with automatic parameters (ours-auto: compress(A, B,
+    k=k) + a certified top-k) against SciPy, with recall, the buckets used and the ratios."""
+    _no_peers(monkeypatch)
+    rec = cpubench.run(**dict(TINY, planted=20), cases=(), scale=(2048,), isolate=False,
+                       echo=lambda s: None)
+    provenance.validate(rec)
+    got = {(r["case"], r["impl"]): r for r in rec["rows"]}
+    assert set(got) == {("scale", i) for i in ("ours-auto", "scipy", "sparse_dot_topn")}
+    ours = got["scale", "ours-auto"]
+    assert not ours["skipped"] and ours["recall"] == 1.0 and ours["certified"]
+    assert ours["buckets"] >= 1024 and "automatic" in ours["answer"]
+    assert ours["best_peer"] == "scipy" and got["scale", "scipy"]["recall"] == 1.0
+    assert rec["settings"]["scale"] == [2048]
