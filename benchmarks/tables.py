@@ -216,7 +216,8 @@ TABLES = {
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
     "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session13-sparse-bench.json"]),
-    "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json"]),
+    "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json",
+                                  "cpu-xeon/session13-cpubench-scale-262144.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
 }
 
