@@ -555,20 +555,32 @@ def _sparse_case(n, per_vector, planted, magnitude, prm, repeats, isolate, tmp, 
     impls = ["ours-fwht", "scipy", "sparse_dot_topn", "compmatmul-fwht"]
     res = _child_case("sparse", impls, {"A": data.A, "B": data.B}, prm, repeats, isolate, tmp,
                       peers, skip)
+    return _planted_rows("sparse", size, impls, res, data, planted, n)
+
+
+#: What each sparse implementation's row answers, where that needs saying.
+ANSWERS = {
+    "sparse_dot_topn": "per-row top-n by value (two calls: A and -A), merged to a global top-k",
+    "compmatmul-fwht": "densified inputs (densifying not timed)",
+    "ours-auto": ("compress(A, B, k=k) + top_k(k, verify=True): automatic buckets, grown by the "
+                  "first query when the certificate asks (timed)"),
+}
+
+
+def _planted_rows(case, size, impls, res, data, planted, n) -> list:
+    """Table rows of a sparse planted case's results (recall against the planted entries)."""
     rows = []
     for impl in impls:
         r = res[impl]
         if "skip" in r:
-            rows.append(_skip("sparse", size, impl, r["skip"]))
+            rows.append(_skip(case, size, impl, r["skip"]))
             continue
-        row = _row("sparse", size, impl, r, shape=[n, n, n], planted=planted,
+        row = _row(case, size, impl, r, shape=[n, n, n], planted=planted,
                    magnitude=data.magnitude, nnz=[int(data.A.nnz), int(data.B.nnz)])
         if "rows" in r:
             row["recall"] = synthetic.recall(data.rows, data.cols, r["rows"], r["cols"])
-        if impl == "sparse_dot_topn":
-            row["answer"] = "per-row top-n by value (two calls: A and -A), merged to a global top-k"
-        if impl.startswith("compmatmul"):
-            row["answer"] = "densified inputs (densifying not timed)"
+        if impl in ANSWERS:
+            row["answer"] = ANSWERS[impl]
         rows.append(row)
     return rows
 
@@ -634,23 +646,7 @@ def _scale_case(n, per_vector, planted, magnitude, prm, repeats, isolate, tmp, p
     impls = ["ours-auto", "scipy", "sparse_dot_topn"]
     res = _child_case("scale", impls, {"A": data.A, "B": data.B}, prm, repeats, isolate, tmp,
                       peers, {})
-    rows = []
-    for impl in impls:
-        r = res[impl]
-        if "skip" in r:
-            rows.append(_skip("scale", size, impl, r["skip"]))
-            continue
-        row = _row("scale", size, impl, r, shape=[n, n, n], planted=planted,
-                   magnitude=data.magnitude, nnz=[int(data.A.nnz), int(data.B.nnz)])
-        if "rows" in r:
-            row["recall"] = synthetic.recall(data.rows, data.cols, r["rows"], r["cols"])
-        if impl == "ours-auto":
-            row["answer"] = ("compress(A, B, k=k) + top_k(k, verify=True): automatic buckets, "
-                             "grown by the first query when the certificate asks (timed)")
-        if impl == "sparse_dot_topn":
-            row["answer"] = "per-row top-n by value (two calls: A and -A), merged to a global top-k"
-        rows.append(row)
-    return rows
+    return _planted_rows("scale", size, impls, res, data, planted, n)
 
 
 def run(sizes=(1024, 4096), planted=100, reps=5, buckets=16384, corpus_terms=16384, echo=print,
