@@ -64,16 +64,14 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     keys = xp.arange(m, dtype=xp.int64)
     row = hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0]
     sign = hashing.sign_table(params, 1, keys, xp)[0]
-    G = None if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES else \
-        be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
-    if G is None:
+    if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES:
         Gt = xp.zeros((m, rows))                # G^T dense: a sparse-dense product (SpMM)
         Gt[keys, row] = sign
         GA = xp.asarray(A.T.astype(np.float64) @ Gt).T
-    elif is_sparse(A):
-        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray())
     else:
-        GA = xp.asarray(G @ xp.asarray(A, dtype=xp.float64))
+        G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
+        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray()) if is_sparse(A) else \
+            xp.asarray(G @ xp.asarray(A, dtype=xp.float64))
     if is_sparse(B):
         Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
     else:

@@ -38,6 +38,7 @@ class Side:
         self._positions = None
         self._hs = None
         self._ptr = None
+        self._most: dict[int, int] = {}     # most_values per block size
 
     def most_values(self, block: int) -> int:
         """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
@@ -45,7 +46,6 @@ class Side:
             return 0
         if self._ptr is None:                 # one host copy of the index, for every block size
             self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
-            self._most = {}
         n = self._ptr.size - 1
         if n == 0:
             return 0
