@@ -88,6 +88,8 @@ def _pairs(tab, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, hh, xx):
             ip = iA[p] if byA else p
             hp = hA[ip, t]
             xp = sA[ip, t] * vA[p]
+            if xp == 0.0:                            # a row left out of a bit sketch
+                continue
             if gram:
                 u = p - a0
                 row[0] += xp * xp

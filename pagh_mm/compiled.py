@@ -227,10 +227,11 @@ class Fused:
     ``pairs`` (exact integer products of sparse factors only, see :func:`exact_integers`):
     an inner index whose stored values form at most :attr:`pair_limit` pairs is added pair by
     pair to a time-domain table (:meth:`direct`) instead of transformed (the SpGEMM's
-    multiplications without its output): the same exact sum, so the same bits."""
+    multiplications without its output): the same exact sum, so the same bits.
+    ``direct_only``: every inner index is (the caller checked); no transform buffers."""
 
     def __init__(self, plan, reps: int, chunk: int = CHUNK, threads: int | None = None,
-                 sides: int = 2, pairs: bool = False):
+                 sides: int = 2, pairs: bool = False, direct_only: bool = False):
         import numba
         self.plan, self.d, self.b, self.chunk = plan, reps, plan.n, chunk
         self.dtype = np.dtype(plan.dtype)
@@ -243,8 +244,14 @@ class Fused:
         log2b = self.b.bit_length() - 1
         # a pair costs one random update per repetition; a transform d b log2(b) butterflies
         # per side, which run about PAIR_COST times faster each
-        self.pair_limit = sides * self.b * max(log2b, 1) // PAIR_COST if pairs else 0
+        self.pair_limit = self.pair_limit_of(self.b, sides) if pairs else 0
+        self.direct_only = bool(direct_only and pairs)
         self._work = None
+
+    @staticmethod
+    def pair_limit_of(b: int, sides: int) -> int:
+        """Most pairs of stored values an inner index adds directly (see the class)."""
+        return sides * b * max(b.bit_length() - 1, 1) // PAIR_COST
 
     @property
     def block(self) -> int:
@@ -254,6 +261,8 @@ class Fused:
     def bytes(self) -> int:
         """Working memory (allocated once), besides the input vectors."""
         levels = self.chunk.bit_length() - 1
+        if self.direct_only:
+            return self.nchunk * 8 * self.d * self.b
         per = (levels + 4) * self.d * self.b * self.dtype.itemsize + \
             (0 if self.dtype == np.float64 else 8 * self.d * self.b) + \
             (8 * self.d * self.b if self.pair_limit else 0)
@@ -263,6 +272,11 @@ class Fused:
         if self._work is None:
             n, d, b, dt = self.nchunk, self.d, self.b, self.dtype
             levels = self.chunk.bit_length() - 1
+            if self.direct_only:        # the tree's bookkeeping only; the time-domain table
+                none = np.empty((n, 1, 1), dt)
+                self._work = (np.empty((n, levels + 2, 1, 1), dt), none, none,
+                              np.empty((n, 1, 1), np.float64), np.zeros((n, d, b), np.float64))
+                return self._work
             self._work = (np.empty((n, levels + 2, d, b), dt), np.empty((n, d, b), dt),
                           np.empty((n, d, b), dt),
                           np.empty((n, d, b) if dt != np.float64 else (n, 1, 1), np.float64),
@@ -281,7 +295,8 @@ class Fused:
         if limit:
             ptr = (va if gram else vb)[1]
             most = max(1, int(np.diff(ptr).max(initial=0)))
-        nodes = np.empty((self.nchunk, self.d, self.b), dtype=self.dtype)
+        nodes = np.empty((self.nchunk,) + ((1, 1) if self.direct_only else (self.d, self.b)),
+                         dtype=self.dtype)
         flags = np.zeros(self.nchunk, dtype=np.bool_)
         fused(*A, *B, gram, present, nb, self.chunk, self.bits, self.block_bits,
               self.dtype == np.float64, limit, *self._buffers(), most, nodes, flags)

@@ -8,7 +8,7 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import certificate, hashing, query, sketchfile
+from . import certificate, decode, hashing, query, sketchfile
 from .backend import Backend, cpu, gpu, is_sparse
 from .convolution import combine_index
 from .exact import ExactValueWarning, exact_pair  # noqa: F401
@@ -37,6 +37,7 @@ class CompressedProduct:
     factors: list = field(default_factory=list)
     chosen: object = None         # pagh_mm.auto.Choice: how buckets and reps were chosen
     diagonal: object = None       # Gram sketches: the exact diagonal of C (m,), float64
+    bits: object = None           # pagh_mm.decode.BitSketch: what decoding reads, or None
 
     @property
     def gram(self) -> bool:
@@ -154,6 +155,20 @@ class CompressedProduct:
             raise ValueError(f"failure_probability={failure_probability!r} must be a number in "
                              "(0, 1), e.g. 1e-3")
 
+    def _decoding(self, method, verify: bool) -> bool:
+        """Whether a query decodes (``method`` checked: "auto", "scan" or "decode")."""
+        if method not in ("auto", "scan", "decode"):
+            raise ValueError(f"method={method!r}: choose 'auto', 'scan' or 'decode'")
+        if method == "decode":
+            if not verify:
+                raise ValueError("method='decode' proposes candidates that are then verified "
+                                 "exactly: use verify=True, or method='scan'")
+            if self.bits is None:
+                raise ValueError("method='decode' needs the bit sketches: compress with "
+                                 "decode=True (this sketch has none), or use method='scan'")
+            return True
+        return method == "auto" and verify and decode.pays(self)
+
     def _certified(self, run):
         """``run()``, a certified search; when it reports that more buckets are needed and
         this sketch was sized automatically from its factors, the sketch is rebuilt once
@@ -169,11 +184,12 @@ class CompressedProduct:
             new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
                            method=self.method, dtype=self.dtype_object(), algorithm=self.algorithm,
                            stabilizer=self.stabilizer, hash=self.params.family, gram=self.gram,
-                           check_finite=False)
+                           decode=self.bits is not None, check_finite=False)
         except MemoryError:
             return out
         from .auto import Choice
-        self.sketch, self.params, self.log2b = new.sketch, new.params, new.log2b
+        self.sketch, self.params, self.log2b, self.bits = new.sketch, new.params, new.log2b, \
+            new.bits
         self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
                              f"auto: grown to {new.buckets} buckets by a verified query "
                              f"({self.chosen.reason})")
@@ -206,7 +222,7 @@ class CompressedProduct:
     def top_k(self, k: int, *, verify: bool = False, by: str = "abs", candidates: int | None = None,
               failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
               rounds: int = query.DEFAULT_ROUNDS, exclude_diagonal: bool = False,
-              progress=None) -> Entries:
+              method: str = "auto", progress=None) -> Entries:
         """The k entries with the largest estimates (``by="abs"``: magnitude, or ``"value"``),
         never holding an m x p array; ties go to the smaller row-major index.
 
@@ -219,13 +235,21 @@ class CompressedProduct:
         found, ``certified=False``, with a :class:`CertificateWarning` naming what to raise.
 
         ``exclude_diagonal``: leave the entries C[i, i] out (the variances of a covariance,
-        the self-similarities of a Gram product)."""
+        the self-similarities of a Gram product).
+
+        ``method``: how a verified query finds its candidates: "scan" (every entry's
+        estimate, or the entries heavy buckets point to), "decode" (read the rows of the
+        entries that dominate their buckets off the bit sketches, :mod:`pagh_mm.decode`;
+        needs ``compress(..., decode=True)``), or "auto": decoding when the sketch has bit
+        sketches and reading them costs less than a scan.  Either way the answer is verified
+        and certified the same way; an unverified query always scans."""
         xp = self.backend.xp
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
             raise ValueError(f"k={k!r} must be an integer >= 1")
         size = self._size(exclude_diagonal)
         k = int(min(k, size))
         self._check_query(by, candidates if verify else None, failure_probability, rounds, k)
+        decoding = self._decoding(method, verify)
         if k == 0:
             empty = xp.empty(0, xp.int64)
             if not verify:
@@ -243,7 +267,8 @@ class CompressedProduct:
         found, ok, mg, sigma, advice = self._certified(lambda: query.search(
             self, query.Target(by, k=k, exclude_diagonal=exclude_diagonal),
             delta=failure_probability, candidates=budget,
-            rounds=rounds, first_pool=min(budget, query.first_pool(k)), progress=progress))
+            rounds=rounds, first_pool=min(budget, query.first_pool(k)), progress=progress,
+            decoding=decoding))
         order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
         if not ok:
             query.warn_uncertified(f"top_k({k})", advice)
@@ -254,7 +279,7 @@ class CompressedProduct:
               candidates: int | None = None,
               failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
               rounds: int = query.DEFAULT_ROUNDS, exclude_diagonal: bool = False,
-              progress=None) -> Entries:
+              method: str = "auto", progress=None) -> Entries:
         """Every entry whose estimate (magnitude with by='abs') is >= threshold, found tile
         by tile, largest first (ties: smaller row-major index first); ``exclude_diagonal``
         as in :meth:`top_k`.
@@ -262,9 +287,11 @@ class CompressedProduct:
         ``verify=True``: every entry whose *exact* value passes, certified as
         :meth:`top_k` is: the scan keeps the entries whose estimate comes within the margin
         of the threshold, verifies them, and peels and scans again while the certificate
-        fails (``candidates``: most entries verified, default no limit but memory)."""
+        fails (``candidates``: most entries verified, default no limit but memory).
+        ``method`` as in :meth:`top_k`."""
         xp = self.backend.xp
         self._check_query(by, candidates if verify else None, failure_probability, rounds, 1)
+        decoding = self._decoding(method, verify)
         try:
             threshold = float(threshold)
         except (TypeError, ValueError):
@@ -285,7 +312,7 @@ class CompressedProduct:
             self, query.Target(by, threshold=threshold, exclude_diagonal=exclude_diagonal),
             delta=failure_probability,
             candidates=budget, rounds=rounds, first_pool=min(budget, query.FIRST_POOL_ABOVE),
-            progress=progress))
+            progress=progress, decoding=decoding))
         key = query.key_of(found.exact, by, xp)
         keep = xp.nonzero(key >= threshold)[0]
         order = keep[xp.lexsort(xp.stack([found.ids[keep], -key[keep]]))]
@@ -470,9 +497,14 @@ class CompressedProduct:
         # file) leaves the sum without any, rather than with some
         factors = self.factors + other.factors if self.factors and other.factors else []
         diagonal = self.diagonal + other.diagonal if self.gram else None
+        bits = None                 # decoding needs the bit sketches of every part
+        if self.bits is not None and other.bits is not None and \
+                (self.bits.reps, self.bits.bits) == (other.bits.reps, other.bits.bits):
+            bits = decode.BitSketch(self.bits.reps, self.bits.bits,
+                                    self.bits.sketch + other.bits.sketch)
         return CompressedProduct(self.sketch + other.sketch, self.params, self.shape, self.log2b,
                                  self.method, self.dtype, self.algorithm, self.stabilizer,
-                                 self.backend, factors, self.chosen, diagonal)
+                                 self.backend, factors, self.chosen, diagonal, bits)
 
     def to(self, device: str) -> "CompressedProduct":
         """A copy of the sketch on 'cpu' or 'gpu'.  The factors stay where they are: they come
@@ -483,19 +515,24 @@ class CompressedProduct:
         sk = be.xp.asarray(self.backend.asnumpy(self.sketch))
         factors = list(self.factors) if be.gpu == self.backend.gpu else []
         diagonal = None if not self.gram else be.xp.asarray(self.backend.asnumpy(self.diagonal))
+        bits = None if self.bits is None else decode.BitSketch(
+            self.bits.reps, self.bits.bits, be.xp.asarray(self.backend.asnumpy(self.bits.sketch)))
         return CompressedProduct(sk, self.params, self.shape, self.log2b, self.method, self.dtype,
                                  self.algorithm, self.stabilizer, be, factors, self.chosen,
-                                 diagonal)
+                                 diagonal, bits)
 
     def save(self, path) -> None:
-        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 3: every hash
-        parameter, a checksum), atomically."""
+        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 4: every hash
+        parameter, the bit sketches, a checksum), atomically."""
         sketchfile.write(path, {"sketch": self.backend.asnumpy(self.sketch), "shape": self.shape,
                                 "log2b": self.log2b, "method": self.method, "dtype": self.dtype,
                                 "algorithm": self.algorithm, "stabilizer": self.stabilizer,
                                 "hash": self.params,
                                 "diagonal": None if not self.gram else
-                                self.backend.asnumpy(self.diagonal)})
+                                self.backend.asnumpy(self.diagonal),
+                                "decode_reps": 0 if self.bits is None else self.bits.reps,
+                                "decode_sketch": None if self.bits is None else
+                                self.backend.asnumpy(self.bits.sketch)})
 
     @staticmethod
     def load(path, device: str = "cpu") -> "CompressedProduct":
@@ -506,6 +543,8 @@ class CompressedProduct:
         f = sketchfile.read(path)
         be = {"cpu": cpu, "gpu": gpu}[device]()
         diagonal = None if f["diagonal"] is None else be.xp.asarray(f["diagonal"])
+        bits = None if f["decode_sketch"] is None else decode.BitSketch(
+            f["decode_reps"], decode.row_bits(f["shape"][0]), be.xp.asarray(f["decode_sketch"]))
         return CompressedProduct(be.xp.asarray(f["sketch"]), f["hash"], tuple(f["shape"]), f["log2b"],
                                  f["method"], f["dtype"], f["algorithm"], f["stabilizer"], be,
-                                 diagonal=diagonal)
+                                 diagonal=diagonal, bits=bits)

@@ -108,6 +108,9 @@ class HashParams:
     c: np.ndarray
     tables: np.ndarray | None
     coefficients: np.ndarray | None = None
+    #: Decoding pseudo-repetitions (:func:`with_row_bits`): per repetition, -1, or the bit
+    #: of the row index that multiplies s1 (rows whose bit is 0 are left out of the sketch).
+    row_bits: np.ndarray | None = None
 
     @staticmethod
     def draw(family: str, seed: int, reps: int) -> "HashParams":
@@ -153,12 +156,34 @@ class HashParams:
         return (self.family == other.family and self.seed == other.seed and self.reps == other.reps
                 and np.array_equal(self.a, other.a) and np.array_equal(self.c, other.c)
                 and same(self.tables, other.tables)
-                and same(self.coefficients, other.coefficients))
+                and same(self.coefficients, other.coefficients)
+                and same(self.row_bits, other.row_bits))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, HashParams) and self.same_as(other)
 
     __hash__ = None
+
+
+def with_row_bits(params: HashParams, reps: int, bits: int, main: bool = True) -> HashParams:
+    """``params`` (if ``main``) followed by reps x bits decoding pseudo-repetitions (t, l),
+    t < ``reps`` outer, l < ``bits`` inner: repetition t's functions, with s1(i) multiplied by
+    bit l of i.  Sketched with these, the pseudo-repetition (t, l) is repetition t's sketch
+    of the product with A's rows whose bit l is 0 left out (:mod:`pagh_mm.decode`)."""
+    if params.row_bits is not None:
+        raise ValueError("these hash parameters already carry decoding repetitions")
+    if not 0 <= reps <= params.reps:
+        raise ValueError(f"reps={reps} decoding repetitions: 0 .. {params.reps} (the sketch's)")
+    base = np.repeat(np.arange(reps), bits)
+    bit = np.tile(np.arange(bits), reps)
+    if main:
+        base = np.concatenate([np.arange(params.reps), base])
+        bit = np.concatenate([np.full(params.reps, -1), bit])
+
+    def take(x):
+        return None if x is None else np.ascontiguousarray(x[base])
+    return HashParams(params.family, params.seed, int(base.size), take(params.a), take(params.c),
+                      take(params.tables), take(params.coefficients), bit.astype(np.int64))
 
 
 def _raw(params: HashParams, role: int, keys, xp, affine: bool, reps=None):
@@ -236,7 +261,17 @@ def sign_table(params: HashParams, which: int, keys, xp=np, dtype=np.float64, re
     """s1 (which=1) or s2 (which=2) of ``keys``: +1 or -1 in ``dtype``, shape (reps, *keys.shape)."""
     keys = _keys(keys, xp)
     bit = (_raw(params, 1 + which, keys, xp, True, reps) >> np.uint64(63)).astype(xp.int8)
-    return (1 - 2 * bit).astype(dtype)
+    out = (1 - 2 * bit).astype(dtype)
+    if which == 1 and params.row_bits is not None:          # decoding: rows masked by a bit
+        t = np.arange(params.reps) if reps is None else np.atleast_1d(np.asarray(reps))
+        lbit = params.row_bits[t]
+        if (lbit >= 0).any():
+            shift = xp.asarray(np.maximum(lbit, 0).astype(np.uint64)).reshape(
+                (-1,) + (1,) * keys.ndim)
+            on = ((keys[None] >> shift) & np.uint64(1)).astype(dtype)
+            keep = xp.asarray(lbit < 0).reshape((-1,) + (1,) * keys.ndim)
+            out = xp.where(keep, out, out * on)
+    return out
 
 
 def buckets(params: HashParams, t: int, which: int, keys, log2b: int, xp=np):

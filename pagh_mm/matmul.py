@@ -11,6 +11,7 @@ from fwht_gpu import memory
 
 from . import backend as _be
 from . import auto, certificate, compiled, hashing, sketchfile
+from . import decode as _decode
 from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
 from .compressed import CompressedProduct
 from .convolution import METHODS, Accumulator
@@ -211,8 +212,16 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
     pairs = acc.dtype == np.float64 and all(s.sparse for s in sides) and \
         compiled.exact_integers(sides, b * _abs_product_bound(sides))
 
+    direct_only = False
+    if pairs:                   # every inner index added pair by pair: no transform buffers
+        na = np.diff(sides[0].M.indptr).astype(np.int64)
+        most = int((na * (na + 1) // 2 if len(sides) == 1 else
+                    na * np.diff(sides[1].M.indptr)).max(initial=0))
+        direct_only = most <= compiled.Fused.pair_limit_of(b, len(sides))
+
     def make(chunk, threads=None):
-        return compiled.Fused(acc.transform.plan, d, chunk, threads, len(sides), pairs)
+        return compiled.Fused(acc.transform.plan, d, chunk, threads, len(sides), pairs,
+                              direct_only)
 
     chunk = compiled.CHUNK
     engine = make(chunk)
@@ -340,7 +349,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
              failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
              method: str = "fwht", dtype=None, algorithm: str = "folklore",
              stabilizer: str | None = None, hash: str | None = None, gram: bool | None = None,
-             check_finite: bool = True, memory_budget: int | None = None, progress=None,
+             check_finite: bool = True, memory_budget: int | None = None,
+             decode: bool | str = "auto", progress=None,
              profile: dict | None = None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
 
@@ -378,6 +388,11 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     ``compress(X.T, X)``): see :func:`compress_gram`.  ``hash`` None: "multiply-add-shift",
     or "polynomial" for a Gram product.
 
+    ``decode``: also make the bit sketches that let verified queries decode the rows of
+    the large entries instead of scanning for them (:mod:`pagh_mm.decode`: bit_length(m - 1)
+    more sketches of the first repetition, in the same pass; not for Gram products); "auto":
+    for products of sparse factors with at least 2**32 entries.
+
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b).  ``seed``: any non-negative
     integer (None: a random one).  ``progress(stage, done, total)`` is called after
     each block.  ``profile``, a dict, receives the seconds spent in each stage
@@ -395,6 +410,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     clock = _Clock(be, profile)
     seed = hashing.check_seed(seed)
     _check_query_hint(k, threshold, failure_probability)
+    decode = _decode.check(decode)
     diagonal = _gram_diagonal(A, B, be, method, hash) if gram else None
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal,
@@ -404,15 +420,21 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     if be.gpu and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
     b = 1 << log2b     # before drawing d sets of hash parameters: d x b must fit at all
-    memory.check(reps * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
-                 f"{reps} repetitions of {b} buckets", "lower reps or buckets",
-                 device="gpu" if be.gpu else "cpu")
-    params = hashing.HashParams.draw(hash, seed, reps)
     m, n = A.shape
     p = B.shape[1]
-    sides = (Side(A, 1, params, log2b, be),) if gram else \
-        (Side(A, 1, params, log2b, be), Side(B, 2, params, log2b, be))
-    acc = Accumulator(method, reps, log2b, dt, algorithm, stabilizer, be.xp)
+    bits = _decode.row_bits(m) if _decode.wanted(decode, _be.is_sparse(A) and _be.is_sparse(B),
+                                                  gram, m, p) else 0
+    every = reps + _decode.REPS * bits          # the repetitions and the bit sketches
+    memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
+                 f"{reps} repetitions of {b} buckets" +
+                 (f" and {every - reps} bit sketches" if bits else ""),
+                 "lower reps or buckets" + (", or decode=False" if bits else ""),
+                 device="gpu" if be.gpu else "cpu")
+    params = hashing.HashParams.draw(hash, seed, reps)
+    made = hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
+    sides = (Side(A, 1, made, log2b, be),) if gram else \
+        (Side(A, 1, made, log2b, be), Side(B, 2, made, log2b, be))
+    acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
     clock("sides")
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
     if fused:
@@ -475,8 +497,9 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         progress("inner", n, n)             # the empty inner indices at the end
     sketch = acc.finish(fused.direct() if fused else direct)
     clock("inverse")
-    return CompressedProduct(sketch, params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal)
+    bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
+    return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
+                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
 
 
 def compress_gram(X, **options) -> CompressedProduct:

@@ -28,7 +28,7 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import certificate, compiled
+from . import certificate, compiled, decode, hashing
 from .convolution import combine_index
 from .reduction import row_sums, sparse_row_sums
 
@@ -495,6 +495,13 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     only the upper triangle (with the diagonal) is scanned: the entries below it are the
     mirrors of those above, with the same estimates (:func:`mirrored`)."""
     xp = cp.backend.xp
+    sketch = cp.sketch if sketch is None else sketch
+    if cut > 0 and not cp.gram:         # no heavy bucket where every entry has one: O(d b)
+        bound = bucket_bound(sketch)
+        if bound < cut:
+            if progress:
+                progress("tiles", cp.shape[0] * cp.shape[1], cp.shape[0] * cp.shape[1])
+            return Scan(xp.empty(0, xp.float64), xp.empty(0, xp.int64), bound)
     room = memory.available(cp.backend.name)
     pool_v, pool_i = xp.empty(0, xp.float64), xp.empty(0, xp.int64)
     parts_v, parts_i, held = [], [], 0
@@ -506,7 +513,6 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
         return v[keep], i[keep]
 
     upper = cp.gram
-    sketch = cp.sketch if sketch is None else sketch
     gpu = cp.backend.gpu
     filt = _Filter(cp, sketch) if gpu else None
     fused = not gpu and compiled.ENABLED
@@ -600,11 +606,22 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     return Scan(pool_v, pool_i, next_key)
 
 
+def bucket_bound(sketch) -> float:
+    """A bound on every entry's key (median of d estimates, Gram sketches aside): the
+    largest bucket magnitude of the first d - (d + 1) // 2 + 1 repetitions.  An entry has
+    one bucket in each of them, so at most (d + 1) // 2 - 1 of its estimates exceed it, and
+    its median does not."""
+    d = sketch.shape[0]
+    first = d - (d + 1) // 2 + 1
+    return float(abs(sketch[:first]).max()) if sketch.size else 0.0
+
+
 # --- peeling ---------------------------------------------------------------------------
 
-def peel(cp, residual, ids, values):
+def peel(cp, residual, ids, values, params=None):
     """Subtract the entries (flat ``ids``, exact ``values``) from every repetition of the
-    (d, b) ``residual`` sketch, in place: contributions to one bucket are summed first, in
+    (d, b) ``residual`` sketch made with ``params`` (default the product's; its bit
+    sketches with theirs), in place: contributions to one bucket are summed first, in
     the order of their ids (a pairwise tree), then subtracted once (the same bits on every
     device)."""
     xp = cp.backend.xp
@@ -612,8 +629,15 @@ def peel(cp, residual, ids, values):
         return residual
     d, b = residual.shape
     p = cp.shape[1]
-    h1, s1 = cp._hashes(1, ids // p)
-    h2, s2 = cp._hashes(2, ids % p)
+    if params is None:
+        h1, s1 = cp._hashes(1, ids // p)
+        h2, s2 = cp._hashes(2, ids % p)
+    else:
+        rows, cols = ids // p, ids % p
+        h1 = hashing.bucket_table(params, 1, rows, cp.log2b, xp)
+        s1 = hashing.sign_table(params, 1, rows, xp)
+        h2 = hashing.bucket_table(params, 2, cols, cp.log2b, xp)
+        s2 = hashing.sign_table(params, 2, cols, xp)
     bucket = combine_index(cp.method, h1, h2, cp.log2b) + \
         (xp.arange(d, dtype=xp.int64) * b)[:, None]
     contrib = (s1 * s2 * values[None].astype(xp.float64)).ravel()
@@ -756,9 +780,16 @@ def expected_noise_entries(sigma: float, cut: float, d: int, by: str, unreported
 
 
 def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
-           first_pool: int, progress=None):
+           first_pool: int, progress=None, decoding: bool = False):
     """The certified search of this module's docstring.  Returns (found, certified,
     margin, sigma, advice) where ``advice`` names what to raise when not certified.
+
+    ``decoding``: before its scans, the search decodes the residual's dominant entries
+    from the bit sketches (:mod:`pagh_mm.decode`), verifies and peels them (the bit
+    sketches too), and decodes again, up to :data:`pagh_mm.decode.ROUNDS` times or until
+    nothing new is decoded; the scans then find and certify the rest (with nothing
+    heavy left, :func:`scan` certifies in O(d b)).  Decoding rounds do not count as
+    ``rounds``.
 
     The first scan takes the ``first_pool`` largest estimates, whose exact values set the
     cut and whose peeling lowers the noise; later scans take every entry within the margin
@@ -775,7 +806,11 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
     peeled = False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
-    for rnd in range(rounds):
+    decodes = decode.ROUNDS if decoding else 0
+    bits = None
+    level = math.inf                    # the last decoding level
+    rnd = 0
+    while rnd < rounds:
         norm2, sigma, pairs, blind = cp.noise_model(residual)
         unreported = size - int(found.ids.size)
         tau = _cut(target, found, xp)
@@ -792,9 +827,35 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
                 advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd,
                                  crowded=True)
                 break
+        if decodes:
+            decodes -= 1
+            if bits is None:
+                bits = cp.bits.sketch.copy()
+                residual, peeled = residual.copy(), True
+            level = cut if cut > 0 else decode.level(residual, 0, sigma, cap, xp)
+            ids = decode.candidates(cp, residual, bits, level, max(cap, 1), found.ids)
+            if target.exclude_diagonal and ids.size:
+                ids = ids[ids // p != ids % p]
+            if ids.size:
+                exact = exact_of(cp, ids)
+                found.add(ids, exact, xp)
+                left -= int(ids.size)
+                peel(cp, residual, ids, exact)
+                peel(cp, bits, ids, exact, params=cp.bits.params(cp.params))
+                if left > 0:
+                    continue
+                advice = ("candidates", f"raise candidates= (now {candidates}; all were "
+                          "verified)", None)
+                break
+            decodes = 0                 # nothing new: the scans do the rest
+        if rnd == 0 and target.k is not None and cut < level < math.inf:
+            # fewer than k decoded entries stand out of the noise (some never dominated a
+            # bucket of a decoding repetition): the first scan takes the largest estimates
+            cut = -math.inf
         got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
                    skip_diagonal=target.exclude_diagonal, progress=progress,
                    what="a verified query")
+        rnd += 1
         if not peeled:
             found.remember(cp, got.ids, got.values)
         ids = _new_ids(cp, got.ids, found)

@@ -6,8 +6,10 @@ of :data:`SCHEMA`.  Version 2 (written now) adds ``checksum``: the SHA-256 hex d
 every other array in a canonical serialization (:func:`checksum`), and stores the hash
 seed as decimal text (seeds may be any non-negative integer).  Version 3 (written now)
 adds ``gram`` (1 for a Gram sketch, :func:`pagh_mm.compress_gram`, which then holds its
-exact ``diagonal``) and the ``hash_coefficients`` of the polynomial family.  Version 1
-files (no checksum, the seed as int64) and version 2 files still load.
+exact ``diagonal``) and the ``hash_coefficients`` of the polynomial family.  Version 4
+(written now) adds ``decode_reps`` and, when it is at least 1, ``decode_sketch``: the bit
+sketches of :mod:`pagh_mm.decode` (``decode_reps`` x bit_length(m - 1) rows of b).  Files
+of versions 1 (no checksum, the seed as int64), 2 and 3 still load.
 
 :func:`read` checks everything it can before anything is used: that the file is a
 readable archive whose array headers match their bytes, the format name and version,
@@ -34,7 +36,7 @@ from . import hashing
 from .convolution import METHODS
 
 FORMAT = "pagh_mm.CompressedProduct"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The transform dtypes a sketch records, by their short names.
 DTYPES = ("fp64", "fp32", "fp16", "bf16")
 #: Largest log2(buckets) a file may hold (2**40 buckets: 8 TiB per repetition).
@@ -64,15 +66,16 @@ class Field(NamedTuple):
     dtype: str
     shape: tuple
     values: tuple | None
-    present: str            # "always", "v2"/"v3" (version >= 2/3), "tabulation"/"polynomial"
-                            # (iff hash_family is), "gram" (iff gram is 1)
+    present: str            # "always", "v2"/"v3"/"v4" (version >= 2/3/4),
+                            # "tabulation"/"polynomial" (iff hash_family is), "gram" (iff gram
+                            # is 1), "decode" (iff decode_reps >= 1)
     doc: str
 
 
 #: The format, one array per entry, in the order they are checked.
 SCHEMA: dict[str, Field] = {
     "format": Field("text", (), (FORMAT,), "always", "the format's name"),
-    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1, 2 or 3"),
+    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1, 2, 3 or 4"),
     "checksum": Field("text", (), None, "v2", "SHA-256 hex digest of the other arrays"),
     "log2b": Field("int", (), (1, MAX_LOG2B), "always", "log2 of the buckets b"),
     "sketch": Field("float64", ("d", "b"), None, "always", "the d sketches c_t, all finite"),
@@ -92,10 +95,16 @@ SCHEMA: dict[str, Field] = {
                                "polynomial coefficients (role, power), below 2**61 - 1"),
     "gram": Field("int", (), (0, 1), "v3", "1: a Gram sketch of X.T @ X (one hash on both sides)"),
     "diagonal": Field("float64", ("m",), None, "gram", "the exact diagonal of a Gram product"),
+    "decode_reps": Field("int", (), (0, 1 << 16), "v4",
+                         "repetitions with bit sketches (the first ones; 0: none)"),
+    "decode_sketch": Field("float64", ("e", "b"), None, "decode",
+                           "bit sketches: row t * L + l is repetition t's sketch with the rows "
+                           "whose bit l is 0 left out (L = bit_length(m - 1))"),
 }
 #: When a conditional array is present, and what to say when it is missing.
 _WHEN = {"tabulation": "hash_family 'tabulation' needs it",
-         "polynomial": "hash_family 'polynomial' needs it", "gram": "gram = 1 needs it"}
+         "polynomial": "hash_family 'polynomial' needs it", "gram": "gram = 1 needs it",
+         "decode": "decode_reps >= 1 needs it"}
 
 _SEED = re.compile(r"[0-9]{1,4300}")        # 4300: Python's limit for int(str)
 
@@ -195,10 +204,13 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
     tabulation = family == "tabulation"
     g = arrays.get("gram")
     gram = version >= 3 and g is not None and g.shape == () and g.dtype.kind in "iu" and int(g) == 1
+    r = arrays.get("decode_reps")
+    decoding = version >= 4 and r is not None and r.shape == () and r.dtype.kind in "iu" and \
+        int(r) >= 1
     for name, field in SCHEMA.items():
-        needed = {"always": True, "v2": version >= 2, "v3": version >= 3,
+        needed = {"always": True, "v2": version >= 2, "v3": version >= 3, "v4": version >= 4,
                   "tabulation": tabulation, "polynomial": family == "polynomial",
-                  "gram": gram}[field.present]
+                  "gram": gram, "decode": decoding}[field.present]
         if needed and name not in arrays:
             why = f" ({_WHEN[field.present]})" if field.present in _WHEN else ""
             return f"array '{name}' is missing{why}"
@@ -211,6 +223,9 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
                         "only 'polynomial' has coefficients")
             if field.present == "gram" and version >= 3:
                 return "array 'diagonal' is present but gram is 0; only Gram sketches have one"
+            if field.present == "decode" and version >= 4:
+                return ("array 'decode_sketch' is present but decode_reps is 0; only sketches "
+                        "with decoding repetitions have one")
             return f"array '{name}' does not belong in format version {version}"
     for name in sorted(arrays):
         if name not in SCHEMA:
@@ -237,6 +252,10 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
             elif s == "m":
                 want.append(int(arrays["shape"][0]))
                 notes.append("m, the product's rows")
+            elif s == "e":
+                bits = max(1, (int(arrays["shape"][0]) - 1).bit_length())
+                want.append(int(arrays["decode_reps"][()]) * bits)
+                notes.append(f"decode_reps x {bits} row bits")
             elif s == "d":
                 if d is None:
                     if a.ndim != len(field.shape) or a.shape[0] < 1:
@@ -259,6 +278,16 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
     bad_values = int(sketch.size - np.count_nonzero(np.isfinite(sketch)))
     if bad_values:
         return f"array 'sketch' holds {bad_values} NaN or Inf values"
+    if decoding:
+        if int(r) > sketch.shape[0]:
+            return (f"array 'decode_reps' is {int(r)}; expected at most the sketch's "
+                    f"{sketch.shape[0]} repetitions")
+        if gram:
+            return "decode_reps >= 1 in a Gram sketch; decoding is not available for them"
+        bad_values = int(arrays["decode_sketch"].size -
+                         np.count_nonzero(np.isfinite(arrays["decode_sketch"])))
+        if bad_values:
+            return f"array 'decode_sketch' holds {bad_values} NaN or Inf values"
     if gram:
         diag = arrays["diagonal"]
         if not np.isfinite(diag).all():
@@ -288,7 +317,8 @@ def _arrays(fields: Mapping) -> dict:
     """The arrays of a version-2 file holding ``fields`` (see :func:`write`)."""
     keys = ("sketch", "shape", "log2b", "method", "dtype", "algorithm", "stabilizer", "hash")
     missing = [k for k in keys if k not in fields]
-    extra = [k for k in fields if k not in keys and k not in ("format_version", "diagonal")]
+    extra = [k for k in fields if k not in keys and
+             k not in ("format_version", "diagonal", "decode_reps", "decode_sketch")]
     if missing or extra:
         raise TypeError(f"sketch fields: missing {missing}, unknown {extra}; expected {list(keys)}")
     params = fields["hash"]
@@ -316,17 +346,25 @@ def _arrays(fields: Mapping) -> dict:
         if hasattr(diagonal, "get") and not isinstance(diagonal, np.ndarray):
             diagonal = diagonal.get()
         arrays["diagonal"] = np.ascontiguousarray(diagonal, dtype=np.float64)
+    bits = fields.get("decode_sketch")
+    arrays["decode_reps"] = np.array(int(fields.get("decode_reps") or 0) if bits is not None
+                                     else 0, np.int64)
+    if bits is not None:
+        if hasattr(bits, "get") and not isinstance(bits, np.ndarray):
+            bits = bits.get()
+        arrays["decode_sketch"] = np.ascontiguousarray(bits, dtype=np.float64)
     arrays["checksum"] = np.array(checksum(arrays))
     return arrays
 
 
 def write(path, fields: Mapping) -> None:
-    """Write a sketch file (format version 3) atomically, replacing ``path`` if it exists.
+    """Write a sketch file (format version 4) atomically, replacing ``path`` if it exists.
 
     ``fields``: ``sketch`` (d, b) float64 array, ``shape`` (m, p), ``log2b``, ``method``,
     ``dtype`` ('fp64', 'fp32', 'fp16' or 'bf16'), ``algorithm``, ``stabilizer`` (str or
-    None), ``hash`` (:class:`pagh_mm.hashing.HashParams`) and, for a Gram sketch only,
-    ``diagonal`` (its exact diagonal).  The arrays are checked
+    None), ``hash`` (:class:`pagh_mm.hashing.HashParams`), for a Gram sketch only,
+    ``diagonal`` (its exact diagonal), and optionally ``decode_reps`` with
+    ``decode_sketch`` (the bit sketches; None or 0 for none).  The arrays are checked
     exactly as :func:`read` checks them, so a file that would not load is never written:
     ``ValueError`` (``path: problem``) instead."""
     path = os.fspath(path)
@@ -338,7 +376,7 @@ def write(path, fields: Mapping) -> None:
 
 
 def read(path) -> dict:
-    """Read and check a sketch file (format version 1, 2 or 3).
+    """Read and check a sketch file (format version 1, 2, 3 or 4).
 
     Returns the fields :func:`write` takes (``sketch`` as a float64 NumPy array, ``shape``
     a tuple of ints, ``stabilizer`` None or a name, ``hash`` a HashParams) plus
@@ -367,4 +405,6 @@ def read(path) -> dict:
         "stabilizer": _text(arrays["stabilizer"]) or None, "hash": params,
         "format_version": int(arrays["format_version"][()]),
         "diagonal": arrays["diagonal"] if "diagonal" in arrays else None,
+        "decode_reps": int(arrays["decode_reps"][()]) if "decode_reps" in arrays else 0,
+        "decode_sketch": arrays.get("decode_sketch"),
     }

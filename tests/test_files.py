@@ -66,8 +66,10 @@ def valid(tmp_path):
 def test_round_trip_and_layout(valid):
     path, arrays = valid
     got = sketchfile.read(path)
-    assert same(got, fields()) and got["format_version"] == 3 and got["stabilizer"] is None
-    assert set(arrays) == set(sketchfile.SCHEMA) - {"hash_tables", "hash_coefficients", "diagonal"}
+    assert same(got, fields()) and got["format_version"] == 4 and got["stabilizer"] is None
+    assert got["decode_reps"] == 0 and got["decode_sketch"] is None
+    assert set(arrays) == set(sketchfile.SCHEMA) - {"hash_tables", "hash_coefficients", "diagonal",
+                                                    "decode_sketch"}
     assert int(arrays["gram"]) == 0 and got["diagonal"] is None
     assert str(arrays["hash_seed"]) == "3" and arrays["hash_seed"].dtype.kind == "U"
     assert str(arrays["checksum"]) == sketchfile.checksum(arrays)
@@ -85,12 +87,12 @@ def test_round_trip_families_and_huge_seeds(tmp_path, family, seed):
 
 def test_version1_files_load_with_identical_contents(tmp_path, valid):
     _, arrays = valid
-    v1 = {k: v for k, v in arrays.items() if k not in ("checksum", "gram")}
+    v1 = {k: v for k, v in arrays.items() if k not in ("checksum", "gram", "decode_reps")}
     v1["format_version"] = np.array(1)
     v1["hash_seed"] = np.array(3, np.int64)
     save_arrays(tmp_path / "v1.npz", v1)
     a, b = sketchfile.read(tmp_path / "v1.npz"), sketchfile.read(valid[0])
-    assert a["format_version"] == 1 and b["format_version"] == 3 and same(a, b)
+    assert a["format_version"] == 1 and b["format_version"] == 4 and same(a, b)
     v1["hash_seed"] = np.array(-3, np.int64)                  # negative seeds never were valid
     save_arrays(tmp_path / "neg.npz", v1)
     assert "non-negative" in one_error(tmp_path / "neg.npz")
@@ -146,10 +148,11 @@ def _other_c(a):
 # each edit reaches the check that names it.
 EDITS = [(f"missing-{n}", _drop(n), f"array '{n}' is missing")
          for n in sketchfile.SCHEMA
-         if n not in ("format", "hash_tables", "hash_coefficients", "diagonal")] + [
+         if n not in ("format", "hash_tables", "hash_coefficients", "diagonal",
+                      "decode_sketch")] + [
     ("missing-format", _drop("format"), "not a pagh_mm sketch file"),
     ("format-other", _set("format", "numpy.savez"), "not a pagh_mm sketch file"),
-    ("newer-version", _set("format_version", 4), "upgrade pagh_mm"),
+    ("newer-version", _set("format_version", 5), "upgrade pagh_mm"),
     ("version-0", _set("format_version", 0), "'format_version' is 0"),
     ("version-text", _set("format_version", "2"), "'format_version' has dtype text"),
     ("sketch-float32", lambda a: {**a, "sketch": a["sketch"].astype(np.float32)},
@@ -208,6 +211,38 @@ def test_each_edit_is_one_error_line(tmp_path, valid, edit, expect):
     path = tmp_path / "bad.npz"
     save_arrays(path, edit(valid[1]))
     assert expect in one_error(path)
+
+
+def _bits_fields():
+    # m = 10: 4 row bits; one decoding repetition
+    return fields(decode_reps=1, decode_sketch=np.random.default_rng(2).standard_normal((4, 128)))
+
+
+DECODE_EDITS = [
+    ("missing", _drop("decode_sketch"), "array 'decode_sketch' is missing (decode_reps >= 1"),
+    ("shape", lambda a: {**a, "decode_sketch": a["decode_sketch"][:3]},
+     "'decode_sketch' has shape (3, 128), expected (4, 128) (decode_reps x 4 row bits; 2**log2b)"),
+    ("reps-0", _set("decode_reps", 0), "'decode_sketch' is present but decode_reps is 0"),
+    ("reps-above-d", lambda a: {**a, "decode_reps": np.array(6),
+                                "decode_sketch": np.zeros((24, 128))},
+     "'decode_reps' is 6; expected at most the sketch's 5 repetitions"),
+    ("nan", lambda a: {**a, "decode_sketch": np.where(np.arange(128) == 3, np.nan,
+                                                      a["decode_sketch"])},
+     "'decode_sketch' holds 4 NaN or Inf"),
+    ("in-v3", _set("format_version", 3), "'decode_reps' does not belong in format version 3"),
+]
+
+
+@pytest.mark.parametrize("edit,expect", [e[1:] for e in DECODE_EDITS],
+                         ids=[e[0] for e in DECODE_EDITS])
+def test_bit_sketch_files(tmp_path, edit, expect):
+    path = tmp_path / "bits.npz"
+    sketchfile.write(path, _bits_fields())
+    got = sketchfile.read(path)
+    assert got["decode_reps"] == 1 and np.array_equal(got["decode_sketch"],
+                                                      _bits_fields()["decode_sketch"])
+    save_arrays(tmp_path / "bad.npz", edit(arrays_of(path)))
+    assert expect in one_error(tmp_path / "bad.npz")
 
 
 def test_tabulation_file_without_tables(tmp_path):

@@ -64,6 +64,8 @@ extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64*
     for (i64 q = threadIdx.x; q < total; q += blockDim.x) {
         const i64 t = q / per, r = q - t * per, i = r / nv, j = r - i * nv;
         const i64 ia = t * nnzA + a0 + i, jb = t * nnzB + b0 + j;
-        atomicAdd(tab + t * b + (hA[ia] ^ hB[jb]), __dmul_rn(wA[ia], wB[jb]));
+        const double w = wA[ia];
+        if (w != 0.0)            // rows a bit sketch leaves out add nothing (skipped: same bits)
+            atomicAdd(tab + t * b + (hA[ia] ^ hB[jb]), __dmul_rn(w, wB[jb]));
     }
 }
