@@ -212,27 +212,35 @@ def _spgemm_topk(A, B, k, xp):
     return C, sel
 
 
+def _sparse_flow(be, A, B, planted, repeats, decode: bool):
+    """(compress seconds, compress + certified top-k seconds, answer, final buckets, profile,
+    the first sketch) of the automatic flow a user runs: a fresh sketch (with bit sketches
+    when ``decode``) and its certified query (which may recompress it with the buckets its
+    certificate asks for: the query's share includes any regrowth), decoding or scanning."""
+    kw = dict(k=planted, seed=1, decode=decode)
+    prof: dict = {}
+    t_sk, sk = _wall(be, lambda: compress(A, B, **kw), repeats)
+    compress(A, B, **kw, profile=prof)
+    state = {}
+
+    def flow():
+        state["sk"] = compress(A, B, **kw)
+        return state["sk"].top_k(planted, verify=True, method="decode" if decode else "scan")
+
+    t_total, top = _wall(be, flow, max(1, repeats // 2))
+    return t_sk, t_total, top, state["sk"].buckets, prof, sk
+
+
 def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     """One sparse planted product (``per`` +-1 values per column of A and row of B, n x n):
-    automatic compression + certified top-k against cuSPARSE SpGEMM + top-k."""
+    automatic compression + certified top-k, scanning and decoding, against cuSPARSE SpGEMM
+    + top-k."""
     import cupyx.scipy.sparse as csp
     xp = be.xp
     data = synthetic.sparse_planted(n, per, planted, SPARSE_MAGNITUDE, seed=n + per)
     A, B = csp.csr_matrix(data.A), csp.csr_matrix(data.B)
-    prof: dict = {}
-    t_sk, sk = _wall(be, lambda: compress(A, B, k=planted, seed=1), repeats)
-    compress(A, B, k=planted, seed=1, profile=prof)
-    # what a user runs: a fresh sketch and its certified query (which may recompress it with
-    # the buckets its certificate asks for), so the query's share includes any regrowth
-    state = {}
-
-    def flow():
-        state["sk"] = compress(A, B, k=planted, seed=1)
-        return state["sk"].top_k(planted, verify=True)
-
-    t_total, top = _wall(be, flow, max(1, repeats // 2))
+    t_sk, t_total, top, final, prof, sk = _sparse_flow(be, A, B, planted, repeats, False)
     t_top = t_total - t_sk
-    final = state["sk"].buckets
     rows_, cols_ = be.asnumpy(top.rows), be.asnumpy(top.cols)
     rec = synthetic.recall(data.rows, data.cols, rows_, cols_)
     nbytes = sum(int(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes) for M in (A, B))
@@ -241,20 +249,34 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
                    * xp.diff(B.indptr).astype(xp.float64)).sum())
     row = {"kind": "sparse", "n": n, "per_vector": per, "planted": planted, "nnz_A": int(A.nnz),
            "nnz_B": int(B.nnz), "pairs": pairs, "buckets": sk.buckets, "buckets_final": final,
-           "reps": sk.reps, "chosen": state["sk"].chosen.reason, "sketch_s": t_sk,
+           "reps": sk.reps, "chosen": sk.chosen.reason, "sketch_s": t_sk,
            "topk_s": t_top, "total_s": t_total, "timing": "total_s: median of fresh compress + "
-           "certified top-k runs (a regrowth included); topk_s = total_s - sketch_s",
+           "certified top-k runs (a regrowth included); topk_s = total_s - sketch_s; *_decode: "
+           "the same with bit sketches (decode=True) and method='decode'",
            "recall": rec,
            "certified": bool(top.certified), "verified": int(top.verified), "stages_s": prof,
            "floor_s": floor, "sketch_ratio_floor": t_sk / floor, "copy_bandwidth": bw}
     exact = be.asnumpy(top.exact)
-    sk = top = None
+    sk = None
+    _free_gpu(be)
+    d_sk, d_total, dtop, d_final, d_prof, _, _ = _sparse_flow(be, A, B, planted, repeats, True)
+    row.update(sketch_decode_s=d_sk, topk_decode_s=d_total - d_sk, total_decode_s=d_total,
+               buckets_final_decode=d_final, stages_decode_s=d_prof,
+               recall_decode=synthetic.recall(data.rows, data.cols, be.asnumpy(dtop.rows),
+                                              be.asnumpy(dtop.cols)),
+               certified_decode=bool(dtop.certified), verified_decode=int(dtop.verified),
+               decode_same_answer=bool(np.array_equal(be.asnumpy(dtop.rows), rows_) and
+                                       np.array_equal(be.asnumpy(dtop.cols), cols_) and
+                                       np.array_equal(be.asnumpy(dtop.exact), exact)),
+               query_speedup_decode=t_top / max(d_total - d_sk, 1e-9))
+    top = dtop = None
     _free_gpu(be)
     try:
         t_sp, (C, _) = _wall(be, lambda: _spgemm_topk(A, B, planted, xp), repeats)
         picked = C[xp.asarray(rows_)].get()             # the returned entries' rows, on the host
         got = np.asarray(picked[np.arange(rows_.size), cols_]).ravel()
-        row.update(spgemm_s=t_sp, nnz_C=int(C.nnz), speedup_vs_spgemm=t_sp / row["total_s"],
+        best = min(row["total_s"], row["total_decode_s"])
+        row.update(spgemm_s=t_sp, nnz_C=int(C.nnz), speedup_vs_spgemm=t_sp / best,
                    sketch_vs_spgemm=t_sp / t_sk, exact_values_equal=bool((got == exact).all()))
         C = None
     except Exception as exc:  # noqa: BLE001 - out of device memory
@@ -264,12 +286,15 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     sp = (f"{row['spgemm_s']:9.4f} {row['speedup_vs_spgemm']:6.2f}x"
           if "spgemm_s" in row else f"{'failed':>9} {'':>7}")
     grown = f"->{final}" if final != row["buckets"] else ""
-    echo(f"{n:>8} {per:>3} {str(row['buckets']) + grown:>9} {row['reps']:>2} {t_sk:9.4f} {t_top:8.4f} "
-         f"{rec:7.3f} {'yes' if row['certified'] else 'NO':>4} {row['sketch_ratio_floor']:8.0f} | "
-         f"{sp}")
+    echo(f"{n:>8} {per:>3} {str(row['buckets']) + grown:>9} {t_sk:9.4f} {t_top:8.4f} "
+         f"{d_sk:9.4f} {d_total - d_sk:8.4f} {rec:5.3f}/{row['recall_decode']:5.3f} "
+         f"{'yes' if row['certified'] else 'NO':>3}/{'yes' if row['certified_decode'] else 'NO':>3} "
+         f"{row['sketch_ratio_floor']:8.0f} | {sp}")
     echo("         stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
+         + "; with bit sketches: " + ", ".join(f"{k} {v:.4f} s" for k, v in d_prof.items())
          + (f"; SpGEMM: {row['spgemm_error']}" if "spgemm_error" in row else
-            f"; exact values equal SpGEMM's: {row['exact_values_equal']}"))
+            f"; exact values equal SpGEMM's: {row['exact_values_equal']}")
+         + f"; decoding's answer is the scan's: {row['decode_same_answer']}")
     return row
 
 
@@ -303,8 +328,9 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
     if sparse:
         echo(f"sparse planted products ({SPARSE_MAGNITUDE} shared inner indices per planted "
              "entry), automatic parameters, certified top-k, against cuSPARSE SpGEMM + top-k:")
-        echo(f"{'n':>8} {'nnz':>3} {'buckets':>9} {'d':>2} {'sketch s':>9} {'top-k s':>8} "
-             f"{'recall':>7} {'cert':>4} {'x floor':>8} | {'SpGEMM s':>9} {'vs it':>7}")
+        echo(f"{'n':>8} {'nnz':>3} {'buckets':>9} {'sketch s':>9} {'scan s':>8} "
+             f"{'+bits s':>9} {'decode s':>8} {'recall s/d':>11} {'cert':>7} {'x floor':>8} | "
+             f"{'SpGEMM s':>9} {'vs best':>7}")
     for n in sparse:
         for per in per_vector:
             rows.append(_sparse_case(be, n, per, min(planted, n), repeats, bw, echo))

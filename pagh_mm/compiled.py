@@ -241,7 +241,6 @@ class Fused:
         while nchunk < self.threads:
             nchunk *= 2
         self.nchunk = nchunk
-        log2b = self.b.bit_length() - 1
         # a pair costs one random update per repetition; a transform d b log2(b) butterflies
         # per side, which run about PAIR_COST times faster each
         self.pair_limit = self.pair_limit_of(self.b, sides) if pairs else 0

@@ -30,7 +30,7 @@ from fwht_gpu import memory
 
 from . import certificate, compiled, decode, hashing
 from .convolution import combine_index
-from .reduction import row_sums, sparse_row_sums
+from .reduction import sparse_row_sums
 
 #: Bytes of temporaries one query tile may use (CPU; 4x on the GPU).
 TILE_BUDGET = 256 << 20
