@@ -99,17 +99,23 @@ class Choice:
 
 #: Extra buckets when they cost no compression time (CHEAP_SLACK x the rule's count).
 CHEAP_SLACK = 4
+#: The same with bit sketches (:mod:`pagh_mm.decode`): decoding reads the buckets in
+#: O(b log m), so a larger sketch costs the query little, while a certificate that fails
+#: costs a second compression (measured at 2^20 x 2^20, 16 values per vector, 300 planted:
+#: the rule's 4x gave 1048576 buckets, the certificate asked for 4194304).
+CHEAP_SLACK_DECODE = 16
 
 
 def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int,
-           diagonal=None, cheap: bool = False) -> Choice:
+           diagonal=None, cheap: bool = False, decoding: bool = False) -> Choice:
     """Resolve ``"auto"`` buckets and reps (given values pass through unchanged).  For a
     Gram product (``diagonal``: its exact diagonal) the noise is that of the off-diagonal
     part, ||C - diag(C)||_F / sqrt(2 b), and F is its estimate.  ``cheap``: the compression
     costs the same at any bucket count (every inner index added pair by pair, see
     :class:`pagh_mm.compiled.Fused`): a top-k query gets ``CHEAP_SLACK`` times the rule's
     buckets, sized for a cut half the model's, which spread products (co-occurrences, where
-    the top k hold far less than half of ||C||_F^2) need, instead of a second compression."""
+    the top k hold far less than half of ||C||_F^2) need, instead of a second compression
+    (``CHEAP_SLACK_DECODE`` times with bit sketches, ``decoding``)."""
     d = DEFAULT_REPS if reps == AUTO else int(reps)
     if buckets != AUTO:
         return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
@@ -129,7 +135,8 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         count = min(m * p, (F / cut) ** 2)
         lam = certificate.multiplier(d, count, delta)
         want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
-        slack = CHEAP_SLACK if cheap and threshold is None else 1
+        slack = (CHEAP_SLACK_DECODE if decoding else CHEAP_SLACK) \
+            if cheap and threshold is None else 1
         b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2))))
         norm = "||AB - diag||_F" if diagonal is not None else "||AB||_F"
         reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g}, "

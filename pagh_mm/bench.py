@@ -259,7 +259,7 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     exact = be.asnumpy(top.exact)
     sk = None
     _free_gpu(be)
-    d_sk, d_total, dtop, d_final, d_prof, _, _ = _sparse_flow(be, A, B, planted, repeats, True)
+    d_sk, d_total, dtop, d_final, d_prof, _ = _sparse_flow(be, A, B, planted, repeats, True)
     row.update(sketch_decode_s=d_sk, topk_decode_s=d_total - d_sk, total_decode_s=d_total,
                buckets_final_decode=d_final, stages_decode_s=d_prof,
                recall_decode=synthetic.recall(data.rows, data.cols, be.asnumpy(dtop.rows),

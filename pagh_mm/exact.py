@@ -91,6 +91,58 @@ def _slices(M, rows: bool):
     return got
 
 
+def _device_slices(be, M, rows: bool):
+    """(indptr, sort keys, values) of a sparse factor's rows (A, CSR: keys the inner index)
+    or columns (B, CSC: keys column * n + inner index, increasing), float64, on the GPU;
+    cached per factor (weakly held) like :func:`_slices`."""
+    key = (id(M), rows, "gpu")
+    entry = _SLICES.get(key)
+    got = entry[1] if entry is not None and entry[0]() is M else None
+    if got is None:
+        xp = be.xp
+        T = M.tocsr() if rows else M.tocsc()
+        if not T.has_sorted_indices:
+            T = T.copy()
+            T.sort_indices()
+        ptr = T.indptr.astype(xp.int64)
+        keys = T.indices.astype(xp.int64)
+        if not rows:                      # one sorted key per stored value of B's columns
+            n = int(M.shape[0])
+            keys = xp.repeat(xp.arange(ptr.size - 1, dtype=xp.int64), xp.diff(ptr)) * n + keys
+        got = (ptr, keys, T.data.astype(xp.float64))
+        _SLICES[key] = (weakref.ref(M), got)
+        weakref.finalize(M, _SLICES.pop, key, None)
+    return got
+
+
+def _gpu_sparse_dots(be, A, B, r, c):
+    """(C[r, c], sum |A[r, k]| |B[k, c]|) of sparse factors on the GPU in a few array passes:
+    the stored values of each row of A looked up in its column of B (one binary search over
+    B's sorted (column, inner index) keys), the products summed by the pairwise tree over
+    the inner index (:func:`pagh_mm.reduction.sparse_row_sums`: the bits of :func:`_dots`)."""
+    xp = be.xp
+    n = int(A.shape[1])
+    aptr, aidx, aval = _device_slices(be, A, True)
+    _, bkey, bval = _device_slices(be, B, False)
+    q = int(r.size)
+    start = aptr[r]
+    la = aptr[r + 1] - start
+    total = int(la.sum()) if q else 0
+    if total == 0 or bkey.size == 0:
+        z = xp.zeros(q, dtype=xp.float64)
+        return z, z.copy()
+    owner = xp.repeat(xp.arange(q, dtype=xp.int64), la)
+    pos = start[owner] + xp.arange(total, dtype=xp.int64) - xp.repeat(xp.cumsum(la) - la, la)
+    k = aidx[pos]
+    want = c[owner] * n + k
+    at = xp.minimum(xp.searchsorted(bkey, want), bkey.size - 1)
+    hit = xp.nonzero(bkey[at] == want)[0]
+    owner, k = owner[hit], k[hit]
+    prod = aval[pos[hit]] * bval[at[hit]]
+    return (sparse_row_sums(owner, k, prod, q, xp),
+            sparse_row_sums(owner, k, xp.abs(prod), q, xp))
+
+
 def _integer_dots(be, A, B, r, c):
     """(values, done): exact C[r, c] of integer-valued sparse factors on the CPU where every
     partial sum is an integer below 2**53 (then exact in any order, so equal to the pairwise
@@ -111,7 +163,6 @@ def _integer_dots(be, A, B, r, c):
 
 def exact_pair(be, A, B, r, c):
     """Exact C[r[q], c[q]] of one factor pair (see CompressedProduct.exact)."""
-    xp = be.xp
     fast = _integer_dots(be, A, B, r, c)
     if fast is not None:
         val, done = fast
@@ -125,6 +176,13 @@ def exact_pair(be, A, B, r, c):
 def _exact_pair(be, A, B, r, c):
     xp = be.xp
     integer = all(np.dtype(M.dtype).kind in "biu" for M in (A, B))
+    if be.gpu and is_sparse(A) and is_sparse(B):
+        val, bound = _gpu_sparse_dots(be, A, B, r, c)
+        if integer:
+            big = xp.nonzero(bound > _EXACT_FLOAT)[0]
+            if big.size:
+                val[big] = xp.asarray(_exact_integers(be, A, B, r[big], c[big]))
+        return val
     n = A.shape[1]
     step = max(1, query.TILE_BUDGET // (3 * 8 * max(n, 1)))
     vals, bounds = [], []

@@ -412,18 +412,19 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     _check_query_hint(k, threshold, failure_probability)
     decode = _decode.check(decode)
     diagonal = _gram_diagonal(A, B, be, method, hash) if gram else None
+    m, n = A.shape
+    p = B.shape[1]
+    bits = _decode.row_bits(m) if _decode.wanted(decode, _be.is_sparse(A) and _be.is_sparse(B),
+                                                  gram, m, p) else 0
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal,
-                         cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer))
+                         cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer),
+                         decoding=bits > 0)
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     if be.gpu and reps > GPU_MAX_REPS:
         raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
     b = 1 << log2b     # before drawing d sets of hash parameters: d x b must fit at all
-    m, n = A.shape
-    p = B.shape[1]
-    bits = _decode.row_bits(m) if _decode.wanted(decode, _be.is_sparse(A) and _be.is_sparse(B),
-                                                  gram, m, p) else 0
     every = reps + _decode.REPS * bits          # the repetitions and the bit sketches
     memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
                  f"{reps} repetitions of {b} buckets" +
@@ -447,8 +448,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     clock("route")
     direct = None
     if gpu_pairs:               # blocks hold only their stored values' hashes: far larger
-        block = max(block, _block_size(sides, 0, n, reps, budget))
-        direct = be.xp.zeros((reps, 1 << log2b), dtype=np.float64)
+        block = max(block, _block_size(sides, 0, n, every, budget))
+        direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64)
     acc.begin(block)
     live = _live(sides, n, be)
     k1 = 0

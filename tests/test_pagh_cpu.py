@@ -258,3 +258,19 @@ def test_bad_inputs():
         sk.top_k(3, by="size")
     # integer and boolean inputs are fine
     assert pagh_mm.compress(np.ones((4, 5), int), np.ones((5, 6), bool), seed=1, **kw).dtype == "fp64"
+
+
+def test_the_gpu_sparse_exact_path_gives_the_tree_bits():
+    """exact._gpu_sparse_dots (array passes; run here through NumPy) equals _dots, the
+    pairwise tree over the inner index, bit for bit, values and absolute bounds."""
+    from pagh_mm import exact
+    from pagh_mm.backend import cpu
+    rng = np.random.default_rng(0)
+    A = sps.random(300, 500, density=0.05, random_state=1, format="csc")
+    B = sps.random(500, 400, density=0.05, random_state=2, format="csr")
+    A.data, B.data = rng.standard_normal(A.nnz), rng.standard_normal(B.nnz)
+    r, c = rng.integers(0, 300, 1000), rng.integers(0, 400, 1000)
+    val, bound = exact._gpu_sparse_dots(cpu(), A, B, r, c)
+    assert np.array_equal(val, exact._dots(cpu(), A, B, r, c, absolute=False))
+    assert np.array_equal(bound, exact._dots(cpu(), A, B, r, c, absolute=True))
+    assert np.allclose(val, (A @ B).toarray()[r, c], rtol=0, atol=1e-12)
