@@ -63,42 +63,67 @@ def _transformed(wt, w64, f64, k, D, ptr, idx, val, dense, h, s, b, bits, block_
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _pairs(tab, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, hh, xx):
-    """tab[t, hA(i) ^ hB(j)] += sA(i) a_i sB(j) b_j for the stored values of inner index k
-    (Gram: i <= j, the pairs i < j twice): the XOR convolution of its two sketches, without
-    transforms.  Exact for the integer values it is used for (any order gives the same sum).
-    hh, xx: scratch of at least the stored values of B's vector (Gram: A's)."""
-    d = tab.shape[0]
+def _pairs_rep(row, t, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, hh, xx):
+    """row[hA(i) ^ hB(j)] += sA(i) a_i sB(j) b_j in repetition t for the stored values of
+    inner index k (Gram: i <= j, the pairs i < j twice)."""
     byA, byB = iA.size > 0, iB.size > 0
     a0, a1 = pA[k], pA[k + 1]
     b0, b1 = (a0, a1) if gram else (pB[k], pB[k + 1])
-    for t in range(d):
-        row = tab[t]
-        for q in range(b0, b1):                      # B's (Gram: A's) hashes, signed values
-            if gram:
-                iq = iA[q] if byA else q
-                hh[q - b0] = hA[iq, t]
-                xx[q - b0] = sA[iq, t] * vA[q]
-            else:
-                iq = iB[q] if byB else q
-                hh[q - b0] = hB[iq, t]
-                xx[q - b0] = sB[iq, t] * vB[q]
-        nq = b1 - b0
-        for p in range(a0, a1):
-            ip = iA[p] if byA else p
-            hp = hA[ip, t]
-            xp = sA[ip, t] * vA[p]
-            if xp == 0.0:                            # a row left out of a bit sketch
-                continue
-            if gram:
-                u = p - a0
-                row[0] += xp * xp
-                x2 = 2.0 * xp
-                for q in range(u + 1, nq):
-                    row[hp ^ hh[q]] += x2 * xx[q]
-            else:
-                for q in range(nq):
-                    row[hp ^ hh[q]] += xp * xx[q]
+    for q in range(b0, b1):                          # B's (Gram: A's) hashes, signed values
+        if gram:
+            iq = iA[q] if byA else q
+            hh[q - b0] = hA[iq, t]
+            xx[q - b0] = sA[iq, t] * vA[q]
+        else:
+            iq = iB[q] if byB else q
+            hh[q - b0] = hB[iq, t]
+            xx[q - b0] = sB[iq, t] * vB[q]
+    nq = b1 - b0
+    for p in range(a0, a1):
+        ip = iA[p] if byA else p
+        hp = hA[ip, t]
+        xp = sA[ip, t] * vA[p]
+        if xp == 0.0:                                # a row left out of a bit sketch
+            continue
+        if gram:
+            u = p - a0
+            row[0] += xp * xp
+            x2 = 2.0 * xp
+            for q in range(u + 1, nq):
+                row[hp ^ hh[q]] += x2 * xx[q]
+        else:
+            for q in range(nq):
+                row[hp ^ hh[q]] += xp * xx[q]
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _pairs(tab, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, hh, xx):
+    """tab[t, hA(i) ^ hB(j)] += sA(i) a_i sB(j) b_j for the stored values of inner index k
+    in every repetition: the XOR convolution of its two sketches, without transforms.
+    Exact for the integer values it is used for (any order gives the same sum).
+    hh, xx: scratch of at least the stored values of B's vector (Gram: A's)."""
+    for t in range(tab.shape[0]):
+        _pairs_rep(tab[t], t, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, hh, xx)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def pairs_only(pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram, present, nb, tab, most):
+    """Every inner index k < nb with present[k] added pair by pair (:func:`_pairs`) into
+    tab[c] (c: the thread's share of the indices), repetition by repetition: the updates of
+    one repetition stay in one (b,) table at a time (a cache-sized working set instead of
+    the d b of all repetitions).  Exact integer sums: any order, the same bits."""
+    nchunk, d = tab.shape[0], tab.shape[1]
+    per = (nb + nchunk - 1) // nchunk
+    for c in numba.prange(nchunk):
+        chh = np.empty(most, dtype=np.int64)
+        cxx = np.empty(most, dtype=np.float64)
+        lo, hi = c * per, min(nb, (c + 1) * per)
+        for t in range(d):
+            row = tab[c, t]
+            for k in range(lo, hi):
+                if present[k]:
+                    _pairs_rep(row, t, k, pA, iA, vA, hA, sA, pB, iB, vB, hB, sB, gram,
+                               chh, cxx)
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)

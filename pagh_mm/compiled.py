@@ -28,6 +28,8 @@ ENABLED = os.environ.get("PAGH_MM_COMPILED", "1") != "0"
 #: Inner indices per chunk of the fused kernel (a power of two): its tree keeps
 #: log2(CHUNK) + 2 buffers of d x b values per thread.
 CHUNK = 64
+#: Inner indices per chunk when every index is added pair by pair (no transform buffers).
+CHUNK_DIRECT = 4096
 #: How many butterflies of a transform cost about as much as one pair's random update.
 PAIR_COST = 8
 
@@ -36,7 +38,8 @@ PAIR_COST = 8
 def _kernels():
     from . import _cpu_kernels as k
     return (k.scatter, k.fused, k.tile_estimates, k.tile_estimates5, k.pair_dots,
-            k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5, k.pruned_scan5)
+            k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5, k.pruned_scan5,
+            k.pairs_only)
 
 
 def scatter_dense(X, h, s, b: int):
@@ -294,6 +297,10 @@ class Fused:
         if limit:
             ptr = (va if gram else vb)[1]
             most = max(1, int(np.diff(ptr).max(initial=0)))
+        if self.direct_only and limit:      # every index pair by pair, repetition by repetition
+            _kernels()[10](*A[1:4], *A[5:], *B[1:4], *B[5:], gram, present, nb,
+                           self._buffers()[4], most)
+            return None
         nodes = np.empty((self.nchunk,) + ((1, 1) if self.direct_only else (self.d, self.b)),
                          dtype=self.dtype)
         flags = np.zeros(self.nchunk, dtype=np.bool_)
@@ -306,7 +313,10 @@ class Fused:
         if not self.pair_limit or self._work is None:
             return None
         tab = self._work[4]
-        return tab.sum(axis=0) if tab.any() else None
+        out = tab[0].copy()                 # exact integer sums: any order, the same bits
+        for c in range(1, tab.shape[0]):
+            out += tab[c]
+        return out
 
 
 def exact_integers(sides, bound: float) -> bool:

@@ -93,6 +93,11 @@ class Accumulator:
         time-domain part added after the inverse transform, exact by construction)."""
         xp = self.xp
         acc = self.sum.total()
+        if acc is None and direct is not None:      # every term added directly: the
+            c = direct + 0.0                        # transforms of zeros are +0.0 sums
+            if not bool(xp.isfinite(c).all()):
+                raise OverflowError("the sketch of the product has non-finite values")
+            return c
         if acc is None:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
                            dtype=self.value_dtype)

@@ -139,8 +139,12 @@ def _gpu_sparse_dots(be, A, B, r, c):
     hit = xp.nonzero(bkey[at] == want)[0]
     owner, k = owner[hit], k[hit]
     prod = aval[pos[hit]] * bval[at[hit]]
-    return (sparse_row_sums(owner, k, prod, q, xp),
-            sparse_row_sums(owner, k, xp.abs(prod), q, xp))
+    mag = xp.abs(prod)
+    if prod.size and bool((xp.trunc(prod) == prod).all()):
+        bound = xp.bincount(owner, weights=mag, minlength=q)
+        if float(bound.max()) < _EXACT_FLOAT:   # integer partial sums: exact in any order
+            return xp.bincount(owner, weights=prod, minlength=q) + 0.0, bound
+    return sparse_row_sums(owner, k, prod, q, xp), sparse_row_sums(owner, k, mag, q, xp)
 
 
 def _integer_dots(be, A, B, r, c):

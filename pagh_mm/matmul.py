@@ -205,8 +205,8 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
     d, b = acc.reps, acc.b
     dense = 8 * sum(s.keys for s in sides if not s.sparse)
 
-    def cost(engine):                          # temporaries of one call
-        return engine.bytes() + engine.block * dense + \
+    def cost(engine):       # temporaries of one call (a pairs-only engine's table is the sum)
+        return (0 if engine.direct_only else engine.bytes()) + engine.block * dense + \
             sum(s.most_values(engine.block) for s in sides) * (24 + 16 * d)
 
     pairs = acc.dtype == np.float64 and all(s.sparse for s in sides) and \
@@ -223,7 +223,7 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
         return compiled.Fused(acc.transform.plan, d, chunk, threads, len(sides), pairs,
                               direct_only)
 
-    chunk = compiled.CHUNK
+    chunk = compiled.CHUNK_DIRECT if direct_only else compiled.CHUNK
     engine = make(chunk)
     budget = MEMORY_BUDGET if memory_budget is None else memory_budget
     while cost(engine) > budget and engine.block > 1:    # smaller chunks, then fewer threads
@@ -240,7 +240,8 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
             f"raise memory_budget to at least {one} or lower buckets or reps",
             need=one, available=memory_budget, device="cpu", hint="raise memory_budget")
     levels = max(1, (max(n, 1) - 1).bit_length() + 1)
-    need = cost(engine) + (levels + 4) * d * b * acc.acc_dtype.itemsize \
+    need = cost(engine) + (engine.bytes() if engine.direct_only else 0) + \
+        (3 if engine.direct_only else levels + 4) * d * b * acc.acc_dtype.itemsize \
         + sum(s.hash_bytes() for s in sides)
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})", device="cpu")

@@ -266,11 +266,12 @@ def test_the_gpu_sparse_exact_path_gives_the_tree_bits():
     from pagh_mm import exact
     from pagh_mm.backend import cpu
     rng = np.random.default_rng(0)
-    A = sps.random(300, 500, density=0.05, random_state=1, format="csc")
-    B = sps.random(500, 400, density=0.05, random_state=2, format="csr")
-    A.data, B.data = rng.standard_normal(A.nnz), rng.standard_normal(B.nnz)
     r, c = rng.integers(0, 300, 1000), rng.integers(0, 400, 1000)
-    val, bound = exact._gpu_sparse_dots(cpu(), A, B, r, c)
-    assert np.array_equal(val, exact._dots(cpu(), A, B, r, c, absolute=False))
-    assert np.array_equal(bound, exact._dots(cpu(), A, B, r, c, absolute=True))
-    assert np.allclose(val, (A @ B).toarray()[r, c], rtol=0, atol=1e-12)
+    for values in (rng.standard_normal, lambda k: rng.integers(-3, 4, k).astype(np.float64)):
+        A = sps.random(300, 500, density=0.05, random_state=1, format="csc")   # new objects:
+        B = sps.random(500, 400, density=0.05, random_state=2, format="csr")   # slices cached
+        A.data, B.data = values(A.nnz), values(B.nnz)          # floats: the tree; integers: any order
+        val, bound = exact._gpu_sparse_dots(cpu(), A, B, r, c)
+        assert np.array_equal(val, exact._dots(cpu(), A, B, r, c, absolute=False))
+        assert np.array_equal(bound, exact._dots(cpu(), A, B, r, c, absolute=True))
+        assert np.allclose(val, (A @ B).toarray()[r, c], rtol=0, atol=1e-12)
