@@ -17,6 +17,7 @@ import numpy as np
 
 import pagh_mm
 from pagh_mm import decode, query, synthetic
+from fwht_gpu import provenance
 from pagh_mm.backend import gpu as gpu_backend
 
 
@@ -102,8 +103,8 @@ def main():
     a = ap.parse_args()
     rows = [run(n, a.per_vector, a.planted, a.device, a.buckets) for n in a.n]
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1, default=float)
+        provenance.write(provenance.record("explore-decode", rows, vars(a), None,
+                                           device=a.device), a.json)
 
 
 if __name__ == "__main__":

@@ -259,8 +259,8 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     exact = be.asnumpy(top.exact)
     sk = None
     _free_gpu(be)
-    d_sk, d_total, dtop, d_final, d_prof, _ = _sparse_flow(be, A, B, planted, repeats, True)
-    row.update(sketch_decode_s=d_sk, topk_decode_s=d_total - d_sk, total_decode_s=d_total,
+    d_sk, d_total, dtop, d_final, d_prof, dsk = _sparse_flow(be, A, B, planted, repeats, True)
+    row.update(buckets_decode=dsk.buckets, sketch_decode_s=d_sk, topk_decode_s=d_total - d_sk, total_decode_s=d_total,
                buckets_final_decode=d_final, stages_decode_s=d_prof,
                recall_decode=synthetic.recall(data.rows, data.cols, be.asnumpy(dtop.rows),
                                               be.asnumpy(dtop.cols)),
@@ -269,7 +269,7 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
                                        np.array_equal(be.asnumpy(dtop.cols), cols_) and
                                        np.array_equal(be.asnumpy(dtop.exact), exact)),
                query_speedup_decode=t_top / max(d_total - d_sk, 1e-9))
-    top = dtop = None
+    top = dtop = dsk = None
     _free_gpu(be)
     try:
         t_sp, (C, _) = _wall(be, lambda: _spgemm_topk(A, B, planted, xp), repeats)

@@ -89,6 +89,12 @@ def sketch_options(fn):
                      "(4-independent) for a Gram product."),
         click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
                      show_default=True),
+        click.option("--decode", type=click.Choice(["auto", "yes", "no"]), default="auto",
+                     show_default=True,
+                     help="Also make the bit sketches that let verified queries decode the rows "
+                          "of the large entries instead of scanning (pagh_mm.decode; not for "
+                          "Gram products); auto: sparse factors, at least 2**38 entries on the GPU, "
+                          "2**34 on the CPU."),
         click.option("--transpose-a", is_flag=True,
                      help="Use the transpose of A (A^T B).  With the same file as A and B (A = B "
                           "= X): the Gram product X^T X (covariances, co-occurrences), sketched "
@@ -146,6 +152,9 @@ def _check_settings(o) -> None:
                            None if o["stabilizer"] == "none" else o["stabilizer"])
     if bad:
         raise click.UsageError(bad)
+    if o["decode"] == "yes" and o["transpose_a"]:
+        raise click.UsageError("--decode yes: decoding is not available for Gram products "
+                               "(--transpose-a); use --decode no")
 
 
 def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_probability=None):
@@ -159,6 +168,7 @@ def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_prob
                           dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],
                           stabilizer=None if o["stabilizer"] == "none" else o["stabilizer"],
                           hash=o["hash_"], progress=Progress(o["quiet"], mode=o["progress"]),
+                          decode={"auto": "auto", "yes": True, "no": False}[o["decode"]],
                           **extra)
     if not o["quiet"]:
         click.echo(f"sketch: {sk.describe()}", err=True)
@@ -389,6 +399,11 @@ def _print_entries(entries, verify, fmt, backend):
               help="Most entries --verify may verify exactly (default: 16 k).")
 @click.option("--by", type=click.Choice(["abs", "value"]), default="abs", show_default=True,
               help="Rank by magnitude or by signed value.")
+@click.option("--search", type=click.Choice(["auto", "scan", "decode"]), default="auto",
+              show_default=True,
+              help="How --verify finds its candidates: scan the estimates, decode them from the "
+                   "bit sketches (a sketch made with --decode yes), or auto (decode when the "
+                   "sketch has bit sketches and it costs less).")
 @click.option("--exclude-diagonal", is_flag=True,
               help="Leave the entries (i, i) out (variances, self-similarities).")
 @click.option("--output-format", "out_fmt", type=click.Choice(["table", "csv", "json"]),
@@ -399,8 +414,8 @@ def _print_entries(entries, verify, fmt, backend):
 @force_option
 @sketch_options
 @guarded
-def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by, exclude_diagonal,
-        out_fmt, output, force, **o) -> None:
+def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by, search,
+        exclude_diagonal, out_fmt, output, force, **o) -> None:
     """The largest entries of A @ B: the top k, those above --threshold, or the top N of every
     row (--per-row); i, j, estimate (and exact value with --verify)."""
     if len(files) not in (0, 2):
@@ -412,6 +427,9 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     if k is not None and (threshold is not None or per_row is not None):
         raise click.UsageError("-k asks for the top k overall; use --threshold or --per-row N "
                                "(with an optional --threshold) instead, not together")
+    if search == "decode" and (not verify or per_row is not None):
+        raise click.UsageError("--search decode verifies decoded candidates: use it with --verify "
+                               "and -k or --threshold (not --per-row)")
     if candidates is not None and candidates < (k or 1):
         raise click.BadParameter(f"--candidates {candidates} is below -k {k}")
     if output is not None:
@@ -441,9 +459,9 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
         if per_row is not None:
             entries = sk.top_k_per_row(per_row, threshold=threshold, format="entries", **kw)
         elif k is not None:
-            entries = sk.top_k(k, **kw)
+            entries = sk.top_k(k, method=search, **kw)
         else:
-            entries = sk.above(threshold, **kw)
+            entries = sk.above(threshold, method=search, **kw)
     for w in caught:
         if issubclass(w.category, pagh_mm.CertificateWarning):
             click.echo(f"Warning: {w.message}", err=True)

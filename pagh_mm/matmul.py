@@ -392,7 +392,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     ``decode``: also make the bit sketches that let verified queries decode the rows of
     the large entries instead of scanning for them (:mod:`pagh_mm.decode`: bit_length(m - 1)
     more sketches of the first repetition, in the same pass; not for Gram products); "auto":
-    for products of sparse factors with at least 2**32 entries.
+    for products of sparse factors with at least 2**38 entries on the GPU, 2**34 on the CPU
+    (:data:`pagh_mm.decode.AUTO_ENTRIES`: where it was measured to pay).
 
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b).  ``seed``: any non-negative
     integer (None: a random one).  ``progress(stage, done, total)`` is called after
@@ -416,7 +417,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     m, n = A.shape
     p = B.shape[1]
     bits = _decode.row_bits(m) if _decode.wanted(decode, _be.is_sparse(A) and _be.is_sparse(B),
-                                                  gram, m, p) else 0
+                                                  gram, m, p, be.gpu) else 0
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal,
                          cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer),

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from fwht_gpu.cli import main as fwht_main
 from fwht_gpu import matrixio as io
+import pagh_mm
 from pagh_mm.cli import main as pagh_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -539,3 +540,35 @@ def test_progress_lines_in_batch_jobs(tmp_path):
     for quiet in (["--progress", "never"], ["-q"]):
         code, out, err = run_split(pagh_main, args + quiet)
         assert code == 0 and "inner dimension" not in err and "row tiles" not in err
+
+
+def test_decoding_from_the_command_line(files):
+    """--decode yes makes the bit sketches (kept by the sketch file), --search decode gives
+    the scan's certified answer; bad combinations are usage errors, a sketch without bit
+    sketches a one-line data error."""
+    A, B, p, tmp = files
+    path = tmp / "bits.npz"
+    code, text = run(pagh_main, ["compress", p["Asp.npz"], p["B.csv"], "-o", path, "-b", 1 << 12,
+                                 "--decode", "yes", "-q"])
+    assert code == 0, text
+    assert pagh_mm.CompressedProduct.load(path).bits is not None
+    outs = []
+    for search in ("scan", "decode"):
+        code, out, err = run_split(pagh_main, ["top", "--sketch", path, p["Asp.npz"], p["B.csv"],
+                                               "-k", 5, "--verify", "--search", search, "-q",
+                                               "--output-format", "csv"])
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1]
+    code, text = run(pagh_main, ["top", "--sketch", path, "-k", 5, "--search", "decode"])
+    assert code == 2 and "--verify" in text
+    code, text = run(pagh_main, ["compress", p["A.npy"], p["A.npy"], "--transpose-a", "-o",
+                                 tmp / "g.npz", "--decode", "yes", "-q"])
+    assert code == 2 and "Gram" in text
+    plain = tmp / "plain.npz"
+    assert run(pagh_main, ["compress", p["Asp.npz"], p["B.csv"], "-o", plain, "-b", 1 << 12,
+                           "--decode", "no", "-q"])[0] == 0
+    code, out, err = run_split(pagh_main, ["top", "--sketch", plain, p["Asp.npz"], p["B.csv"],
+                                           "-k", 5, "--verify", "--search", "decode", "-q"])
+    assert code == 1 and "decode=True" in err
+    one_error_line(err)
