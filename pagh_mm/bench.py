@@ -120,9 +120,11 @@ def _gemm_times(be, data, planted, repeats, row) -> dict:
     return gemm
 
 
-def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=False) -> dict:
+def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=False,
+          decode=False) -> dict:
     """One size and dtype: the compressed product against the exact GEMMs (``staged``: the
-    GPU's staged compression timed too, for comparison with the fused kernel)."""
+    GPU's staged compression timed too, for comparison with the fused kernel; ``decode``: a
+    sketch with bit sketches and the decoding certified top-k too)."""
     from . import matmul
     dt = np.float64 if name == "fp64" else np.float32
     data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=be.xp)
@@ -166,6 +168,23 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
     if t_staged is not None:
         row.update(sketch_staged_s=t_staged, staged_same_bits=row_same,
                    speedup_vs_staged=t_staged / t_sk)
+    if decode:
+        _free_gpu(be)
+        t_dsk, t_dflow, dtop, d_final, _, dsk = _flow(
+            be, data.A, data.B, planted, repeats, True,
+            **{k: v for k, v in kw.items() if k not in ("k", "seed")})
+        t_dtop = t_dflow - t_dsk
+        row.update(sketch_decode_s=t_dsk, topk_decode_s=t_dtop, buckets_decode=dsk.buckets,
+                   buckets_final_decode=d_final,
+                   certified_decode=bool(dtop.certified),
+                   decode_same_answer=bool((be.asnumpy(dtop.rows) == be.asnumpy(top.rows)).all()
+                                           and (be.asnumpy(dtop.exact) ==
+                                                be.asnumpy(top.exact)).all()))
+        echo(f"       with bit sketches (fresh compress + query): sketch {t_dsk:.4f} s "
+             f"({dsk.buckets} -> {d_final} buckets), decoding "
+             f"certified top-k {t_dtop:.4f} s (scanning {t_top:.4f} s), certified "
+             f"{row['certified_decode']}, the scan's answer: {row['decode_same_answer']}")
+        dsk = dtop = None
     sk = top = None
     _free_gpu(be)
     gemm = _gemm_times(be, data, planted, repeats, row)
@@ -212,12 +231,12 @@ def _spgemm_topk(A, B, k, xp):
     return C, sel
 
 
-def _sparse_flow(be, A, B, planted, repeats, decode: bool):
+def _flow(be, A, B, planted, repeats, decode: bool, **options):
     """(compress seconds, compress + certified top-k seconds, answer, final buckets, profile,
     the first sketch) of the automatic flow a user runs: a fresh sketch (with bit sketches
     when ``decode``) and its certified query (which may recompress it with the buckets its
     certificate asks for: the query's share includes any regrowth), decoding or scanning."""
-    kw = dict(k=planted, seed=1, decode=decode)
+    kw = dict(k=planted, seed=1, decode=decode, **options)
     prof: dict = {}
     t_sk, sk = _wall(be, lambda: compress(A, B, **kw), repeats)
     compress(A, B, **kw, profile=prof)
@@ -239,7 +258,7 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     xp = be.xp
     data = synthetic.sparse_planted(n, per, planted, SPARSE_MAGNITUDE, seed=n + per)
     A, B = csp.csr_matrix(data.A), csp.csr_matrix(data.B)
-    t_sk, t_total, top, final, prof, sk = _sparse_flow(be, A, B, planted, repeats, False)
+    t_sk, t_total, top, final, prof, sk = _flow(be, A, B, planted, repeats, False)
     t_top = t_total - t_sk
     rows_, cols_ = be.asnumpy(top.rows), be.asnumpy(top.cols)
     rec = synthetic.recall(data.rows, data.cols, rows_, cols_)
@@ -259,7 +278,7 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
     exact = be.asnumpy(top.exact)
     sk = None
     _free_gpu(be)
-    d_sk, d_total, dtop, d_final, d_prof, dsk = _sparse_flow(be, A, B, planted, repeats, True)
+    d_sk, d_total, dtop, d_final, d_prof, dsk = _flow(be, A, B, planted, repeats, True)
     row.update(buckets_decode=dsk.buckets, sketch_decode_s=d_sk, topk_decode_s=d_total - d_sk, total_decode_s=d_total,
                buckets_final_decode=d_final, stages_decode_s=d_prof,
                recall_decode=synthetic.recall(data.rows, data.cols, be.asnumpy(dtop.rows),
@@ -300,7 +319,7 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
 
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=None,
         device="auto", repeats=3, echo=print, command: str | None = None, buckets=None,
-        staged: bool = False, sparse=(), per_vector=(16,)) -> dict:
+        staged: bool = False, sparse=(), per_vector=(16,), decode: bool = False) -> dict:
     """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`).  ``sparse``: sizes
     of sparse planted products (GPU; ``per_vector`` values per column of A and row of B)
     against cuSPARSE SpGEMM, after the dense ``sizes``."""
@@ -323,7 +342,8 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
             if be.gpu and need > xp.cuda.runtime.memGetInfo()[0]:
                 echo(f"{n:>6} {name:5} skipped: needs {need / 2**30:.0f} GiB")
                 continue
-            rows.append(_case(be, n, name, planted, reps, repeats, bw, echo, buckets, staged))
+            rows.append(_case(be, n, name, planted, reps, repeats, bw, echo, buckets, staged,
+                              decode))
             _free_gpu(be)
     if sparse:
         echo(f"sparse planted products ({SPARSE_MAGNITUDE} shared inner indices per planted "
@@ -336,7 +356,7 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
             rows.append(_sparse_case(be, n, per, min(planted, n), repeats, bw, echo))
     settings = {"sizes": list(sizes), "dtypes": list(dtypes), "planted": planted, "reps": reps,
                 "buckets": buckets, "staged": staged, "repeats": repeats,
-                "sparse": list(sparse), "per_vector": list(per_vector),
+                "sparse": list(sparse), "per_vector": list(per_vector), "decode": decode,
                 "device": "gpu" if be.gpu else "cpu", "method": METHOD}
     return provenance.record("pagh-bench", rows, settings, command,
                              device="gpu" if be.gpu else "cpu")

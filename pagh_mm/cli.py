@@ -255,6 +255,9 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
 @click.option("--staged", is_flag=True,
               help="GPU: also time the staged compression (scatter, transforms and products "
                    "as separate kernels) that the fused kernel replaces.")
+@click.option("--decode", "decode_rows", is_flag=True,
+              help="GPU: dense rows also time a sketch with bit sketches and the decoding "
+                   "certified top-k (the sparse rows always do).")
 @click.option("--sparse", "sparse", multiple=True, type=click.IntRange(1024, None),
               help="Also sparse planted products of this size n (repeatable, e.g. 65536 ... "
                    "1048576), automatic parameters, against cuSPARSE SpGEMM + top-k on the GPU, "
@@ -269,8 +272,8 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
 @force_option
 @debug_option
 @guarded
-def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, device, out_json,
-          force, debug) -> None:
+def bench(sizes, dtypes, planted, reps, buckets, staged, decode_rows, sparse, per_vector, device,
+          out_json, force, debug) -> None:
     """Compress + top-k versus the exact routes (table + JSON).  GPU: planted heavy hitters
     against cuBLAS GEMM + top-k.  CPU: dense planted products against NumPy and compmatmul
     (when importable), a sparse planted product against SciPy and sparse_dot_topn (when
@@ -279,8 +282,9 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, dev
     check_outputs([out_json], force=force)
     dev = _device(device)
     if dev == "cpu":
-        if buckets is not None or staged:
-            raise click.UsageError("--buckets and --staged apply to the GPU benchmark only (the "
+        if buckets is not None or staged or decode_rows:
+            raise click.UsageError("--buckets, --staged and --decode apply to the GPU benchmark "
+                                   "only (the "
                                    "CPU benchmark uses b = 16384, compmatmul's size)"
                                    + ("" if device == "cpu" else "; no GPU was found"))
         if len(per_vector) > 1:
@@ -301,7 +305,7 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, sparse, per_vector, dev
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
     res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes or sparse)),
                      reps=reps, device=dev, echo=click.echo, buckets=buckets, staged=staged,
-                     sparse=sparse, per_vector=per_vector,
+                     decode=decode_rows, sparse=sparse, per_vector=per_vector,
                      command="pagh-mm " + " ".join(sys.argv[1:]))
     io.write_json(out_json, res)
     click.echo(f"wrote {out_json}")
