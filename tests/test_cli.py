@@ -332,7 +332,7 @@ def test_bench_json_force_and_atomic(files, monkeypatch):
     assert run(fwht_main, ["bench", "--min-log2n", 20, "--max-log2n", 10])[0] == 2
     code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
                                  "--staged"])
-    assert code == 2 and "--staged apply to the GPU benchmark" in text
+    assert code == 2 and "--staged and --decode apply to the GPU benchmark" in text
     assert not (tmp / "s.json").exists()
     code, text = run(pagh_main, ["bench", "--json", tmp / "s.json", "--device", "cpu",
                                  "--sparse", 4096, "--per-vector", 8, "--per-vector", 16])
