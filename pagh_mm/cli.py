@@ -431,9 +431,9 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     if k is not None and (threshold is not None or per_row is not None):
         raise click.UsageError("-k asks for the top k overall; use --threshold or --per-row N "
                                "(with an optional --threshold) instead, not together")
-    if search == "decode" and (not verify or per_row is not None):
+    if search == "decode" and (not verify or (per_row is not None and threshold is None)):
         raise click.UsageError("--search decode verifies decoded candidates: use it with --verify "
-                               "and -k or --threshold (not --per-row)")
+                               "(and --per-row with a --threshold)")
     if candidates is not None and candidates < (k or 1):
         raise click.BadParameter(f"--candidates {candidates} is below -k {k}")
     if output is not None:
@@ -461,7 +461,8 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pagh_mm.CertificateWarning)
         if per_row is not None:
-            entries = sk.top_k_per_row(per_row, threshold=threshold, format="entries", **kw)
+            entries = sk.top_k_per_row(per_row, threshold=threshold, format="entries",
+                                       method=search, **kw)
         elif k is not None:
             entries = sk.top_k(k, method=search, **kw)
         else:

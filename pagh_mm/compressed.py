@@ -325,7 +325,7 @@ class CompressedProduct:
                       by: str = "abs", candidates: int | None = None,
                       failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
                       rounds: int = query.DEFAULT_ROUNDS, format: str = "csr",
-                      exclude_diagonal: bool = False, progress=None):
+                      exclude_diagonal: bool = False, method: str = "auto", progress=None):
         """The ``n`` largest entries of every row (by magnitude or value), keeping only those
         >= ``threshold`` when given: ``sparse_dot_topn.sp_matmul_topn(A, B, n, threshold)``'s
         answer, without forming A @ B.  Returns an m x p CSR matrix (SciPy for NumPy sketches,
@@ -336,7 +336,9 @@ class CompressedProduct:
         ``verify=True`` certifies every row as :meth:`top_k` does: no entry left out of a
         row is larger than the row's smallest reported value (or reaches the threshold when
         the row has fewer than n such entries).  A row of pure noise cannot be certified
-        without a threshold that separates it.  ``exclude_diagonal`` as in :meth:`top_k`."""
+        without a threshold that separates it.  ``exclude_diagonal`` as in :meth:`top_k`;
+        ``method`` too (decoding needs a ``threshold``: it finds the entries above it, and
+        the rows are then certified by the scan, in O(d b) when nothing is left above it)."""
         xp = self.backend.xp
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 1:
             raise ValueError(f"n={n!r} must be an integer >= 1")
@@ -347,6 +349,10 @@ class CompressedProduct:
             if not math.isfinite(threshold):
                 raise ValueError(f"threshold={threshold!r} must be finite")
         self._check_query(by, candidates if verify else None, failure_probability, rounds, 1)
+        decoding = self._decoding(method, verify)
+        if method == "decode" and threshold is None:
+            raise ValueError("method='decode' per row needs a threshold (the level decoding "
+                             "reads buckets at); give threshold=, or use method='scan'")
         m, p = self.shape
         n = int(min(n, max(p, 1)))
         target = query.Target(by, k=n, threshold=threshold, exclude_diagonal=exclude_diagonal)
@@ -361,7 +367,8 @@ class CompressedProduct:
             budget = int(min(m * p, candidates or max(16 * n * m, 4096)))
             found, ok, mg, sigma, advice = self._certified(lambda: query.search_rows(
                 self, target, delta=failure_probability, candidates=budget, rounds=rounds,
-                width=min(p, 2 * n + 8), progress=progress))
+                width=min(p, 2 * n + 8), progress=progress,
+                decoding=decoding and threshold is not None))
             if not ok:
                 query.warn_uncertified(f"top_k_per_row({n})", advice)
             key = query.key_of(found.exact, by, xp)

@@ -833,15 +833,9 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
                 bits = cp.bits.sketch.copy()
                 residual, peeled = residual.copy(), True
             level = cut if cut > 0 else decode.level(residual, 0, sigma, cap, xp)
-            ids = decode.candidates(cp, residual, bits, level, max(cap, 1), found.ids)
-            if target.exclude_diagonal and ids.size:
-                ids = ids[ids // p != ids % p]
-            if ids.size:
-                exact = exact_of(cp, ids)
-                found.add(ids, exact, xp)
-                left -= int(ids.size)
-                peel(cp, residual, ids, exact)
-                peel(cp, bits, ids, exact, params=cp.bits.params(cp.params))
+            added = _decode_step(cp, residual, bits, level, cap, found, target)
+            if added:
+                left -= added
                 if left > 0:
                     continue
                 advice = ("candidates", f"raise candidates= (now {candidates}; all were "
@@ -884,6 +878,25 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
             peeled = True
         peel(cp, residual, ids, exact)
     return found, certified, mg, sigma, advice
+
+
+def _decode_step(cp, residual, bits, level: float, cap: int, found: Found, target: Target) -> int:
+    """One decoding round of a certified search: the entries decoded from the buckets of
+    ``residual`` at ``level`` (:func:`pagh_mm.decode.candidates`; not found yet, off the
+    diagonal when it is excluded) verified, added to ``found`` and peeled off ``residual``
+    and its bit sketches ``bits``, in place.  Returns how many were added."""
+    xp = cp.backend.xp
+    p = cp.shape[1]
+    ids = decode.candidates(cp, residual, bits, level, max(cap, 1), found.ids)
+    if target.exclude_diagonal and ids.size:
+        ids = ids[ids // p != ids % p]
+    if ids.size == 0:
+        return 0
+    exact = exact_of(cp, ids)
+    found.add(ids, exact, xp)
+    peel(cp, residual, ids, exact)
+    peel(cp, bits, ids, exact, params=cp.bits.params(cp.params))
+    return int(ids.size)
 
 
 def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=False):
@@ -954,6 +967,12 @@ def scan_rows(cp, by: str, width: int, cuts, *, sketch=None, skip_diagonal: bool
     PV = xp.zeros((m, w))
     PI = xp.full((m, w), -1, dtype=xp.int64)
     below = xp.full(m, -xp.inf)
+    if not cp.gram and m and bool(xp.isfinite(cuts).all()):
+        bound = bucket_bound(cp.sketch if sketch is None else sketch)
+        if bound < float(cuts.min()):        # no bucket reaches any row's cut: O(d b)
+            if progress:
+                progress("tiles", m * p, m * p)
+            return PK[:, :width], PV[:, :width], PI[:, :width], xp.full(m, bound)
     for r0, c0, est in tiles(cp, sketch, progress):
         r1 = r0 + est.shape[0]
         K = key_of(est, by, xp)
@@ -990,9 +1009,12 @@ def _row_cuts(target: Target, found: Found, m: int, p: int, xp):
 
 
 def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: int, width: int,
-                progress=None):
+                progress=None, decoding: bool = False):
     """The certified search, per row: each row's answer is its ``target.k`` largest entries
-    among those >= ``target.threshold``.  Returns (found, certified, margin, sigma, advice)."""
+    among those >= ``target.threshold``.  Returns (found, certified, margin, sigma, advice).
+    ``decoding``: when every row has a cut (a threshold), the entries that dominate buckets
+    above it are decoded, verified and peeled first (as in :func:`search`); the scans then
+    certify every row, in O(d b) when no bucket is left above the lowest cut."""
     xp = cp.backend.xp
     m, p = cp.shape
     d = cp.reps
@@ -1001,6 +1023,22 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
     residual, peeled = cp.sketch, False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
+    if decoding:
+        bits = cp.bits.sketch.copy()
+        residual, peeled = residual.copy(), True
+        for _ in range(decode.ROUNDS):
+            norm2, sigma, pairs, blind = cp.noise_model(residual)
+            cuts = _row_cuts(target, found, m, p, xp)
+            low = float(cuts.min()) if m else -math.inf
+            if not math.isfinite(low) or left <= 0:
+                break
+            level = low - certificate.margin(sigma, d, norm2 / pairs, low,
+                                             size - int(found.ids.size), delta, blind)
+            added = _decode_step(cp, residual, bits, level, left, found, target) \
+                if level > 0 else 0
+            if not added:
+                break
+            left -= added
     for rnd in range(rounds):
         norm2, sigma, pairs, blind = cp.noise_model(residual)
         unreported = size - int(found.ids.size)

@@ -212,3 +212,19 @@ def test_bit_sketches_survive_save_load_add_and_to(tmp_path):
         warnings.simplefilter("error")
         got = back.top_k(20, verify=True, method="decode")
     assert got.certified and synthetic.recall(S.rows, S.cols, got.rows, got.cols) == 1.0
+
+
+def test_per_row_decoding_gives_the_scans_certified_rows(monkeypatch):
+    """top_k_per_row with a threshold decodes the entries above it and certifies every row
+    without scanning the entries when nothing is left above the cut; its answer is the
+    scan's.  Without a threshold method='decode' is refused."""
+    S = synthetic.sparse_planted(4096, 4, 60, 64, seed=2)
+    sk = pagh_mm.compress(S.A, S.B, buckets=1 << 15, seed=4, decode=True)
+    a = sk.top_k_per_row(2, threshold=40.0, verify=True, format="entries", method="scan")
+    scans = []
+    original = query.tiles
+    monkeypatch.setattr(query, "tiles", lambda *x, **k: scans.append(1) or original(*x, **k))
+    b = sk.top_k_per_row(2, threshold=40.0, verify=True, format="entries", method="decode")
+    assert _same_answer(a, b) and a.rows.size >= 60 and not scans
+    with pytest.raises(ValueError, match="needs a threshold"):
+        sk.top_k_per_row(2, verify=True, method="decode")

@@ -565,9 +565,11 @@ def test_gpu_bit_sketches_and_decoding_equal_cpu(kind):
     g = pagh_mm.compress(dev(A), dev(B), seed=5, decode=True, **kw)
     assert (g.sketch.get() == c.sketch).all()
     assert g.bits.sketch.shape == c.bits.sketch.shape and (g.bits.sketch.get() == c.bits.sketch).all()
+    t = float(np.abs(c.top_k(30, verify=True).exact).min())
     for query in (lambda s: s.top_k(30, verify=True, method="decode"),
-                  lambda s: s.above(float(np.abs(c.top_k(30, verify=True).exact).min()),
-                                    verify=True, method="decode")):
+                  lambda s: s.above(t, verify=True, method="decode"),
+                  lambda s: s.top_k_per_row(2, threshold=t, verify=True, format="entries",
+                                            method="decode")):
         tg, tc = query(g), query(c)
         assert tg.certified and tc.certified
         assert (tg.rows.get() == tc.rows).all() and (tg.cols.get() == tc.cols).all()
