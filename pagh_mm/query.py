@@ -14,6 +14,11 @@ Certified search (``top_k``/``above``/``top_k_per_row`` with ``verify=True``):
    candidate or round budget runs out (then ``certified=False`` and a warning naming the
    parameter to raise).
 
+With bit sketches (``compress(..., decode=True)``) step 1 is preceded by decoding rounds
+(:mod:`pagh_mm.decode`): the entries that dominate their buckets are read off, verified and
+peeled, and the scan that follows certifies the rest, in O(d b) when no bucket of the
+residual reaches the cut (:func:`bucket_bound`).
+
 Every step is a fixed-order computation on NumPy or CuPy arrays: the same inputs give the
 same answer, certificate and margin on the CPU and the GPU.
 """
