@@ -54,13 +54,15 @@ class CompressedProduct:
     def reps(self) -> int:
         return self.params.reps
 
-    def _hashes(self, which: int, keys):
-        """(buckets (d, ...), signs (d, ...)) of row (which=1) or column (which=2) indices."""
+    def _hashes(self, which: int, keys, params=None):
+        """(buckets (d, ...), signs (d, ...)) of row (which=1) or column (which=2) indices
+        under ``params`` (default the sketch's; the bit sketches' for peeling them)."""
         xp = self.backend.xp
+        params = self.params if params is None else params
         if self.gram:
             which = 1                   # one hash function on both sides
-        return (hashing.bucket_table(self.params, which, keys, self.log2b, xp),
-                hashing.sign_table(self.params, which, keys, xp))
+        return (hashing.bucket_table(params, which, keys, self.log2b, xp),
+                hashing.sign_table(params, which, keys, xp))
 
     def _values(self, h1, s1, h2, s2, sketch=None):
         """(d, ...) per-repetition estimates s1 s2 c_t[h1 op h2] from broadcastable hashes

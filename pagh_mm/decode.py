@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import hashing
+from . import compiled, hashing
 
 #: Repetitions whose bit sketches ``compress(..., decode=True)`` makes (the first ones).
 REPS = 1
@@ -123,11 +123,14 @@ def _members(cp, t: int):
     key = (t, cp.log2b, id(cp.params))
     if key not in cache:
         h2 = hashing.bucket_table(cp.params, 2, xp.arange(cp.shape[1], dtype=xp.int64),
-                                  cp.log2b, xp, reps=t)[0]
-        order = xp.lexsort(xp.stack([xp.arange(h2.size, dtype=xp.int64), h2]))
-        starts = xp.searchsorted(h2[order], xp.arange(cp.buckets + 1, dtype=xp.int64))
+                                  cp.log2b, xp, reps=t)
+        if cp.backend.gpu:
+            from .cuda import kernels
+            starts, members = kernels.bucket_members(h2, cp.buckets)
+        else:
+            starts, members = compiled.bucket_members(h2, cp.buckets)
         cache.clear()
-        cache[key] = (starts, order.astype(xp.int64))
+        cache[key] = (starts[0], members[0])
     return cache[key]
 
 
@@ -157,11 +160,11 @@ def _rows(reading, m: int, xp):
     return bucket[keep], rows[keep]
 
 
-def candidates(cp, residual, bits_residual, level: float, cap: int, exclude):
+def candidates(cp, residual, bits_residual, level: float, cap: int):
     """Sorted flat ids of the entries decoded from the buckets of the decoding repetitions
     of ``residual`` whose magnitude is >= ``level`` (at most the ``cap`` largest of each),
-    not in ``exclude`` (sorted ids), whose median key (magnitude) over all repetitions of
-    ``residual`` is >= :data:`ACCEPT` x ``level``."""
+    whose median key (magnitude) over all repetitions of ``residual`` is >= :data:`ACCEPT`
+    x ``level``."""
     xp = cp.backend.xp
     bs = cp.bits
     m, p = cp.shape
@@ -193,11 +196,6 @@ def candidates(cp, residual, bits_residual, level: float, cap: int, exclude):
     if not found:
         return xp.empty(0, xp.int64)
     ids = xp.unique(xp.concatenate(found))
-    if exclude is not None and exclude.size:
-        at = xp.minimum(xp.searchsorted(exclude, ids), exclude.size - 1)
-        ids = ids[exclude[at] != ids]
-    if ids.size == 0:
-        return ids
     h1, s1 = cp._hashes(1, ids // p)
     h2, s2 = cp._hashes(2, ids % p)
     key = xp.abs(cp._median(cp._values(h1, s1, h2, s2, residual)))

@@ -76,29 +76,33 @@ def _exact_integers(be, A, B, r, c):
 _SLICES: dict = {}
 
 
-def _slices(M, rows: bool):
-    entry = _SLICES.get((id(M), rows))
+def _cached(M, key: tuple, build):
+    """``build()``, computed once per sparse factor ``M`` and ``key`` while ``M`` lives."""
+    key = (id(M),) + key
+    entry = _SLICES.get(key)
     got = entry[1] if entry is not None and entry[0]() is M else None
     if got is None:
-        T = M.tocsr() if rows else M.tocsc()
-        T.sort_indices()
-        val = T.data.astype(np.float64)
-        got = ((T.indptr.astype(np.int64), T.indices.astype(np.int64), val),
-               bool((np.trunc(val) == val).all()))
-        key = (id(M), rows)
+        got = build()
         _SLICES[key] = (weakref.ref(M), got)
         weakref.finalize(M, _SLICES.pop, key, None)
     return got
 
 
+def _slices(M, rows: bool):
+    def build():
+        T = M.tocsr() if rows else M.tocsc()
+        T.sort_indices()
+        val = T.data.astype(np.float64)
+        return ((T.indptr.astype(np.int64), T.indices.astype(np.int64), val),
+                bool((np.trunc(val) == val).all()))
+    return _cached(M, (rows,), build)
+
+
 def _device_slices(be, M, rows: bool):
     """(indptr, sort keys, values) of a sparse factor's rows (A, CSR: keys the inner index)
     or columns (B, CSC: keys column * n + inner index, increasing), float64, on the GPU;
-    cached per factor (weakly held) like :func:`_slices`."""
-    key = (id(M), rows, "gpu")
-    entry = _SLICES.get(key)
-    got = entry[1] if entry is not None and entry[0]() is M else None
-    if got is None:
+    cached per factor like :func:`_slices`."""
+    def build():
         xp = be.xp
         T = M.tocsr() if rows else M.tocsc()
         if not T.has_sorted_indices:
@@ -109,10 +113,8 @@ def _device_slices(be, M, rows: bool):
         if not rows:                      # one sorted key per stored value of B's columns
             n = int(M.shape[0])
             keys = xp.repeat(xp.arange(ptr.size - 1, dtype=xp.int64), xp.diff(ptr)) * n + keys
-        got = (ptr, keys, T.data.astype(xp.float64))
-        _SLICES[key] = (weakref.ref(M), got)
-        weakref.finalize(M, _SLICES.pop, key, None)
-    return got
+        return ptr, keys, T.data.astype(xp.float64)
+    return _cached(M, (rows, "device"), build)
 
 
 def _gpu_sparse_dots(be, A, B, r, c):

@@ -33,7 +33,7 @@ import numpy as np
 
 from fwht_gpu import memory
 
-from . import certificate, compiled, decode, hashing
+from . import certificate, compiled, decode
 from .convolution import combine_index
 from .reduction import sparse_row_sums
 
@@ -634,15 +634,8 @@ def peel(cp, residual, ids, values, params=None):
         return residual
     d, b = residual.shape
     p = cp.shape[1]
-    if params is None:
-        h1, s1 = cp._hashes(1, ids // p)
-        h2, s2 = cp._hashes(2, ids % p)
-    else:
-        rows, cols = ids // p, ids % p
-        h1 = hashing.bucket_table(params, 1, rows, cp.log2b, xp)
-        s1 = hashing.sign_table(params, 1, rows, xp)
-        h2 = hashing.bucket_table(params, 2, cols, cp.log2b, xp)
-        s2 = hashing.sign_table(params, 2, cols, xp)
+    h1, s1 = cp._hashes(1, ids // p, params)
+    h2, s2 = cp._hashes(2, ids % p, params)
     bucket = combine_index(cp.method, h1, h2, cp.log2b) + \
         (xp.arange(d, dtype=xp.int64) * b)[:, None]
     contrib = (s1 * s2 * values[None].astype(xp.float64)).ravel()
@@ -892,7 +885,8 @@ def _decode_step(cp, residual, bits, level: float, cap: int, found: Found, targe
     and its bit sketches ``bits``, in place.  Returns how many were added."""
     xp = cp.backend.xp
     p = cp.shape[1]
-    ids = decode.candidates(cp, residual, bits, level, max(cap, 1), found.ids)
+    ids = decode.candidates(cp, residual, bits, level, max(cap, 1))
+    ids = ids[~_member(ids, found.ids, xp)]
     if target.exclude_diagonal and ids.size:
         ids = ids[ids // p != ids % p]
     if ids.size == 0:
