@@ -71,13 +71,52 @@ def _copy_bandwidth(be, nbytes=1 << 30):
     return 2 * nbytes / t
 
 
-def _exact_topk(be, A, B, k, dtype):
+#: Rows of A (and columns of B) per tile of the exact routes when the product does not fit.
+GEMM_TILE = 16384
+
+
+def _gemm_tile(be, A, B, dtype) -> int:
+    """The whole product when it and its selection fit in 70% of the free device memory,
+    else GEMM_TILE x GEMM_TILE tiles."""
+    n = max(A.shape[0], B.shape[1])
+    if not be.gpu:
+        return n
+    item = np.dtype(dtype).itemsize
+    copies = 0 if A.dtype == dtype else (A.size + B.size) * item
+    whole = copies + A.shape[0] * B.shape[1] * (2 * item + 16)
+    return n if whole <= 0.7 * be.xp.cuda.runtime.memGetInfo()[0] else min(n, GEMM_TILE)
+
+
+def _tiled_largest(be, A, B, pool, dtype):
+    """(rows, cols) of the ``pool`` largest |(A @ B)_ij| with the product computed in
+    ``dtype``, tile by tile when it does not fit (each tile's ``pool`` largest, then the
+    largest of those: the same selection as the whole product's)."""
     xp = be.xp
-    Ad, Bd = A.astype(dtype, copy=False), B.astype(dtype, copy=False)
-    C = Ad @ Bd
-    flat = xp.abs(C.ravel())
-    sel = xp.argpartition(-flat, k - 1)[:k]
-    return sel // C.shape[1], sel % C.shape[1]
+    m, p = A.shape[0], B.shape[1]
+    t = _gemm_tile(be, A, B, dtype)
+    vals, rows, cols = [], [], []
+    for r0 in range(0, m, t):
+        Ad = A[r0:r0 + t].astype(dtype, copy=False)
+        for c0 in range(0, p, t):
+            C = Ad @ B[:, c0:c0 + t].astype(dtype, copy=False)
+            flat = xp.abs(C.ravel())
+            del C
+            q = min(flat.size, pool)
+            sel = xp.argpartition(-flat, q - 1)[:q] if q < flat.size else xp.arange(flat.size)
+            w = min(t, p - c0)
+            vals.append(flat[sel].astype(xp.float64))
+            rows.append(r0 + sel // w)
+            cols.append(c0 + sel % w)
+            del flat
+    if len(vals) == 1:
+        return rows[0], cols[0]
+    v, r, c = xp.concatenate(vals), xp.concatenate(rows), xp.concatenate(cols)
+    best = xp.argpartition(-v, pool - 1)[:pool] if pool < v.size else xp.arange(v.size)
+    return r[best], c[best]
+
+
+def _exact_topk(be, A, B, k, dtype):
+    return _tiled_largest(be, A, B, k, dtype)
 
 
 #: Candidates the FP16 screen verifies, per entry asked for.
@@ -87,14 +126,9 @@ SCREEN_POOL = 4
 def _screen_topk(be, A, B, k):
     """The strongest exact route on a GPU: the product in FP16 (tensor cores), its
     SCREEN_POOL k largest magnitudes as candidates, their exact float64 values (row . column
-    dot products), the k largest of those."""
+    dot products), the k largest of those (tiled like the exact routes)."""
     xp = be.xp
-    C16 = A.astype(xp.float16) @ B.astype(xp.float16)
-    flat = xp.abs(C16.ravel())
-    pool = min(flat.size, SCREEN_POOL * k)
-    sel = xp.argpartition(-flat, pool - 1)[:pool]
-    del C16, flat
-    r, c = sel // B.shape[1], sel % B.shape[1]
+    r, c = _tiled_largest(be, A, B, min(A.shape[0] * B.shape[1], SCREEN_POOL * k), xp.float16)
     exact = (A[r].astype(xp.float64) * B[:, c].T.astype(xp.float64)).sum(axis=1)
     best = xp.argsort(-xp.abs(exact))[:k]
     return r[best], c[best]
@@ -338,7 +372,10 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
     for n in sizes:
         for name in dtypes:
             dt = np.float64 if name == "fp64" else np.float32
-            need = 3 * n * n * np.dtype(dt).itemsize + 2 * n * n * 8
+            # the factors, and the exact routes' tiles (fp64 copies of A's and B's tiles, the
+            # product's tile and its selection) when the product does not fit
+            t = min(n, GEMM_TILE)
+            need = 2 * n * n * np.dtype(dt).itemsize + 2 * t * n * 8 + t * t * 32
             if be.gpu and need > xp.cuda.runtime.memGetInfo()[0]:
                 echo(f"{n:>6} {name:5} skipped: needs {need / 2**30:.0f} GiB")
                 continue

@@ -159,11 +159,15 @@ def _block_size(sides, per_index: int, n: int, reps: int, budget: int) -> int:
     return B
 
 
-def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget):
+def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
+                 pairs: bool = False):
     """(block size, budget): the aligned block size within the memory budget, after checking
-    that the whole compression fits the memory available (InsufficientMemoryError if not)."""
+    that the whole compression fits the memory available (InsufficientMemoryError if not).
+    ``pairs``: every inner index is added pair by pair (the GPU's pair route): blocks hold
+    only their stored values' hashes, and the sums one time-domain table."""
     d, b = acc.reps, acc.b
-    per_index = acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
+    per_index = 0 if pairs else \
+        acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
     term = d * b * acc.value_dtype.itemsize
     hint = (f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})"
             + ("" if memory_budget is None else " or memory_budget"))
@@ -189,17 +193,21 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
                 need=one, available=memory_budget, device=device, hint="raise memory_budget")
         B, budget = 1, one
     levels = max(1, (max(n, 1) - 1).bit_length() - (B.bit_length() - 1) + 1)
-    fixed = (levels + 4) * term + sum(s.table_bytes() for s in sides)
+    # the Hadamard-domain tree's pending nodes and the inverse transform's buffers, or the
+    # pairs' time-domain table, its finished copy and the exactness check's temporaries
+    fixed = (5 if pairs else levels + 4) * term + sum(s.table_bytes() for s in sides)
     need = fixed + _block_cost(sides, B, per_index, d)
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  hint, device=device)
     return B, budget
 
 
-def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget):
+def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
+                  allow_pairs: bool = True):
     """The compiled CPU engine (:class:`pagh_mm.compiled.Fused`) when it computes this
     compression (FWHT, a plan of plain compiled stages), with chunks whose dense vectors fit
-    the memory budget; None otherwise.  Checks that the whole call fits the memory available."""
+    the memory budget; None otherwise.  Checks that the whole call fits the memory available.
+    ``allow_pairs`` False: no inner index added pair by pair."""
     if be.gpu or acc.method != "fwht" or not compiled.fused_supported(acc.transform.plan):
         return None
     d, b = acc.reps, acc.b
@@ -209,8 +217,8 @@ def _fused_engine(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bu
         return (0 if engine.direct_only else engine.bytes()) + engine.block * dense + \
             sum(s.most_values(engine.block) for s in sides) * (24 + 16 * d)
 
-    pairs = acc.dtype == np.float64 and all(s.sparse for s in sides) and \
-        compiled.exact_integers(sides, b * _abs_product_bound(sides))
+    pairs = allow_pairs and acc.dtype == np.float64 and all(s.sparse for s in sides) and \
+        compiled.exact_integers(sides, _abs_product_bound(sides))
 
     direct_only = False
     if pairs:                   # every inner index added pair by pair: no transform buffers
@@ -324,12 +332,39 @@ def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
     n = int(counts[0].size)
     if pairs > n * 2 * acc.b * max(1, acc.b.bit_length() - 1):
         return False
-    return compiled.exact_integers(sides, acc.b * _abs_product_bound(sides))
+    return compiled.exact_integers(sides, _abs_product_bound(sides))
+
+
+#: What the inverse transform's sums are checked against (half of 2^53: a margin for the
+#: rounding of the bound's own sums, and for a transformed part computed in float64).
+INVERSE_EXACT_LIMIT = 2.0 ** 52
+
+
+def _inverse_exact(sketch, direct, xp) -> bool:
+    """Whether the specification's inverse transform computes these sums exactly: the
+    compression with some (or all) inner indices added pair by pair equals the NumPy engine's
+    (which transforms every index and inverse-transforms the Hadamard-domain sum) when every
+    sum of that inverse transform is an integer below 2^53.  After the Folklore stages of bits
+    0 .. s - 1 the inverse's values are 2^s sum_{w_hi} +-c[w_hi, w_lo] (c the time-domain sums,
+    w_lo the low s bits), bounded by 2^s times the largest sum of |c| over the buckets sharing
+    their low s bits: O(b) per repetition, checked against INVERSE_EXACT_LIMIT on |sketch| +
+    |direct| (which also bounds a part that went through the transforms)."""
+    a = xp.abs(sketch) + xp.abs(direct)
+    worst = []
+    while True:
+        worst.append(a.max(axis=-1) * float(a.shape[-1]))     # 2^s x the largest fold
+        if a.shape[-1] == 1:
+            break
+        half = a.shape[-1] // 2
+        a = a[..., :half] + a[..., half:]
+    return bool((xp.stack(worst) < INVERSE_EXACT_LIMIT).all())
 
 
 def _abs_product_bound(sides) -> float:
     """sum_k ||A[:, k]||_1 ||B[k, :]||_1 (a Gram product: sum_k ||x_k||_1^2) of sparse sides:
-    a bound on every sum the compression forms before its inverse transform."""
+    a bound on every sum the compression forms before its inverse transform (the pairs' sums
+    in a bucket, the forward transforms, their products and every Hadamard-domain partial
+    sum); the inverse transform's own sums are checked on the result (:func:`_inverse_exact`)."""
     norms = []
     for s in sides:
         v = abs(s.M).astype(np.float64)
@@ -437,69 +472,76 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     made = hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
     sides = (Side(A, 1, made, log2b, be),) if gram else \
         (Side(A, 1, made, log2b, be), Side(B, 2, made, log2b, be))
-    acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
     clock("sides")
-    fused = _fused_engine(sides, acc, n, m, p, be, memory_budget)
-    if fused:
-        block = fused.block
-    else:
-        block, budget = _plan_memory(sides, acc, n, m, p, be, memory_budget)
-    clock("plan")
-    gpu_fused = _gpu_fused(sides, acc, be)
-    gpu_pairs = _gpu_pairs(sides, acc, be)
-    clock("route")
-    direct = None
-    if gpu_pairs:               # blocks hold only their stored values' hashes: far larger
-        block = max(block, _block_size(sides, 0, n, every, budget))
-        direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64)
-    acc.begin(block)
-    live = _live(sides, n, be)
-    k1 = 0
-    visit = _blocks_to_visit(live, n, block, be)
-    clock("setup")
-    for k0 in visit:
-        k1 = min(n, k0 + block)
-        if fused:               # scatter, transform, multiply and sum in one compiled kernel
-            present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
-            acc.sum.add_node(k0, fused.node(*(s.vectors(k0, k1) for s in sides),
-                                            *(() if len(sides) == 2 else (None,)),
-                                            present, k1 - k0))
-            clock("fused")
+
+    def one_pass(pairs: bool):
+        """The sketch (every repetition and bit sketch) and the time-domain sums added pair by
+        pair (None when no route added pairs; ``pairs`` False: none may)."""
+        acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
+        fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
+        gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
+        if fused:
+            block = fused.block
+        else:                       # pairs: blocks hold only their stored values' hashes
+            block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs)
+        clock("plan")
+        gpu_fused = _gpu_fused(sides, acc, be)
+        clock("route")
+        direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64) if gpu_pairs else None
+        acc.begin(block)
+        live = _live(sides, n, be)
+        k1 = 0
+        visit = _blocks_to_visit(live, n, block, be)
+        clock("setup")
+        for k0 in visit:
+            k1 = min(n, k0 + block)
+            if fused:               # scatter, transform, multiply and sum in one compiled kernel
+                present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
+                acc.sum.add_node(k0, fused.node(*(s.vectors(k0, k1) for s in sides),
+                                                *(() if len(sides) == 2 else (None,)),
+                                                present, k1 - k0))
+                clock("fused")
+                if progress:
+                    progress("inner", k1, n)
+                continue
+            if gpu_pairs:           # exact integer pairs straight into the time domain
+                _gpu_pairs_add(sides, k0, k1, direct)
+                clock("pairs")
+                if progress:
+                    progress("inner", k1, n)
+                continue
+            if gpu_fused:           # sketch, transform and product of each index in one kernel
+                nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
+                clock("fused")
+                acc.sum.add_node(k0, _gpu_tree_sum(nodes))      # the tree above the kernel's
+                del nodes
+                clock("accumulate")
+                if progress:
+                    progress("inner", k1, n)
+                continue
+            pos = None
+            if live is not None:      # sparse: only the inner indices with values on both sides
+                pos = be.xp.nonzero(live[k0:k1])[0]
+                if int(pos.size) == k1 - k0:
+                    pos = None
+            ks = None if pos is None else k0 + pos
+            PA = sides[0].block(k0, k1, ks)
+            PB = sides[1].block(k0, k1, ks) if len(sides) == 2 else None
+            clock("scatter")
+            acc.add_block(k0, PA, PB, clock, pos)
+            del PA, PB
             if progress:
                 progress("inner", k1, n)
-            continue
-        if gpu_pairs:           # exact integer pairs straight into the time domain
-            _gpu_pairs_add(sides, k0, k1, direct)
-            clock("pairs")
-            if progress:
-                progress("inner", k1, n)
-            continue
-        if gpu_fused:           # sketch, transform and product of each index in one kernel
-            nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
-            clock("fused")
-            acc.sum.add_node(k0, _gpu_tree_sum(nodes))      # the tree above the kernel's
-            del nodes
-            clock("accumulate")
-            if progress:
-                progress("inner", k1, n)
-            continue
-        pos = None
-        if live is not None:      # sparse: only the inner indices with values on both sides
-            pos = be.xp.nonzero(live[k0:k1])[0]
-            if int(pos.size) == k1 - k0:
-                pos = None
-        ks = None if pos is None else k0 + pos
-        PA = sides[0].block(k0, k1, ks)
-        PB = sides[1].block(k0, k1, ks) if len(sides) == 2 else None
-        clock("scatter")
-        acc.add_block(k0, PA, PB, clock, pos)
-        del PA, PB
-        if progress:
-            progress("inner", k1, n)
-    if progress and (n == 0 or k1 != n):
-        progress("inner", n, n)             # the empty inner indices at the end
-    sketch = acc.finish(fused.direct() if fused else direct)
-    clock("inverse")
+        if progress and (n == 0 or k1 != n):
+            progress("inner", n, n)             # the empty inner indices at the end
+        direct = fused.direct() if fused else direct
+        sketch = acc.finish(direct)
+        clock("inverse")
+        return sketch, direct
+
+    sketch, direct = one_pass(True)
+    if direct is not None and not _inverse_exact(sketch, direct, be.xp):
+        sketch, _ = one_pass(False)     # the transforms' own sums would round: theirs
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)

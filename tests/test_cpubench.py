@@ -182,3 +182,21 @@ def test_scale_rows_use_automatic_parameters(monkeypatch):
     assert ours["buckets"] >= 1024 and "automatic" in ours["answer"]
     assert ours["best_peer"] == "scipy" and got["scale", "scipy"]["recall"] == 1.0
     assert rec["settings"]["scale"] == [2048]
+
+
+def test_gpu_bench_tiled_exact_routes_select_like_the_whole_product(monkeypatch):
+    """pagh-mm bench's exact routes (GEMM + top-k, the FP16 screen) tile the product when it does
+    not fit the device: the tiles' selection is the whole product's."""
+    from pagh_mm import bench
+    from pagh_mm.backend import cpu
+    be = cpu()
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((300, 200)), rng.standard_normal((200, 250))
+    flat = np.abs(A @ B).ravel()
+    want = set(np.argsort(-flat)[:20].tolist())
+    for tile in (300, 64, 37):
+        monkeypatch.setattr(bench, "_gemm_tile", lambda be, A, B, dt, t=tile: t)
+        r, c = bench._exact_topk(be, A, B, 20, np.float64)
+        assert set((r * 250 + c).tolist()) == want
+        r, c = bench._screen_topk(be, A, B, 20)
+        assert set((r * 250 + c).tolist()) == want

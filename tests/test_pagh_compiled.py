@@ -163,6 +163,39 @@ def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch)
     assert made and made[-1].pair_limit == 0
 
 
+def test_pairs_are_checked_on_the_inverse_transforms_sums(monkeypatch):
+    """Large integers: the pairs are taken when the specification's inverse transform stays
+    exact on these sums (buckets x sum_k |a_k|_1 |b_k|_1 may pass 2^53), and given up for
+    the transforms when one of its sums could round (a pair of 2^52 beside small ones)."""
+    rng = np.random.default_rng(17)
+    A = sps.random(60, 400, density=0.05, random_state=18, format="csc")
+    A.data = rng.integers(1 << 18, 1 << 19, A.nnz).astype(np.float64) * rng.choice([-1, 1], A.nnz)
+    B = sps.random(400, 70, density=0.05, random_state=19, format="csr")
+    B.data = rng.integers(1 << 18, 1 << 19, B.nnz).astype(np.float64) * rng.choice([-1, 1], B.nnz)
+    made = []
+    original = compiled.Fused.__init__
+
+    def spy(self, *a, **kw):
+        original(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(compiled.Fused, "__init__", spy)
+    bound = pagh_mm.matmul._abs_product_bound
+    kw = dict(buckets=64, reps=3, seed=5)
+    got = pagh_mm.compress(A, B, **kw).sketch
+    sides = [pagh_mm.matmul.Side(M, w, None, 6, pagh_mm.backend.cpu()) for M, w in ((A, 1), (B, 2))]
+    assert 64 * bound(sides) >= 2.0 ** 53 > bound(sides)       # the old a-priori bound refused
+    assert [e.pair_limit > 0 for e in made] == [True]
+    assert _same(got, _specification(A, B, **kw))
+    A2, B2 = A.tolil(), B.tolil()
+    A2[0, 0], B2[0, 0] = 2.0 ** 26, 2.0 ** 26        # one pair of 2^52: the inverse would round
+    A2, B2 = A2.tocsc(), B2.tocsr()
+    made.clear()
+    got = pagh_mm.compress(A2, B2, **kw).sketch
+    assert [e.pair_limit > 0 for e in made] == [True, False]
+    assert _same(got, _specification(A2, B2, **kw))
+
+
 @pytest.mark.parametrize("kind", ["dense", "gram"])
 def test_compiled_scans_give_the_specifications_answers(kind):
     A, B = _factors(kind, np.random.default_rng(5))

@@ -383,6 +383,20 @@ def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
     ka = pagh_mm.compress(As, Bs, k=10, seed=3)
     kg = pagh_mm.compress(csp.csc_matrix(cp.asarray(A)), csp.csr_matrix(cp.asarray(B)), k=10, seed=3)
     assert ka.buckets == kg.buckets and (kg.sketch.get() == ka.sketch).all()
+    # large integers: pairs while the specification's inverse transform stays exact on the
+    # sums (buckets x sum_k |a_k|_1 |b_k|_1 beyond 2^53), the transforms once it could round
+    big = np.where(A != 0, np.sign(A) * (1 << 16) + A, 0.0)
+    bigB = np.where(B != 0, np.sign(B) * (1 << 16) + B, 0.0)
+    for extra in (False, True):
+        if extra:
+            big[0, 0] = bigB[0, 0] = 2.0 ** 26
+        kw = dict(buckets=1 << 12, reps=5, seed=3)
+        prof = {}
+        g = pagh_mm.compress(csp.csc_matrix(cp.asarray(big)), csp.csr_matrix(cp.asarray(bigB)),
+                             profile=prof, **kw)
+        assert "pairs" in prof and (("scatter" in prof) or ("fused" in prof)) == extra
+        assert (g.sketch.get() == pagh_mm.compress(sps.csc_matrix(big), sps.csr_matrix(bigB),
+                                                   **kw).sketch).all(), extra
 
 
 # --- issue 16 item 3: the selecting query kernel --------------------------------------------

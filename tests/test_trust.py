@@ -323,6 +323,26 @@ def test_memory_budget_is_honoured_or_refused():
         pagh_mm.compress(A, B, buckets=1 << 10, reps=3, seed=0, memory_budget=100_000)
 
 
+def test_pair_route_plans_only_its_table(monkeypatch):
+    """Sparse factors added pair by pair (the GPU's pair route) need one (d, b) time-domain
+    table and their stored values' hashes, not the transform route's per-index buffers and
+    Hadamard-domain tree: a sketch of 2^24 buckets plans within a few of its tables."""
+    from pagh_mm import backend, hashing, matmul
+    from pagh_mm.convolution import Accumulator
+    A = sps.random(5000, 4096, density=0.002, random_state=1, format="csc")
+    B = sps.random(4096, 5000, density=0.002, random_state=2, format="csr")
+    be = backend.cpu()
+    params = hashing.HashParams.draw("multiply-add-shift", 0, 5)
+    sides = (matmul.Side(A, 1, params, 24, be), matmul.Side(B, 2, params, 24, be))
+    acc = Accumulator("fwht", 5, 24, np.float64, "folklore", None, np)
+    table = 5 * (1 << 24) * 8
+    monkeypatch.setattr(memory, "host_available", lambda: 8 * table)
+    block, _ = matmul._plan_memory(sides, acc, 4096, 5000, 5000, be, None, pairs=True)
+    assert block == 4096                                 # every stored value's hashes at once
+    with pytest.raises(MemoryError, match="lower buckets"):
+        matmul._plan_memory(sides, acc, 4096, 5000, 5000, be, None)
+
+
 def test_finite_check_reads_transposed_inputs_without_copying_them():
     X = np.random.default_rng(0).standard_normal((4096, 1024))       # 32 MiB
     _, peak = _peak(lambda: pagh_mm.matmul._check_finite(X.T, "A", pagh_mm.backend.cpu()))
