@@ -150,7 +150,8 @@ def pagh_mm_sparse(records) -> list[str]:
         for r in rec["rows"]:
             if r.get("kind") != "sparse":
                 continue
-            sp = _s(r["spgemm_s"]) if "spgemm_s" in r else "out of memory"
+            sp = _s(r["spgemm_s"]) if "spgemm_s" in r else \
+                "wrong product (no error)" if "spgemm_wrong_s" in r else "out of memory"
             best = min(r["total_s"], r["total_decode_s"])
             out.append([r["n"], r["per_vector"], buckets(r, r["buckets"], r["buckets_final"]),
                         _s(r["sketch_s"]), _s(r["topk_s"]),

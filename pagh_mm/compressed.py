@@ -16,6 +16,10 @@ from .query import CertificateWarning, Entries, check_by  # noqa: F401
 from .query import masked_median
 from .reduction import row_sums
 
+#: Times a certified query may rebuild an automatically sized sketch with more buckets.
+REGROWTHS = 3
+
+
 @dataclass
 class CompressedProduct:
     """Sketch of C = A @ B (m x p): c_t for t = 1..d, and the hash functions that made it.
@@ -173,29 +177,37 @@ class CompressedProduct:
 
     def _certified(self, run):
         """``run()``, a certified search; when it reports that more buckets are needed and
-        this sketch was sized automatically from its factors, the sketch is rebuilt once
-        with the buckets it names (within the memory available) and the search repeated."""
+        this sketch was sized automatically from its factors, the sketch is rebuilt with the
+        buckets it names (within the memory available) and the search repeated, up to
+        REGROWTHS times (a search on too small a sketch may underestimate what it needs)."""
         out = run()
-        found, ok, mg, sigma, advice = out
-        if ok or advice is None or advice[0] != "buckets" or len(self.factors) != 1 or \
-                self.chosen is None or not self.chosen.reason.startswith("auto"):
-            return out
-        from .matmul import compress
-        A, B = self.factors[0]
-        try:
-            new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
-                           method=self.method, dtype=self.dtype_object(), algorithm=self.algorithm,
-                           stabilizer=self.stabilizer, hash=self.params.family, gram=self.gram,
-                           decode=self.bits is not None, check_finite=False)
-        except MemoryError:
-            return out
-        from .auto import Choice
-        self.sketch, self.params, self.log2b, self.bits = new.sketch, new.params, new.log2b, \
-            new.bits
-        self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
-                             f"auto: grown to {new.buckets} buckets by a verified query "
-                             f"({self.chosen.reason})")
-        return run()
+        for _ in range(REGROWTHS):
+            found, ok, mg, sigma, advice = out
+            if ok or advice is None or advice[0] != "buckets" or advice[2] <= self.buckets or \
+                    len(self.factors) != 1 or self.chosen is None or \
+                    not self.chosen.reason.startswith("auto"):
+                return out
+            from .matmul import compress
+            A, B = self.factors[0]
+            try:
+                new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
+                               method=self.method, dtype=self.dtype_object(),
+                               algorithm=self.algorithm, stabilizer=self.stabilizer,
+                               hash=self.params.family, gram=self.gram,
+                               decode=self.bits is not None, check_finite=False)
+            except MemoryError:
+                return out
+            from .auto import Choice
+            self.sketch, self.params, self.log2b, self.bits = new.sketch, new.params, \
+                new.log2b, new.bits
+            first = self.chosen.reason
+            if first.startswith("auto: grown to "):
+                first = first[first.index("(") + 1:-1]
+            self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
+                                 f"auto: grown to {new.buckets} buckets by a verified query "
+                                 f"({first})")
+            out = run()
+        return out
 
     def dtype_object(self):
         """The transforms' dtype as a NumPy dtype (``dtype`` holds its short name)."""

@@ -194,6 +194,34 @@ def test_an_auto_sketch_grows_when_a_verified_query_needs_it():
     assert fixed.buckets == first
 
 
+def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
+    """A search on too small a sketch may name too few buckets: the query rebuilds it again
+    (at most REGROWTHS times, only upwards, the original reason kept)."""
+    A, B = heavy_product(7)
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    first = sk.buckets
+    asked = []
+
+    def run():                               # asks for 2x, then 4x, then certifies
+        asked.append(sk.buckets)
+        if len(asked) < 3:
+            return [], False, 0.0, 1.0, ("buckets", "more", 2 * sk.buckets)
+        return [], True, 0.0, 1.0, None
+
+    assert sk._certified(run)[1]
+    assert asked == [first, 2 * first, 4 * first] and sk.buckets == 4 * first
+    assert sk.chosen.reason.startswith(f"auto: grown to {4 * first} buckets") and \
+        sk.chosen.reason.count("grown") == 1
+    asked.clear()
+    monkeypatch.setattr(pagh_mm.compressed, "REGROWTHS", 1)
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    assert not sk._certified(run)[1] and asked == [first, 2 * first]
+    asked.clear()
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    assert not sk._certified(lambda: ([], False, 0.0, 1.0, ("buckets", "", first)))[1]
+    assert sk.buckets == first                  # never rebuilt at the size it has
+
+
 def _write(tmp_path):
     A, B = heavy_product(7)
     np.save(tmp_path / "A.npy", A)
