@@ -71,16 +71,30 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     else:
         G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
         GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray()) if is_sparse(A) else \
-            xp.asarray(G @ xp.asarray(A, dtype=xp.float64))
+            _times_dense(G, A, xp)
     if is_sparse(B):
         Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
     else:
-        Y = GA @ xp.asarray(B, dtype=xp.float64)
+        Y = _times_dense(GA, B, xp)
     if diagonal is not None:
         GD = xp.zeros((rows, m))
         GD[row, keys] = sign * diagonal
         Y = Y - GD
     return float(xp.sqrt((Y * Y).sum()))
+
+
+#: Bytes of a dense factor converted to float64 at a time by :func:`frobenius_estimate`.
+DENSE_CHUNK_BYTES = 1 << 28
+
+
+def _times_dense(left, M, xp):
+    """left @ M in float64 for a dense M, its columns converted DENSE_CHUNK_BYTES at a time
+    (a whole float64 copy of a large FP32 factor would not fit beside it); each column's
+    product is the same whatever the chunk."""
+    cols = max(1, DENSE_CHUNK_BYTES // (8 * max(1, M.shape[0])))
+    parts = [xp.asarray(left @ xp.asarray(M[:, c:c + cols], dtype=xp.float64))
+             for c in range(0, M.shape[1], cols)]
+    return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=1)
 
 
 @dataclass(frozen=True)

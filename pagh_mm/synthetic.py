@@ -39,7 +39,8 @@ def planted_product(n: int, planted: int = 300, *, magnitude: float | None = Non
     Z = rng.standard_normal((planted, n), dtype=A.dtype) * math.sqrt(magnitude / n)
     A[xp.asarray(rows)] += Z
     B[:, xp.asarray(cols)] += (Z * xp.asarray(signs, dtype=A.dtype)[:, None]).T
-    return Planted(A.astype(dtype), B.astype(dtype), rows, cols, magnitude, 1.0)
+    return Planted(A.astype(dtype, copy=False), B.astype(dtype, copy=False), rows, cols,
+                   magnitude, 1.0)
 
 
 def choose_buckets(n: int, planted: int, magnitude: float, reps: int, margin: float = 6.0) -> int:

@@ -158,6 +158,11 @@ def test_auto_parameters_are_reported_and_certify():
     assert 0.5 < F / np.linalg.norm(C) < 1.5
     assert auto.frobenius_estimate(sps.csr_matrix(A), sps.csc_matrix(B), pagh_mm.backend.cpu(),
                                    seed=0) == pytest.approx(F, rel=1e-12)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    whole = auto.frobenius_estimate(A32, B32, pagh_mm.backend.cpu(), seed=0)
+    with pytest.MonkeyPatch.context() as mp:        # dense factors converted in chunks
+        mp.setattr(auto, "DENSE_CHUNK_BYTES", 8 * A.shape[0] * 3)
+        assert auto.frobenius_estimate(A32, B32, pagh_mm.backend.cpu(), seed=0) == whole
     sk = pagh_mm.compress(A, B, k=4, seed=2)
     assert sk.chosen.reason.startswith("auto") and sk.buckets == sk.chosen.buckets
     assert "buckets=" in sk.describe() and sk.reps == 5
