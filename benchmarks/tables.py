@@ -145,25 +145,27 @@ def pagh_mm_sparse(records) -> list[str]:
     against cuSPARSE SpGEMM + top-k."""
     def buckets(r, first, final):
         return f"{first}" if final == first else f"{first} -> {final}"
-    out = []
+    latest = {}                 # a later record's row of the same product replaces an earlier one
     for rec in records:
         for r in rec["rows"]:
-            if r.get("kind") != "sparse":
-                continue
-            sp = _s(r["spgemm_s"]) if "spgemm_s" in r else \
-                "wrong product (no error)" if "spgemm_wrong_s" in r else "out of memory"
-            best = min(r["total_s"], r["total_decode_s"])
-            out.append([r["n"], r["per_vector"], buckets(r, r["buckets"], r["buckets_final"]),
-                        _s(r["sketch_s"]), _s(r["topk_s"]),
-                        buckets(r, r.get("buckets_decode", r["buckets_final_decode"]),
-                                r["buckets_final_decode"]),
-                        _s(r["sketch_decode_s"]), _s(r["topk_decode_s"]),
-                        f"{'yes' if r['certified'] else 'no'} / "
-                        f"{'yes' if r['certified_decode'] else 'no'}",
-                        f"{r['recall']:.3f} / {r['recall_decode']:.3f}",
-                        "yes" if r["decode_same_answer"] else "NO",
-                        f"{r['sketch_ratio_floor']:.0f}", sp,
-                        f"{r['spgemm_s'] / best:.2f}x" if "spgemm_s" in r else "-"])
+            if r.get("kind") == "sparse":
+                latest[(r["n"], r["per_vector"])] = r
+    out = []
+    for r in latest.values():
+        sp = _s(r["spgemm_s"]) if "spgemm_s" in r else \
+            "wrong product (no error)" if "spgemm_wrong_s" in r else "out of memory"
+        best = min(r["total_s"], r["total_decode_s"])
+        out.append([r["n"], r["per_vector"], buckets(r, r["buckets"], r["buckets_final"]),
+                    _s(r["sketch_s"]), _s(r["topk_s"]),
+                    buckets(r, r.get("buckets_decode", r["buckets_final_decode"]),
+                            r["buckets_final_decode"]),
+                    _s(r["sketch_decode_s"]), _s(r["topk_decode_s"]),
+                    f"{'yes' if r['certified'] else 'no'} / "
+                    f"{'yes' if r['certified_decode'] else 'no'}",
+                    f"{r['recall']:.3f} / {r['recall_decode']:.3f}",
+                    "yes" if r["decode_same_answer"] else "NO",
+                    f"{r['sketch_ratio_floor']:.0f}", sp,
+                    f"{r['spgemm_s'] / best:.2f}x" if "spgemm_s" in r else "-"])
     return _table(["n", "non-zeros per column of A / row of B", "buckets (scan flow)", "sketch",
                    "certified top-k, scanning", "buckets with bit sketches (final)", "sketch + bits",
                    "certified top-k, decoding", "certified (scan / decode)",
@@ -223,7 +225,9 @@ TABLES = {
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
     "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session14-sparse-decode-16.json",
-                                        "h100/session14-sparse-decode-64.json"]),
+                                        "h100/session14-sparse-decode-64.json",
+                                        "h100/session15-sparse-64.json",
+                                        "h100/session15-sparse-64-1048576.json"]),
     "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json",
                                   "cpu-xeon/session14-cpubench-scale-262144.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
