@@ -90,14 +90,16 @@ class Accumulator:
 
     def finish(self, direct=None):
         """The (d, b) sketches c_t of the product, in float64, zeros as +0.0 (``direct``: a
-        time-domain part added after the inverse transform, exact by construction)."""
+        time-domain part added after the inverse transform, exact by construction; when every
+        term was added directly, ``direct`` itself becomes the sketch)."""
         xp = self.xp
         acc = self.sum.total()
         if acc is None and direct is not None:      # every term added directly: the
-            c = direct + 0.0                        # transforms of zeros are +0.0 sums
-            if not bool(xp.isfinite(c).all()):
-                raise OverflowError("the sketch of the product has non-finite values")
-            return c
+            direct += 0.0                           # transforms of zeros are +0.0 sums (in
+            for row in direct:                      # place: a table may fill the device)
+                if not bool(xp.isfinite(row).all()):
+                    raise OverflowError("the sketch of the product has non-finite values")
+            return direct
         if acc is None:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
                            dtype=self.value_dtype)

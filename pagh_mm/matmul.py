@@ -194,8 +194,9 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
         B, budget = 1, one
     levels = max(1, (max(n, 1) - 1).bit_length() - (B.bit_length() - 1) + 1)
     # the Hadamard-domain tree's pending nodes and the inverse transform's buffers, or the
-    # pairs' time-domain table, its finished copy and the exactness check's temporaries
-    fixed = (5 if pairs else levels + 4) * term + sum(s.table_bytes() for s in sides)
+    # pairs' time-domain table (finished in place) and the exactness check's row temporaries
+    fixed = (term + 4 * b * 8 if pairs else (levels + 4) * term) + \
+        sum(s.table_bytes() for s in sides)
     need = fixed + _block_cost(sides, B, per_index, d)
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  hint, device=device)
@@ -349,14 +350,16 @@ def _inverse_exact(sketch, direct, xp) -> bool:
     w_lo the low s bits), bounded by 2^s times the largest sum of |c| over the buckets sharing
     their low s bits: O(b) per repetition, checked against INVERSE_EXACT_LIMIT on |sketch| +
     |direct| (which also bounds a part that went through the transforms)."""
-    a = xp.abs(sketch) + xp.abs(direct)
     worst = []
-    while True:
-        worst.append(a.max(axis=-1) * float(a.shape[-1]))     # 2^s x the largest fold
-        if a.shape[-1] == 1:
-            break
-        half = a.shape[-1] // 2
-        a = a[..., :half] + a[..., half:]
+    for r in range(sketch.shape[0]):          # a row at a time: the sketch may fill the device
+        a = xp.abs(sketch[r])
+        if direct is not sketch:
+            a += xp.abs(direct[r])
+        while True:
+            worst.append(a.max() * float(a.size))              # 2^s x the largest fold
+            if a.size == 1:
+                break
+            a = a[:a.size // 2] + a[a.size // 2:]
     return bool((xp.stack(worst) < INVERSE_EXACT_LIMIT).all())
 
 
