@@ -134,14 +134,8 @@ def test_compiled_query_tiles_equal_the_numpy_estimates(kind, method):
         assert np.array_equal(want_top.estimates, spec_top.estimates)
 
 
-def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch):
-    rng = np.random.default_rng(7)
-    A = sps.random(60, 400, density=0.05, random_state=8, format="csc")
-    A.data = np.round(A.data * 10) - 4
-    B = sps.random(400, 70, density=0.05, random_state=9, format="csr")
-    B.data = np.round(B.data * 10) - 4
-    X = sps.random(300, 50, density=0.1, random_state=10, format="csr")
-    X.data = rng.integers(1, 4, X.nnz).astype(np.float64)
+def _engines_made(monkeypatch) -> list:
+    """A list that receives every compiled.Fused engine made from now on."""
     made = []
     original = compiled.Fused.__init__
 
@@ -150,6 +144,18 @@ def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch)
         made.append(self)
 
     monkeypatch.setattr(compiled.Fused, "__init__", spy)
+    return made
+
+
+def test_exact_integer_sparse_products_use_pairs_with_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(7)
+    A = sps.random(60, 400, density=0.05, random_state=8, format="csc")
+    A.data = np.round(A.data * 10) - 4
+    B = sps.random(400, 70, density=0.05, random_state=9, format="csr")
+    B.data = np.round(B.data * 10) - 4
+    X = sps.random(300, 50, density=0.1, random_state=10, format="csr")
+    X.data = rng.integers(1, 4, X.nnz).astype(np.float64)
+    made = _engines_made(monkeypatch)
     for a, b in ((A, B), (X.T, X)):
         for buckets in (16, 256):           # pairs everywhere; transforms and pairs mixed
             made.clear()
@@ -172,14 +178,7 @@ def test_pairs_are_checked_on_the_inverse_transforms_sums(monkeypatch):
     A.data = rng.integers(1 << 18, 1 << 19, A.nnz).astype(np.float64) * rng.choice([-1, 1], A.nnz)
     B = sps.random(400, 70, density=0.05, random_state=19, format="csr")
     B.data = rng.integers(1 << 18, 1 << 19, B.nnz).astype(np.float64) * rng.choice([-1, 1], B.nnz)
-    made = []
-    original = compiled.Fused.__init__
-
-    def spy(self, *a, **kw):
-        original(self, *a, **kw)
-        made.append(self)
-
-    monkeypatch.setattr(compiled.Fused, "__init__", spy)
+    made = _engines_made(monkeypatch)
     bound = pagh_mm.matmul._abs_product_bound
     kw = dict(buckets=64, reps=3, seed=5)
     got = pagh_mm.compress(A, B, **kw).sketch
