@@ -56,6 +56,12 @@ PRUNE_FRACTIONS = (2.0 ** -8, 2.0 ** -6)
 #: scan evaluates (besides :data:`PRUNE_COST`).
 PRUNE_POOLS = (4, 32)
 GPU_PRUNE_THREADS = 0.25
+#: GPU: a finer ladder of pools (a limit that admits too few entries costs one launch; the
+#: scan it falls back to, of a product too large to form, costs minutes).
+GPU_PRUNE_POOLS = (4, 16, 64, 256)
+#: CPU: the pruned kernel walks every (row, heavy bucket) pair; it pays only while they are
+#: at most this fraction of the entries a scan evaluates.
+CPU_PRUNE_PAIRS = 1.0
 #: Rows per call of the pruned kernel (its per-row buffers).
 PRUNE_ROWS = 8192
 #: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
@@ -303,9 +309,10 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     ``pruned_tile`` of ``pagh_mm/cuda/estimate.cu``); every other entry's key is at most the
     largest magnitude of the other buckets, below L.  With a cut, L is the cut; without one,
     L is lowered through :data:`PRUNE_POOLS` pools of heavy buckets (then, on the CPU,
-    :data:`PRUNE_FRACTIONS` of them) until at least cap + 1 entries reach it (then they hold
-    the cap + 1 largest keys).  None when no limit pays (:data:`PRUNE_COST`) or
-    the memory for it is not there: the caller scans."""
+    :data:`PRUNE_FRACTIONS` of them; on the GPU :data:`GPU_PRUNE_POOLS`) until at least
+    cap + 1 entries reach it (then they hold the cap + 1 largest keys).  None when no limit
+    pays (:data:`PRUNE_COST`, and the (row, heavy bucket) pairs: :data:`CPU_PRUNE_PAIRS`,
+    :data:`GPU_PRUNE_THREADS`) or the memory for it is not there: the caller scans."""
     gpu = cp.backend.gpu
     xp = cp.backend.xp
     m, p = cp.shape
@@ -319,8 +326,8 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
         limits = [cut] if cut > 0 else []
     else:
         mags = xp.sort(xp.abs(sketch[0]) * factor)[::-1]
-        counts = [c * (cap + 1) for c in PRUNE_POOLS] + \
-            ([] if gpu else [int(f * b) for f in PRUNE_FRACTIONS])
+        counts = [c * (cap + 1) for c in GPU_PRUNE_POOLS] if gpu else \
+            [c * (cap + 1) for c in PRUNE_POOLS] + [int(f * b) for f in PRUNE_FRACTIONS]
         limits = sorted({float(mags[min(b - 1, max(c, cap + 1))]) for c in counts},
                         reverse=True)
         limits = [x for x in limits if x > 0]
@@ -332,6 +339,8 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
                 return None
         else:
             heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
+            if heavy.size * m > CPU_PRUNE_PAIRS * scanned:
+                return None
         if (hstart if gpu else heavy.size) * m * (p / b) > PRUNE_COST * scanned:
             return None
         if h1 is None:

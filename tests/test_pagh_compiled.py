@@ -195,6 +195,35 @@ def test_pairs_are_checked_on_the_inverse_transforms_sums(monkeypatch):
     assert _same(got, _specification(A2, B2, **kw))
 
 
+def test_pruning_that_walks_more_pairs_than_a_scan_is_left_to_the_scan(monkeypatch):
+    """The pruned kernel walks every (row, heavy bucket) pair: where they outnumber the
+    entries (CPU_PRUNE_PAIRS), the scan answers instead, with the same certified answer."""
+    A, B = heavy_factors_for_pruning()
+    sk = pagh_mm.compress(A, B, buckets=1 << 14, reps=5, seed=3)
+    used = _watch_pruned(monkeypatch)
+    want = sk.top_k(10, verify=True)
+    assert used and any(used)                          # pruned at the default
+    used.clear()
+    monkeypatch.setattr(pagh_mm.query, "CPU_PRUNE_PAIRS", 1e-9)
+    got = sk.top_k(10, verify=True)
+    assert not used                                    # the kernel was never called
+    assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
+    assert np.array_equal(got.exact, want.exact) and got.certified == want.certified
+
+
+def heavy_factors_for_pruning():
+    rng = np.random.default_rng(23)
+    A = sps.random(3000, 500, density=0.01, random_state=24, format="csc")
+    B = sps.random(500, 2500, density=0.01, random_state=25, format="csr")
+    A.data[:], B.data[:] = 1.0, 1.0
+    A, B = A.tolil(), B.tolil()
+    for r, c in zip(rng.choice(3000, 10, replace=False), rng.choice(2500, 10, replace=False)):
+        ks = rng.choice(500, 40, replace=False)
+        A[r, ks] = 1.0
+        B[ks, c] = 1.0
+    return A.tocsc(), B.tocsr()
+
+
 @pytest.mark.parametrize("kind", ["dense", "gram"])
 def test_compiled_scans_give_the_specifications_answers(kind):
     A, B = _factors(kind, np.random.default_rng(5))
@@ -222,6 +251,7 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
     used = _watch_pruned(monkeypatch) if prune else []
     if prune:                                   # whatever it costs (the answer must not change)
         monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 1e9)
+        monkeypatch.setattr(pagh_mm.query, "CPU_PRUNE_PAIRS", 1e9)
         monkeypatch.setattr(pagh_mm.query, "PRUNE_ROWS", 64)
         monkeypatch.setattr(compiled, "PRUNED_ROOM", 2)
     else:
@@ -281,7 +311,8 @@ def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
         X[both, a] = X[both, b] = 1.0
     X = sps.csr_matrix(X)
     used = _watch_pruned(monkeypatch)
-    sk = pagh_mm.compress_gram(X, buckets=1 << 14, reps=5, seed=3)
+    monkeypatch.setattr(pagh_mm.query, "CPU_PRUNE_PAIRS", 1e9)   # a small product: its scan
+    sk = pagh_mm.compress_gram(X, buckets=1 << 14, reps=5, seed=3)   # would be as cheap
     got = sk.top_k(20, verify=True, exclude_diagonal=True)
     assert got.certified and len(used) >= 2 and all(used)      # both rounds
     want = _specification_answer(lambda: sk.top_k(20, verify=True, exclude_diagonal=True))
