@@ -300,7 +300,8 @@ def _select(cp, est, r0, c0, by, skip_diagonal, upper, lim, cut):
     return flat, flat_ids(cp, r0, c0, est), low
 
 
-def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: bool):
+def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: bool,
+            least: int | None = None):
     """What :func:`scan` returns (values, ids, next_key bound or None), found without
     looking at every entry (an FWHT sketch; on the CPU five repetitions): the entries whose
     key can reach a limit L > 0 have at least (d + 1) // 2 repetitions in heavy buckets, so
@@ -312,7 +313,10 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     :data:`PRUNE_FRACTIONS` of them; on the GPU :data:`GPU_PRUNE_POOLS`) until at least
     cap + 1 entries reach it (then they hold the cap + 1 largest keys).  None when no limit
     pays (:data:`PRUNE_COST`, and the (row, heavy bucket) pairs: :data:`CPU_PRUNE_PAIRS`,
-    :data:`GPU_PRUNE_THREADS`) or the memory for it is not there: the caller scans."""
+    :data:`GPU_PRUNE_THREADS`) or the memory for it is not there: the caller scans.
+    ``least`` (without a cut): when no limit admits the pool, the entries of the lowest limit
+    tried that found at least ``least`` of them, with the bound of every other key (the
+    caller then has fewer than ``cap``, all those above the bound)."""
     gpu = cp.backend.gpu
     xp = cp.backend.xp
     m, p = cp.shape
@@ -332,17 +336,18 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
                         reverse=True)
         limits = [x for x in limits if x > 0]
     h1 = s1 = starts = members = h2T = s2T = None
+    partial = None              # the lowest limit's entries, when at least `least` of them
     for lim in limits:
         if gpu:
             heavy, hstart, bitmap, bound = _gpu_heavy(cp, sketch, factor, lim)
             if hstart * m > GPU_PRUNE_THREADS * scanned:
-                return None
+                break
         else:
             heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
             if heavy.size * m > CPU_PRUNE_PAIRS * scanned:
-                return None
+                break
         if (hstart if gpu else heavy.size) * m * (p / b) > PRUNE_COST * scanned:
-            return None
+            break
         if h1 is None:
             h1, s1 = cp._hashes(1, xp.arange(m, dtype=xp.int64))
             h2, s2 = (h1, s1) if cp.gram else cp._hashes(2, xp.arange(p, dtype=xp.int64))
@@ -367,7 +372,7 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
                                            hstart, bitmap, starts, members, p, by == "abs",
                                            skip_diagonal, lim, cut)
                 if got is None:
-                    return None
+                    return partial
                 v, i, lo = got
                 if exclude is not None and exclude.size:
                     new = ~_member(i, exclude, np)
@@ -384,7 +389,11 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
             return vals, ids, max(low, bound) if bound < cut else low
         if ids.size > cap:
             return vals, ids, None
-    return None
+        if least is not None and ids.size >= least:
+            # every entry not found has at least d - (d + 1) // 2 + 1 estimates in light
+            # buckets (<= bound < lim) or was evaluated below lim (<= low)
+            partial = vals, ids, max(float(low), float(bound))
+    return partial
 
 
 def _gpu_heavy(cp, sketch, factor: float, lim: float):
@@ -501,13 +510,16 @@ def _gpu_select(cp, sketch, filt: _Filter, h, r0, c0, by, skip_diagonal, upper, 
 
 
 def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=None,
-         skip_diagonal: bool = False, progress=None, what: str = "this query") -> Scan:
+         skip_diagonal: bool = False, progress=None, what: str = "this query",
+         least: int | None = None) -> Scan:
     """The ``cap`` entries with the largest keys (|estimate| or estimate) >= ``cut`` among
     those not in ``exclude`` (sorted flat ids) nor on the diagonal (``skip_diagonal``), from
     ``sketch`` (default: the product's), never holding an m x p array.  ``next_key`` bounds
     every other entry's key, except excluded ones with a key >= ``cut``.  On a Gram sketch
     only the upper triangle (with the diagonal) is scanned: the entries below it are the
-    mirrors of those above, with the same estimates (:func:`mirrored`)."""
+    mirrors of those above, with the same estimates (:func:`mirrored`).  ``least``: the
+    caller also takes, when a pruned scan finds them faster, any number from ``least`` up of
+    the largest keys, with ``next_key`` bounding the others."""
     xp = cp.backend.xp
     sketch = cp.sketch if sketch is None else sketch
     if cut > 0 and not cp.gram:         # no heavy bucket where every entry has one: O(d b)
@@ -586,12 +598,12 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
                 need=32 * held, available=room, device=cp.backend.name,
                 hint="raise the threshold or lower candidates")
 
-    pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal) \
+    pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal, least) \
         if one_pass or (gpu and cp.method == "fwht") else None
     if pruned is not None:              # the entries that can reach the limit, directly
         flat, ids, low = pruned
         parts_v, parts_i = [flat], [ids]
-        if cut > -math.inf:
+        if low is not None:             # a cut's, or (fewer than cap) the others' bound
             below = low
         if progress:
             progress("tiles", cp.shape[0] * cp.shape[1], cp.shape[0] * cp.shape[1])
@@ -855,7 +867,7 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
             cut = -math.inf
         got = scan(cp, target.by, cap, cut, sketch=residual, exclude=found.ids,
                    skip_diagonal=target.exclude_diagonal, progress=progress,
-                   what="a verified query")
+                   what="a verified query", least=target.k)
         rnd += 1
         if not peeled:
             found.remember(cp, got.ids, got.values)

@@ -211,6 +211,32 @@ def test_pruning_that_walks_more_pairs_than_a_scan_is_left_to_the_scan(monkeypat
     assert np.array_equal(got.exact, want.exact) and got.certified == want.certified
 
 
+def test_a_pruned_first_scan_may_return_fewer_than_its_pool(monkeypatch):
+    """Fewer entries than the first pool stand out (10 planted, a pool of 74): no limit of
+    the pruned scan admits the pool, so it returns the entries of its lowest limit (at least
+    k) with the bound of every other key instead of scanning everything; the certified
+    answer is the specification's (which scans)."""
+    A, B = heavy_factors_for_pruning()
+    original = pagh_mm.query._pruned
+    partial = []
+
+    def spy(cp, sketch, by, cap, cut, exclude, skip, least=None):
+        got = original(cp, sketch, by, cap, cut, exclude, skip, least)
+        partial.append(got is not None and got[1].size <= cap and got[2] is not None)
+        return got
+
+    monkeypatch.setattr(pagh_mm.query, "_pruned", spy)
+    for buckets in (1 << 16, 1 << 18):
+        partial.clear()
+        sk = pagh_mm.compress(A, B, buckets=buckets, reps=5, seed=3)
+        got = sk.top_k(10, verify=True)
+        assert partial and partial[0], buckets
+        want = _specification_answer(lambda: sk.top_k(10, verify=True))
+        assert got.certified and want.certified
+        assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
+        assert np.array_equal(got.exact, want.exact)
+
+
 def heavy_factors_for_pruning():
     rng = np.random.default_rng(23)
     A = sps.random(3000, 500, density=0.01, random_state=24, format="csc")
