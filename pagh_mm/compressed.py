@@ -18,6 +18,8 @@ from .reduction import row_sums
 
 #: Times a certified query may rebuild an automatically sized sketch with more buckets.
 REGROWTHS = 3
+#: What a rebuilt sketch's reason says when its bit sketches did not fit.
+DROPPED = " without bit sketches (they did not fit)"
 
 
 @dataclass
@@ -178,8 +180,9 @@ class CompressedProduct:
     def _certified(self, run):
         """``run()``, a certified search; when it reports that more buckets are needed and
         this sketch was sized automatically from its factors, the sketch is rebuilt with the
-        buckets it names (within the memory available) and the search repeated, up to
-        REGROWTHS times (a search on too small a sketch may underestimate what it needs)."""
+        buckets it names (within the memory available; without its bit sketches when only
+        that fits, the searches then scan) and the search repeated, up to REGROWTHS times (a
+        search on too small a sketch may underestimate what it needs)."""
         out = run()
         for _ in range(REGROWTHS):
             found, ok, mg, sigma, advice = out
@@ -189,23 +192,31 @@ class CompressedProduct:
                 return out
             from .matmul import compress
             A, B = self.factors[0]
-            try:
-                new = compress(A, B, buckets=advice[2], reps=self.reps, seed=self.params.seed,
-                               method=self.method, dtype=self.dtype_object(),
-                               algorithm=self.algorithm, stabilizer=self.stabilizer,
-                               hash=self.params.family, gram=self.gram,
-                               decode=self.bits is not None, check_finite=False)
-            except MemoryError:
+            new = None
+            dropped = False
+            # with the bit sketches if they fit, else without them: the scan certifies alone
+            for decode in ((True, False) if self.bits is not None else (False,)):
+                try:
+                    new = compress(A, B, buckets=advice[2], reps=self.reps,
+                                   seed=self.params.seed, method=self.method,
+                                   dtype=self.dtype_object(), algorithm=self.algorithm,
+                                   stabilizer=self.stabilizer, hash=self.params.family,
+                                   gram=self.gram, decode=decode, check_finite=False)
+                    break
+                except MemoryError:
+                    dropped = decode
+            if new is None:
                 return out
             from .auto import Choice
             self.sketch, self.params, self.log2b, self.bits = new.sketch, new.params, \
                 new.log2b, new.bits
             first = self.chosen.reason
-            if first.startswith("auto: grown to "):
-                first = first[first.index("(") + 1:-1]
+            if first.startswith("auto: grown to "):       # keep the first sizing's reason
+                rest = first.split(" by a verified query", 1)[1]
+                first = rest.removeprefix(DROPPED)[2:-1]
             self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
-                                 f"auto: grown to {new.buckets} buckets by a verified query "
-                                 f"({first})")
+                                 f"auto: grown to {new.buckets} buckets by a verified query"
+                                 + (DROPPED if dropped else "") + f" ({first})")
             out = run()
         return out
 
@@ -282,7 +293,7 @@ class CompressedProduct:
             self, query.Target(by, k=k, exclude_diagonal=exclude_diagonal),
             delta=failure_probability, candidates=budget,
             rounds=rounds, first_pool=min(budget, query.first_pool(k)), progress=progress,
-            decoding=decoding))
+            decoding=decoding and self.bits is not None))
         order = query.best(query.key_of(found.exact, by, xp), found.ids, k, xp)
         if not ok:
             query.warn_uncertified(f"top_k({k})", advice)
@@ -326,7 +337,7 @@ class CompressedProduct:
             self, query.Target(by, threshold=threshold, exclude_diagonal=exclude_diagonal),
             delta=failure_probability,
             candidates=budget, rounds=rounds, first_pool=min(budget, query.FIRST_POOL_ABOVE),
-            progress=progress, decoding=decoding))
+            progress=progress, decoding=decoding and self.bits is not None))
         key = query.key_of(found.exact, by, xp)
         keep = xp.nonzero(key >= threshold)[0]
         order = keep[xp.lexsort(xp.stack([found.ids[keep], -key[keep]]))]
@@ -382,7 +393,7 @@ class CompressedProduct:
             found, ok, mg, sigma, advice = self._certified(lambda: query.search_rows(
                 self, target, delta=failure_probability, candidates=budget, rounds=rounds,
                 width=min(p, 2 * n + 8), progress=progress,
-                decoding=decoding and threshold is not None))
+                decoding=decoding and threshold is not None and self.bits is not None))
             if not ok:
                 query.warn_uncertified(f"top_k_per_row({n})", advice)
             key = query.key_of(found.exact, by, xp)

@@ -228,3 +228,29 @@ def test_per_row_decoding_gives_the_scans_certified_rows(monkeypatch):
     assert _same_answer(a, b) and a.rows.size >= 60 and not scans
     with pytest.raises(ValueError, match="needs a threshold"):
         sk.top_k_per_row(2, verify=True, method="decode")
+
+
+def test_a_regrowth_drops_the_bit_sketches_when_only_that_fits(monkeypatch):
+    """A decoding query on an automatic sketch too small to certify: rebuilt with the buckets
+    it names, and without its bit sketches when those do not fit (the search then scans),
+    rather than left uncertified; the reason says so."""
+    rng = np.random.default_rng(6)
+    A = np.zeros((160, 140))
+    flat = rng.choice(A.size, 405, replace=False)
+    A.ravel()[flat[:400]] = rng.choice([-50.0, 50.0], 400)
+    A.ravel()[flat[400:]] = 150.0
+    B = np.eye(140)
+    sk = pagh_mm.compress(A, B, k=5, seed=3, decode=True)
+    first = sk.buckets
+    original = pagh_mm.matmul.compress
+
+    def tight(*args, decode="auto", **kw):
+        if decode is True and kw.get("buckets") not in (None, "auto"):
+            raise MemoryError("the bit sketches do not fit (test)")
+        return original(*args, decode=decode, **kw)
+
+    monkeypatch.setattr(pagh_mm.matmul, "compress", tight)
+    top = sk.top_k(5, verify=True, method="decode")
+    assert top.certified and sk.buckets > first and sk.bits is None
+    assert "without bit sketches" in sk.chosen.reason and sk.chosen.reason.count("grown") == 1
+    assert (np.abs(top.exact) == 150.0).all()
