@@ -58,12 +58,33 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     m = A.shape[0]
     if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
         return 0.0
+    Y = frobenius_sketch(A, B, be, seed, rows)
+    if diagonal is not None:
+        row, sign = _jl_hashes(m, seed, rows, xp)
+        keys = xp.arange(m, dtype=xp.int64)
+        GD = xp.zeros((rows, m))
+        GD[row, keys] = sign * diagonal
+        Y = Y - GD
+    return float(xp.sqrt((Y * Y).sum()))
+
+
+def _jl_hashes(m: int, seed: int, rows: int, xp):
+    """The row and sign of each of A's m rows in G (see :func:`frobenius_estimate`)."""
     if rows & (rows - 1):
         raise ValueError(f"rows={rows} must be a power of two")
     params = hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
     keys = xp.arange(m, dtype=xp.int64)
-    row = hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0]
-    sign = hashing.sign_table(params, 1, keys, xp)[0]
+    return (hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0],
+            hashing.sign_table(params, 1, keys, xp)[0])
+
+
+def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
+    """G A B (``rows`` x p, float64) of :func:`frobenius_estimate`; a sum over the inner
+    dimension, so inner chunks' sketches add up to it (:mod:`pagh_mm.dask`)."""
+    xp = be.xp
+    m = A.shape[0]
+    row, sign = _jl_hashes(m, seed, rows, xp)
+    keys = xp.arange(m, dtype=xp.int64)
     if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES:
         Gt = xp.zeros((m, rows))                # G^T dense: a sparse-dense product (SpMM)
         Gt[keys, row] = sign
@@ -73,14 +94,8 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
         GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray()) if is_sparse(A) else \
             _times_dense(G, A, xp)
     if is_sparse(B):
-        Y = xp.asarray((B.T.astype(np.float64) @ GA.T).T)
-    else:
-        Y = _times_dense(GA, B, xp)
-    if diagonal is not None:
-        GD = xp.zeros((rows, m))
-        GD[row, keys] = sign * diagonal
-        Y = Y - GD
-    return float(xp.sqrt((Y * Y).sum()))
+        return xp.asarray((B.T.astype(np.float64) @ GA.T).T)
+    return _times_dense(GA, B, xp)
 
 
 #: Bytes of a dense factor converted to float64 at a time by :func:`frobenius_estimate`.
@@ -121,7 +136,8 @@ CHEAP_SLACK_DECODE = 16
 
 
 def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, seed: int,
-           diagonal=None, cheap: bool = False, decoding: bool = False) -> Choice:
+           diagonal=None, cheap: bool = False, decoding: bool = False,
+           frobenius: float | None = None) -> Choice:
     """Resolve ``"auto"`` buckets and reps (given values pass through unchanged).  For a
     Gram product (``diagonal``: its exact diagonal) the noise is that of the off-diagonal
     part, ||C - diag(C)||_F / sqrt(2 b), and F is its estimate.  ``cheap``: the compression
@@ -129,7 +145,8 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
     :class:`pagh_mm.compiled.Fused`): a top-k query gets ``CHEAP_SLACK`` times the rule's
     buckets, sized for a cut half the model's, which spread products (co-occurrences, where
     the top k hold far less than half of ||C||_F^2) need, instead of a second compression
-    (``CHEAP_SLACK_DECODE`` times with bit sketches, ``decoding``)."""
+    (``CHEAP_SLACK_DECODE`` times with bit sketches, ``decoding``).  ``frobenius``: the
+    estimate of ||AB||_F when it was formed elsewhere (:mod:`pagh_mm.dask`)."""
     d = DEFAULT_REPS if reps == AUTO else int(reps)
     if buckets != AUTO:
         return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
@@ -138,7 +155,7 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         b = default_buckets(m, p)
         return Choice(b, d, reason=f"auto: no query stated, 8 (m + p) = {8 * (m + p)} rounded up; "
                       "pass k= or threshold= to size the sketch for a certified query")
-    F = frobenius_estimate(A, B, be, seed, diagonal=diagonal)
+    F = frobenius_estimate(A, B, be, seed, diagonal=diagonal) if frobenius is None else frobenius
     cut = abs(float(threshold)) if threshold is not None else F / math.sqrt(2 * k)
     noise = F / math.sqrt(2) if diagonal is not None else F     # sigma sqrt(b)
     what = f"threshold {threshold:g}" if threshold is not None else f"top-{k}"

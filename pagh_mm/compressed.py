@@ -16,6 +16,11 @@ from .query import CertificateWarning, Entries, check_by  # noqa: F401
 from .query import masked_median
 from .reduction import row_sums
 
+def _is_dask(x) -> bool:
+    """Whether ``x`` is a dask array (factors of :func:`pagh_mm.dask.compress`)."""
+    return type(x).__module__.split(".")[0] == "dask" and hasattr(x, "chunks")
+
+
 #: Times a certified query may rebuild an automatically sized sketch with more buckets.
 REGROWTHS = 3
 #: What a rebuilt sketch's reason says when its bit sketches did not fit.
@@ -190,8 +195,11 @@ class CompressedProduct:
                     len(self.factors) != 1 or self.chosen is None or \
                     not self.chosen.reason.startswith("auto"):
                 return out
-            from .matmul import compress
             A, B = self.factors[0]
+            if _is_dask(A):
+                from .dask import compress
+            else:
+                from .matmul import compress
             new = None
             dropped = False
             # with the bit sketches if they fit, else without them: the scan certifies alone
@@ -441,7 +449,11 @@ class CompressedProduct:
         xp = self.backend.xp
         total = xp.zeros(r.shape, dtype=xp.float64)
         for A, B in self.factors:
-            total += exact_pair(self.backend, A, B, r, c)
+            if _is_dask(A):             # only the rows and columns asked for are fetched
+                from . import dask as _dask
+                total += _dask.exact_pair(self.backend, A, B, r, c)
+            else:
+                total += exact_pair(self.backend, A, B, r, c)
         return total
 
     def attach(self, A, B) -> "CompressedProduct":

@@ -13,6 +13,10 @@ from .reduction import PairwiseSum
 METHODS = ("fwht", "fft")
 
 
+#: finish()'s default: the accumulator's own Hadamard-domain sum.
+_OWN = object()
+
+
 class Accumulator:
     """Transform-domain sum over the inner dimension, for all d repetitions, in the canonical
     order of :mod:`pagh_mm.reduction` (a pairwise tree over the inner index): the result
@@ -88,12 +92,13 @@ class Accumulator:
         self.sum.add(k0, terms, pos)
         clock("accumulate")
 
-    def finish(self, direct=None):
+    def finish(self, direct=None, total=_OWN):
         """The (d, b) sketches c_t of the product, in float64, zeros as +0.0 (``direct``: a
         time-domain part added after the inverse transform, exact by construction; when every
-        term was added directly, ``direct`` itself becomes the sketch)."""
+        term was added directly, ``direct`` itself becomes the sketch; ``total``: the
+        Hadamard-domain sum when it was formed elsewhere, None for no terms)."""
         xp = self.xp
-        acc = self.sum.total()
+        acc = self.sum.total() if total is _OWN else total
         if acc is None and direct is not None:      # every term added directly: the
             direct += 0.0                           # transforms of zeros are +0.0 sums (in
             for row in direct:                      # place: a table may fill the device)

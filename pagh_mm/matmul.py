@@ -383,6 +383,70 @@ def _block_cost(sides, B, per_index, d) -> int:
 
 # --- compression ----------------------------------------------------------------------------
 
+def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, every: int,
+             log2b: int, pairs: bool, clock, progress):
+    """Add every inner index of the product of ``sides`` to ``acc`` (begun here) by the routes
+    this device and data take; returns the time-domain sums added pair by pair (None if no
+    route did; ``pairs`` False: none may)."""
+    fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
+    gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
+    if fused:
+        block = fused.block
+    else:                       # pairs: blocks hold only their stored values' hashes
+        block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs)
+    clock("plan")
+    gpu_fused = _gpu_fused(sides, acc, be)
+    clock("route")
+    direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64) if gpu_pairs else None
+    acc.begin(block)
+    live = _live(sides, n, be)
+    k1 = 0
+    visit = _blocks_to_visit(live, n, block, be)
+    clock("setup")
+    for k0 in visit:
+        k1 = min(n, k0 + block)
+        if fused:               # scatter, transform, multiply and sum in one compiled kernel
+            present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
+            acc.sum.add_node(k0, fused.node(*(s.vectors(k0, k1) for s in sides),
+                                            *(() if len(sides) == 2 else (None,)),
+                                            present, k1 - k0))
+            clock("fused")
+            if progress:
+                progress("inner", k1, n)
+            continue
+        if gpu_pairs:           # exact integer pairs straight into the time domain
+            _gpu_pairs_add(sides, k0, k1, direct)
+            clock("pairs")
+            if progress:
+                progress("inner", k1, n)
+            continue
+        if gpu_fused:           # sketch, transform and product of each index in one kernel
+            nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
+            clock("fused")
+            acc.sum.add_node(k0, _gpu_tree_sum(nodes))      # the tree above the kernel's
+            del nodes
+            clock("accumulate")
+            if progress:
+                progress("inner", k1, n)
+            continue
+        pos = None
+        if live is not None:      # sparse: only the inner indices with values on both sides
+            pos = be.xp.nonzero(live[k0:k1])[0]
+            if int(pos.size) == k1 - k0:
+                pos = None
+        ks = None if pos is None else k0 + pos
+        PA = sides[0].block(k0, k1, ks)
+        PB = sides[1].block(k0, k1, ks) if len(sides) == 2 else None
+        clock("scatter")
+        acc.add_block(k0, PA, PB, clock, pos)
+        del PA, PB
+        if progress:
+            progress("inner", k1, n)
+    if progress and (n == 0 or k1 != n):
+        progress("inner", n, n)             # the empty inner indices at the end
+    return fused.direct() if fused else direct
+
+
 def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: int | None = None,
              k: int | None = None, threshold: float | None = None,
              failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
@@ -481,63 +545,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         """The sketch (every repetition and bit sketch) and the time-domain sums added pair by
         pair (None when no route added pairs; ``pairs`` False: none may)."""
         acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
-        fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
-        gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
-        if fused:
-            block = fused.block
-        else:                       # pairs: blocks hold only their stored values' hashes
-            block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs)
-        clock("plan")
-        gpu_fused = _gpu_fused(sides, acc, be)
-        clock("route")
-        direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64) if gpu_pairs else None
-        acc.begin(block)
-        live = _live(sides, n, be)
-        k1 = 0
-        visit = _blocks_to_visit(live, n, block, be)
-        clock("setup")
-        for k0 in visit:
-            k1 = min(n, k0 + block)
-            if fused:               # scatter, transform, multiply and sum in one compiled kernel
-                present = np.ones(k1 - k0, dtype=bool) if live is None else live[k0:k1]
-                acc.sum.add_node(k0, fused.node(*(s.vectors(k0, k1) for s in sides),
-                                                *(() if len(sides) == 2 else (None,)),
-                                                present, k1 - k0))
-                clock("fused")
-                if progress:
-                    progress("inner", k1, n)
-                continue
-            if gpu_pairs:           # exact integer pairs straight into the time domain
-                _gpu_pairs_add(sides, k0, k1, direct)
-                clock("pairs")
-                if progress:
-                    progress("inner", k1, n)
-                continue
-            if gpu_fused:           # sketch, transform and product of each index in one kernel
-                nodes = _gpu_fused_terms(sides, acc, k0, k1, block)
-                clock("fused")
-                acc.sum.add_node(k0, _gpu_tree_sum(nodes))      # the tree above the kernel's
-                del nodes
-                clock("accumulate")
-                if progress:
-                    progress("inner", k1, n)
-                continue
-            pos = None
-            if live is not None:      # sparse: only the inner indices with values on both sides
-                pos = be.xp.nonzero(live[k0:k1])[0]
-                if int(pos.size) == k1 - k0:
-                    pos = None
-            ks = None if pos is None else k0 + pos
-            PA = sides[0].block(k0, k1, ks)
-            PB = sides[1].block(k0, k1, ks) if len(sides) == 2 else None
-            clock("scatter")
-            acc.add_block(k0, PA, PB, clock, pos)
-            del PA, PB
-            if progress:
-                progress("inner", k1, n)
-        if progress and (n == 0 or k1 != n):
-            progress("inner", n, n)             # the empty inner indices at the end
-        direct = fused.direct() if fused else direct
+        direct = _add_all(sides, acc, n, m, p, be, memory_budget, every, log2b, pairs, clock,
+                          progress)
         sketch = acc.finish(direct)
         clock("inverse")
         return sketch, direct

@@ -10,6 +10,7 @@ import scipy.sparse as sps
 import fwht_gpu.compiled
 import pagh_mm
 from pagh_mm import compiled, decode, query, synthetic
+from tests.params import heavy_background_product
 
 FAMILIES = ("multiply-add-shift", "tabulation", "polynomial")
 
@@ -234,12 +235,7 @@ def test_a_regrowth_drops_the_bit_sketches_when_only_that_fits(monkeypatch):
     """A decoding query on an automatic sketch too small to certify: rebuilt with the buckets
     it names, and without its bit sketches when those do not fit (the search then scans),
     rather than left uncertified; the reason says so."""
-    rng = np.random.default_rng(6)
-    A = np.zeros((160, 140))
-    flat = rng.choice(A.size, 405, replace=False)
-    A.ravel()[flat[:400]] = rng.choice([-50.0, 50.0], 400)
-    A.ravel()[flat[400:]] = 150.0
-    B = np.eye(140)
+    A, B = heavy_background_product()
     sk = pagh_mm.compress(A, B, k=5, seed=3, decode=True)
     first = sk.buckets
     original = pagh_mm.matmul.compress

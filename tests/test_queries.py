@@ -11,6 +11,7 @@ from click.testing import CliRunner
 import pagh_mm
 from pagh_mm import auto, certificate, query
 from pagh_mm.cli import main as pagh_main
+from tests.params import heavy_background_product
 
 
 def heavy_product(seed=0, m=160, n=70, p=140):
@@ -182,12 +183,7 @@ def test_auto_parameters_are_reported_and_certify():
 def test_an_auto_sketch_grows_when_a_verified_query_needs_it():
     """A heavy background makes ||AB||_F / sqrt(2k) overestimate the k-th value: the first
     size is too small, and the query rebuilds the sketch once with the buckets it names."""
-    rng = np.random.default_rng(6)
-    A = np.zeros((160, 140))
-    flat = rng.choice(A.size, 405, replace=False)
-    A.ravel()[flat[:400]] = rng.choice([-50.0, 50.0], 400)
-    A.ravel()[flat[400:]] = 150.0
-    B = np.eye(140)
+    A, B = heavy_background_product()
     sk = pagh_mm.compress(A, B, k=5, seed=3)
     first = sk.buckets
     top = sk.top_k(5, verify=True)

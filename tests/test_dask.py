@@ -1,0 +1,122 @@
+"""pagh_mm.dask: compressed products of dask arrays, one task per inner chunk, on the local
+schedulers and a dask.distributed LocalCluster: the bits of pagh_mm.compress of the whole
+arrays, the same automatic parameters and certified answers, exact values from the rows and
+columns asked for only."""
+import numpy as np
+import pytest
+import scipy.sparse as sps
+
+import pagh_mm
+from pagh_mm import synthetic
+from tests.params import heavy_background_product
+
+da = pytest.importorskip("dask.array")
+pdask = pytest.importorskip("pagh_mm.dask")
+
+
+def _same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def _sparse_int(m, n, density, seed):
+    M = sps.random(m, n, density=density, random_state=seed, format="csr")
+    M.data = np.round(M.data * 10) - 4
+    return M
+
+
+@pytest.mark.parametrize("kind", ["dense", "dense-fp32", "sparse-int", "sparse-float"])
+@pytest.mark.parametrize("chunks", [(128, 100), (64, 300), (512, 37)])
+def test_chunks_give_the_single_process_bits(kind, chunks):
+    """Any inner chunk of one power of two (the last shorter), any row and column chunks:
+    the sketch of pagh_mm.compress of the whole arrays, bit for bit (pairs or transforms)."""
+    inner, outer = chunks
+    rng = np.random.default_rng(5)
+    if kind.startswith("dense"):
+        A, B = rng.standard_normal((300, 500)), rng.standard_normal((500, 250))
+        if kind == "dense-fp32":
+            A, B = A.astype(np.float32), B.astype(np.float32)
+        dA, dB = da.from_array(A, chunks=(outer, inner)), da.from_array(B, chunks=(inner, outer))
+    else:
+        A, B = _sparse_int(300, 500, 0.05, 1), _sparse_int(500, 250, 0.05, 2)
+        if kind == "sparse-float":
+            A.data = A.data + 0.25
+        dA = da.from_array(A, chunks=(outer, inner), asarray=False)
+        dB = da.from_array(B, chunks=(inner, outer), asarray=False)
+    for kw in (dict(buckets=1 << 10, reps=5, seed=3), dict(buckets=1 << 14, reps=3, seed=8,
+                                                            method="fft")):
+        got = pdask.compress(dA, dB, **kw)
+        want = pagh_mm.compress(A, B, **kw)
+        assert _same(got.sketch, want.sketch), kw
+        assert got.shape == want.shape and got.dtype == want.dtype
+
+
+def test_bit_sketches_come_from_the_same_tasks():
+    A, B = _sparse_int(200, 256, 0.05, 3), _sparse_int(256, 180, 0.05, 4)
+    dA = da.from_array(A, chunks=(200, 64), asarray=False)
+    dB = da.from_array(B, chunks=(64, 180), asarray=False)
+    got = pdask.compress(dA, dB, buckets=1 << 12, reps=5, seed=2, decode=True)
+    want = pagh_mm.compress(A, B, buckets=1 << 12, reps=5, seed=2, decode=True)
+    assert _same(got.sketch, want.sketch) and _same(got.bits.sketch, want.bits.sketch)
+
+
+def test_certified_queries_on_a_local_cluster_match_one_process():
+    """Automatic buckets, a certified top-k and exact values on a LocalCluster of two workers:
+    one process's answers (exact values fetched from the rows and columns asked for)."""
+    distributed = pytest.importorskip("dask.distributed")
+    d = synthetic.planted_product(512, 10, magnitude=400.0, seed=1)
+    dA, dB = da.from_array(d.A, chunks=(200, 128)), da.from_array(d.B, chunks=(128, 300))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster):
+        sk = pdask.compress(dA, dB, k=10, seed=3)
+        top = sk.top_k(10, verify=True)
+        r, c = np.array([0, 5, 511, 5]), np.array([7, 7, 0, 300])
+        exact = sk.exact(r, c)
+    ref = pagh_mm.compress(d.A, d.B, k=10, seed=3)
+    want = ref.top_k(10, verify=True)
+    assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
+    assert top.certified and want.certified
+    assert np.array_equal(top.rows, want.rows) and np.array_equal(top.cols, want.cols)
+    assert np.array_equal(top.exact, want.exact)
+    assert synthetic.recall(d.rows, d.cols, top.rows, top.cols) == 1.0
+    assert _same(exact, ref.exact(r, c))
+
+
+def test_an_automatic_sketch_of_dask_arrays_grows_like_one_processes():
+    """A heavy background: the first size is too small and the certified query rebuilds the
+    sketch from the dask factors with the buckets it names, as one process does."""
+    A, B = heavy_background_product()
+    sk = pdask.compress(da.from_array(A, chunks=(80, 64)), da.from_array(B, chunks=(64, 70)),
+                        k=5, seed=3)
+    ref = pagh_mm.compress(A, B, k=5, seed=3)
+    first = sk.buckets
+    top, want = sk.top_k(5, verify=True), ref.top_k(5, verify=True)
+    assert sk.buckets > first and "grown" in sk.chosen.reason and sk.buckets == ref.buckets
+    assert top.certified and np.array_equal(top.exact, want.exact) and _same(sk.sketch, ref.sketch)
+
+
+def test_bad_inputs_are_refused_with_the_fix():
+    A, B = np.ones((30, 40)), np.ones((40, 20))
+    with pytest.raises(TypeError, match="dask arrays"):
+        pdask.compress(A, B, buckets=64)
+    with pytest.raises(ValueError, match=r"rechunk both .* A.rechunk\(\{1: 4096\}\)"):
+        pdask.compress(da.from_array(A, chunks=(30, 16)), da.from_array(B, chunks=(8, 20)),
+                       buckets=64)
+    with pytest.raises(ValueError, match=r"one power of two .* A.rechunk\(\{1: 8\}\)"):
+        pdask.compress(da.from_array(A, chunks=(30, 12)), da.from_array(B, chunks=(12, 20)),
+                       buckets=64)
+    with pytest.raises(ValueError, match="not aligned"):
+        pdask.compress(da.from_array(A, chunks=(30, 16)),
+                       da.from_array(np.ones((41, 20)), chunks=(16, 20)), buckets=64)
+    with pytest.raises(ValueError, match="gram=True"):
+        pdask.compress(da.from_array(A.T, chunks=(16, 30)), da.from_array(A, chunks=(30, 16)),
+                       buckets=64, gram=True)
+    with pytest.raises(ValueError, match="buckets"):
+        pdask.compress(da.from_array(A, chunks=(30, 16)), da.from_array(B, chunks=(16, 20)),
+                       buckets=100)
+    bad = A.copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        pdask.compress(da.from_array(bad, chunks=(30, 16)), da.from_array(B, chunks=(16, 20)),
+                       buckets=64)
