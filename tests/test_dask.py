@@ -120,3 +120,22 @@ def test_bad_inputs_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="NaN or Inf"):
         pdask.compress(da.from_array(bad, chunks=(30, 16)), da.from_array(B, chunks=(16, 20)),
                        buckets=64)
+
+
+def test_fwht_of_dask_arrays_along_a_whole_axis():
+    """fwht_gpu.dask: map_blocks along an axis each chunk holds whole, the in-memory bits for
+    any chunks of the other axes, both directions, options passed on; a split axis refused."""
+    import fwht_gpu
+    import fwht_gpu.dask as fdask
+    x = np.random.default_rng(2).standard_normal((37, 64, 8)).astype(np.float32)
+    for axis, chunks in ((1, (10, 64, 3)), (-2, (37, 64, 1)), (2, (5, 16, 8))):
+        dx = da.from_array(x, chunks=chunks)
+        for fn, ref in ((fdask.fwht, fwht_gpu.fwht), (fdask.ifwht, fwht_gpu.ifwht)):
+            got = fn(dx, axis=axis, norm="ortho").compute()
+            assert _same(got, ref(x, axis=axis, norm="ortho"))
+    with pytest.raises(ValueError, match=r"rechunk it whole, e.g. x.rechunk\(\{1: -1\}\)"):
+        fdask.fwht(da.from_array(x, chunks=(37, 16, 8)), axis=1)
+    with pytest.raises(TypeError, match="dask arrays"):
+        fdask.fwht(x)
+    with pytest.raises(ValueError, match="out of range"):
+        fdask.fwht(da.from_array(x), axis=3)
