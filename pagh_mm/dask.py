@@ -13,9 +13,8 @@ Verified queries on the result fetch only the rows of A and the columns of B the
 
 Blocks may be NumPy arrays or SciPy sparse matrices (``dask.array.from_array(M,
 chunks=..., asarray=False)``), and CuPy arrays for GPU workers. Gram products
-(``X.T @ X`` with one hash function) are not supported here yet. Use
-:func:`pagh_mm.compress_gram` on one machine, or ``compress(X.T, X)`` with two
-independent hash functions.
+(:func:`compress_gram`, X chunked along its rows, the samples) are made the same way, their
+exact diagonal from the chunks' pairwise sums.
 """
 from __future__ import annotations
 
@@ -84,9 +83,19 @@ def _matrices(a, b):
     return canonical(a, 1, be), canonical(b, 2, be), be
 
 
-def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool):
+def _gram_pair(x):
+    """(A, B) = (x.T, x) of a Gram chunk x (its inner indices are x's rows)."""
+    be = _be.for_arrays(x, x)
+    x = matmul._as_matrix(x, "X", be)
+    return x.T, x
+
+
+def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool, gram: bool):
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
-    the Frobenius estimate (None unless ``estimate``)) of one inner chunk."""
+    the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
+    unless ``gram``)) of one inner chunk (``gram``: ``a`` is the chunk of X, ``b`` unused)."""
+    if gram:
+        a, b = _gram_pair(a)
     a, b, be = _matrices(a, b)
     if check_finite:
         matmul._check_finite(a, "A", be)
@@ -94,22 +103,36 @@ def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool):
     xp = be.xp
     integral = all(bool((xp.trunc(M.data if _be.is_sparse(M) else M) ==
                          (M.data if _be.is_sparse(M) else M)).all()) for M in (a, b))
-    sides = (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
+    sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     bound = matmul._abs_product_bound(sides) if all(s.sparse for s in sides) else math.inf
     part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
-    return integral, bound, part
+    diagonal = exact.gram_diagonal(be, a) if gram else None
+    return integral, bound, part, diagonal
 
 
 def _chunk_sums(a, b, params, log2b, every, method, dt, algorithm, stabilizer, memory_budget,
-                pairs: bool):
+                pairs: bool, gram: bool):
     """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or
-    None): what :func:`pagh_mm.matmul.compress` adds for these inner indices."""
+    None): what :func:`pagh_mm.matmul.compress` adds for these inner indices (``gram``: of
+    the Gram product of the chunk ``a`` of X)."""
+    if gram:
+        a, b = _gram_pair(a)
     a, b, be = _matrices(a, b)
-    sides = (Side(a, 1, params, log2b, be), Side(b, 2, params, log2b, be))
+    sides = (Side(a, 1, params, log2b, be),) if gram else \
+        (Side(a, 1, params, log2b, be), Side(b, 2, params, log2b, be))
     acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
     direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be, memory_budget,
                              every, log2b, pairs, lambda stage: None, None)
     return acc.sum.total(), direct
+
+
+def _slabs_gram(X, c: int):
+    """Per inner chunk (rows of X), the chunk as a single block (delayed), twice."""
+    out = []
+    for k0 in range(0, X.shape[0], c):
+        x = X[k0:k0 + c, :].rechunk({0: -1, 1: -1}).to_delayed().ravel()[0]
+        out.append((x, None))
+    return out
 
 
 def _plus_parts(left, right):
@@ -153,10 +176,6 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     if not (is_dask_array(A) and is_dask_array(B)):
         raise TypeError("pagh_mm.dask.compress takes dask arrays (dask.array.from_array(M, "
                         "chunks=...)); for in-memory arrays use pagh_mm.compress")
-    if gram:
-        raise ValueError("gram=True: Gram sketches of dask arrays are not supported yet; use "
-                         "pagh_mm.compress_gram on one machine, or compress(X.T, X) here (two "
-                         "hash functions)")
     if A.ndim != 2 or B.ndim != 2:
         raise ValueError(f"A and B must be 2-d (got {A.ndim}-d and {B.ndim}-d)")
     if A.shape[1] != B.shape[0]:
@@ -165,8 +184,19 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     if max(A.shape[0], B.shape[1]) >= hashing.MAX_KEY:
         raise ValueError("A.shape[0] and B.shape[1] must be below 2**32")
     c = inner_chunk(A, B)
+    if gram:
+        if A.name != B.T.name:
+            raise ValueError("gram=True needs A = X.T and B = X of one dask array X: use "
+                             "pagh_mm.dask.compress_gram(X)")
+        if method != "fwht":
+            raise ValueError("gram=True needs method='fwht' (the XOR convolution sends the "
+                             "diagonal to bucket 0; the cyclic one does not)")
+        if hash is not None and hash not in hashing.FOUR_INDEPENDENT:
+            raise ValueError(f"gram=True with hash={hash!r}: one hash function on both sides "
+                             f"needs a 4-independent family; use "
+                             f"hash={hashing.FOUR_INDEPENDENT[0]!r} (the default)")
     if hash is None:
-        hash = hashing.DEFAULT_FAMILY
+        hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
     be = _be.for_arrays(A._meta, B._meta)
     _, _, _, dt, _, reps, memory_budget = matmul._validate(
         np.zeros((1, 1), A.dtype), np.zeros((1, 1), B.dtype), buckets, reps, method, dtype,
@@ -176,24 +206,31 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     decode = _decode.check(decode)
     m, p = A.shape[0], B.shape[1]
     sparse = _be.is_sparse(A._meta) and _be.is_sparse(B._meta)
-    bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, False, m, p, be.gpu) else 0
-    slabs = _slabs(A, B, c)
+    bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
+    slabs = _slabs_gram(B, c) if gram else _slabs(A, B, c)
     estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
-    stats = [dask.delayed(_chunk_stats)(a, b, seed, check_finite, estimate) for a, b in slabs]
+    stats = [dask.delayed(_chunk_stats)(a, b, seed, check_finite, estimate, gram)
+             for a, b in slabs]
     stats = dask.compute(*stats) if stats else []
     integral = all(s[0] for s in stats)
     bound = sum(s[1] for s in stats)
+    diagonal = _gram_diagonal(be, A, B, [s[3] for s in stats]) if gram else None
     F = None
     if estimate:
         Y = None
-        for _, _, part in stats:       # the chunks' shares of G A B, in order
+        for part in (s[2] for s in stats):      # the chunks' shares of G A B, in order
             Y = part if Y is None else Y + part
+        if Y is not None and diagonal is not None:
+            row, sign = auto._jl_hashes(m, seed, auto.JL_ROWS, be.xp)
+            GD = be.xp.zeros((auto.JL_ROWS, m))
+            GD[row, be.xp.arange(m, dtype=be.xp.int64)] = sign * diagonal
+            Y = Y - GD
         F = 0.0 if Y is None else float(be.xp.sqrt((Y * Y).sum()))
     cheap = integral and matmul._pair_accumulated(A._meta, B._meta, be, method, dt, algorithm,
                                                   stabilizer)
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
-                         delta=failure_probability, seed=seed, cheap=cheap, decoding=bits > 0,
-                         frobenius=F)
+                         delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
+                         decoding=bits > 0, frobenius=F)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every = reps + _decode.REPS * bits
     params = hashing.HashParams.draw(hash, seed, reps)
@@ -204,7 +241,8 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
 
     def sums(allow):
         parts = [dask.delayed(_chunk_sums)(a, b, made, log2b, every, method, dt, algorithm,
-                                           stabilizer, memory_budget, allow) for a, b in slabs]
+                                           stabilizer, memory_budget, allow, gram)
+                 for a, b in slabs]
         if not parts:
             return None, None
         return dask.compute(_tree(parts, _plus_parts))[0]
@@ -217,7 +255,40 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
         sketch = acc.finish(None, total=total)
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen, None, bit_sketch)
+                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+
+
+def compress_gram(X, **options) -> CompressedProduct:
+    """:func:`pagh_mm.compress_gram` of a dask array X (n samples x m features) chunked along
+    its rows (the inner dimension) in one power of two: ``compress(X.T, X, gram=True)``."""
+    _dask()
+    if not is_dask_array(X):
+        raise TypeError("pagh_mm.dask.compress_gram takes a dask array; for an in-memory one "
+                        "use pagh_mm.compress_gram")
+    if X.ndim != 2:
+        raise ValueError("X must be a 2-d matrix (n samples x m features)")
+    return compress(X.T, X, gram=True, **options)
+
+
+def _gram_diagonal(be, A, B, parts):
+    """The exact diagonal of the Gram product from the chunks' shares: their pairwise sums
+    added in the tree (the single-process bits); integer sums beyond 2**53 recomputed
+    exactly from the columns of X they belong to (:func:`exact_pair`)."""
+    xp = be.xp
+    level = [xp.asarray(d) for d in parts]
+    if not level:
+        return xp.zeros(A.shape[0], dtype=xp.float64)
+    while len(level) > 1:
+        nxt = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    out = level[0]
+    if np.dtype(A.dtype).kind in "biu":
+        big = xp.nonzero(out > exact._EXACT_FLOAT)[0]
+        if big.size:
+            out[big] = exact_pair(be, A, B, big, big)
+    return out
 
 
 def exact_pair(be, A, B, r, c):

@@ -109,9 +109,13 @@ def test_bad_inputs_are_refused_with_the_fix():
     with pytest.raises(ValueError, match="not aligned"):
         pdask.compress(da.from_array(A, chunks=(30, 16)),
                        da.from_array(np.ones((41, 20)), chunks=(16, 20)), buckets=64)
-    with pytest.raises(ValueError, match="gram=True"):
-        pdask.compress(da.from_array(A.T, chunks=(16, 30)), da.from_array(A, chunks=(30, 16)),
-                       buckets=64, gram=True)
+    with pytest.raises(ValueError, match="compress_gram"):
+        pdask.compress(da.from_array(A.T.copy(), chunks=(40, 16)),
+                       da.from_array(A, chunks=(16, 40)), buckets=64, gram=True)
+    with pytest.raises(ValueError, match="4-independent"):
+        pdask.compress_gram(da.from_array(A, chunks=(16, 40)), buckets=64, hash="multiply-shift")
+    with pytest.raises(TypeError, match="dask array"):
+        pdask.compress_gram(A, buckets=64)
     with pytest.raises(ValueError, match="buckets"):
         pdask.compress(da.from_array(A, chunks=(30, 16)), da.from_array(B, chunks=(16, 20)),
                        buckets=100)
@@ -139,3 +143,29 @@ def test_fwht_of_dask_arrays_along_a_whole_axis():
         fdask.fwht(x)
     with pytest.raises(ValueError, match="out of range"):
         fdask.fwht(da.from_array(x), axis=3)
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse-int", "sparse-float"])
+def test_gram_sketches_of_dask_arrays_are_one_processes(kind):
+    """compress_gram of X chunked along its rows (samples): the sketch, the exact diagonal,
+    the automatic size and the certified off-diagonal top-k of pagh_mm.compress_gram."""
+    rng = np.random.default_rng(9)
+    if kind == "dense":
+        X = rng.standard_normal((600, 90))
+        X[:, 5] = X[:, 7] * 3 + 0.1 * X[:, 5]             # a strongly co-varying pair
+        dX = da.from_array(X, chunks=(128, 45))
+    else:
+        X = _sparse_int(600, 90, 0.08, 10).tolil()
+        X[:, 7] = X[:, 5] * 3
+        X = X.tocsr()
+        if kind == "sparse-float":
+            X.data = X.data + 0.5
+        dX = da.from_array(X, chunks=(128, 90), asarray=False)
+    got = pdask.compress_gram(dX, buckets=1 << 10, reps=5, seed=4)
+    want = pagh_mm.compress_gram(X, buckets=1 << 10, reps=5, seed=4)
+    assert got.gram and _same(got.sketch, want.sketch) and _same(got.diagonal, want.diagonal)
+    sk, ref = pdask.compress_gram(dX, k=3, seed=4), pagh_mm.compress_gram(X, k=3, seed=4)
+    top = sk.top_k(3, verify=True, exclude_diagonal=True)
+    exp = ref.top_k(3, verify=True, exclude_diagonal=True)
+    assert sk.buckets == ref.buckets and top.certified == exp.certified
+    assert np.array_equal(top.rows, exp.rows) and np.array_equal(top.exact, exp.exact)
