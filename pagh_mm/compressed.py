@@ -460,6 +460,14 @@ class CompressedProduct:
         """Attach the factors (after ``load``) so that ``verify=True`` works."""
         from .matmul import _as_matrix
         from .sketch import canonical
+        if _is_dask(A) or _is_dask(B):      # kept as they are: verification fetches rows
+            if not (_is_dask(A) and _is_dask(B)) or A.ndim != 2 or B.ndim != 2 or \
+                    (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
+                raise ValueError(f"attach dask arrays A, B (both) with A @ B of shape "
+                                 f"{self.shape}; got {getattr(A, 'shape', None)} and "
+                                 f"{getattr(B, 'shape', None)}")
+            self.factors = [(A, B)]
+            return self
         A, B = _as_matrix(A, "A", self.backend), _as_matrix(B, "B", self.backend)
         if (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
             raise ValueError(f"A @ B has shape {(A.shape[0], B.shape[1])} (inner {A.shape[1]} and "

@@ -19,12 +19,14 @@ exact diagonal from the chunks' pairwise sums.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
 import fwht_gpu.dtypes as _fdt
+from fwht_gpu import memory
 
-from . import auto, certificate, exact, hashing, matmul, reduction
+from . import auto, certificate, exact, hashing, matmul, query, reduction
 from . import backend as _be
 from . import decode as _decode
 from .compressed import CompressedProduct
@@ -77,6 +79,15 @@ def _slabs(A, B, c: int):
     return out
 
 
+def _sliceable(M):
+    """M with sparse blocks that dask can slice and concatenate (CSR; CSC and LIL as they
+    are): COO, DIA, BSR and DOK blocks are converted block by block."""
+    meta = M._meta
+    if _be.is_sparse(meta) and getattr(meta, "format", "csr") not in ("csr", "csc", "lil"):
+        return M.map_blocks(lambda blk: blk.tocsr(), dtype=M.dtype, meta=meta.tocsr())
+    return M
+
+
 def _matrices(a, b):
     be = _be.for_arrays(a, b)
     a, b = matmul._as_matrix(a, "A", be), matmul._as_matrix(b, "B", be)
@@ -88,6 +99,11 @@ def _gram_pair(x):
     be = _be.for_arrays(x, x)
     x = matmul._as_matrix(x, "X", be)
     return x.T, x
+
+
+#: One task at a time per process runs the compiled engine (its own threads use the cores;
+#: numba's workqueue threading layer also forbids concurrent calls).
+_ENGINE = threading.Lock()
 
 
 def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool, gram: bool):
@@ -105,8 +121,9 @@ def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool, gram: bool):
                          (M.data if _be.is_sparse(M) else M)).all()) for M in (a, b))
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     bound = matmul._abs_product_bound(sides) if all(s.sparse for s in sides) else math.inf
-    part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
-    diagonal = exact.gram_diagonal(be, a) if gram else None
+    with _ENGINE:
+        part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
+        diagonal = exact.gram_diagonal(be, a) if gram else None
     return integral, bound, part, diagonal
 
 
@@ -121,9 +138,10 @@ def _chunk_sums(a, b, params, log2b, every, method, dt, algorithm, stabilizer, m
     sides = (Side(a, 1, params, log2b, be),) if gram else \
         (Side(a, 1, params, log2b, be), Side(b, 2, params, log2b, be))
     acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
-    direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be, memory_budget,
-                             every, log2b, pairs, lambda stage: None, None)
-    return acc.sum.total(), direct
+    with _ENGINE:
+        direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
+                                 memory_budget, every, log2b, pairs, lambda stage: None, None)
+        return acc.sum.total(), direct
 
 
 def _slabs_gram(X, c: int):
@@ -161,11 +179,13 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
              method: str = "fwht", dtype=None, algorithm: str = "folklore",
              stabilizer: str | None = None, hash: str | None = None, gram: bool = False,
              check_finite: bool = True, memory_budget: int | None = None,
-             decode: bool | str = False) -> CompressedProduct:
+             decode: bool | str = "auto") -> CompressedProduct:
     """:func:`pagh_mm.compress` of dask arrays A (m x n) and B (n x p), one task per inner
-    chunk (see the module docstring). The options are :func:`pagh_mm.compress`'s.
-    ``memory_budget`` applies to each task. ``decode`` defaults to False; True makes the bit
-    sketches in the same tasks.
+    chunk (see the module docstring). The options are :func:`pagh_mm.compress`'s (no
+    ``progress`` or ``profile``). ``memory_budget`` applies to each task. Bit sketches
+    (``decode``) are made in the same tasks. Each task holds A's columns and B's rows of its
+    chunk whole, whatever the chunks of the other axes. Tasks run one at a time per process
+    (each uses the compiled engine's threads).
 
     With given ``buckets`` (and ``reps``) the sketch is bit for bit that of
     ``pagh_mm.compress(A.compute(), B.compute(), ...)`` with the same seed. Automatic buckets
@@ -183,7 +203,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
                          f"columns, B has {B.shape[0]} rows")
     if max(A.shape[0], B.shape[1]) >= hashing.MAX_KEY:
         raise ValueError("A.shape[0] and B.shape[1] must be below 2**32")
-    c = inner_chunk(A, B)
+    c = inner_chunk(A, B) if A.shape[1] else 1
     if gram:
         if A.name != B.T.name:
             raise ValueError("gram=True needs A = X.T and B = X of one dask array X: use "
@@ -198,6 +218,8 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     if hash is None:
         hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
     be = _be.for_arrays(A._meta, B._meta)
+    if not gram:                        # (a Gram pair keeps X's graph: A is X.T)
+        A, B = _sliceable(A), _sliceable(B)
     _, _, _, dt, _, reps, memory_budget = matmul._validate(
         np.zeros((1, 1), A.dtype), np.zeros((1, 1), B.dtype), buckets, reps, method, dtype,
         algorithm, stabilizer, hash, False, memory_budget)
@@ -232,7 +254,16 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
                          delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
                          decoding=bits > 0, frobenius=F)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
+    if be.gpu and reps > matmul.GPU_MAX_REPS:
+        raise ValueError(f"reps={reps}: the GPU queries support at most {matmul.GPU_MAX_REPS} "
+                         "repetitions")
     every = reps + _decode.REPS * bits
+    b = 1 << log2b                      # the sketch and its temporaries, here
+    memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
+                 f"{reps} repetitions of {b} buckets" +
+                 (f" and {every - reps} bit sketches" if bits else ""),
+                 "lower reps or buckets" + (", or decode=False" if bits else ""),
+                 device="gpu" if be.gpu else "cpu")
     params = hashing.HashParams.draw(hash, seed, reps)
     made = hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
     # pair sums are exact, so any mix of routes gives the specification's bits, only when
@@ -267,6 +298,7 @@ def compress_gram(X, **options) -> CompressedProduct:
                         "use pagh_mm.compress_gram")
     if X.ndim != 2:
         raise ValueError("X must be a 2-d matrix (n samples x m features)")
+    X = _sliceable(X)
     return compress(X.T, X, gram=True, **options)
 
 
@@ -293,15 +325,20 @@ def _gram_diagonal(be, A, B, parts):
 
 def exact_pair(be, A, B, r, c):
     """Exact C[r[q], c[q]] (see :meth:`CompressedProduct.exact`) of dask factors: only the
-    rows of A and the columns of B asked for are computed and brought here, and their dot
-    products are :func:`pagh_mm.exact.exact_pair`'s (the same bits)."""
+    rows of A and the columns of B asked for are computed and brought here, a tile of
+    entries at a time, and their dot products are :func:`pagh_mm.exact.exact_pair`'s (the
+    same bits). The factors are computed again: a source that changes between calls gives
+    values of its new state."""
     dask, _ = _dask()
     xp = be.xp
-    rows, ri = np.unique(be.asnumpy(r), return_inverse=True)
-    cols, ci = np.unique(be.asnumpy(c), return_inverse=True)
-    if rows.size == 0:
-        return xp.zeros(0, dtype=xp.float64)
-    a, b = dask.compute(A[rows, :], B[:, cols])
-    a, b, _ = _matrices(a, b)
-    return exact.exact_pair(be, a, b, xp.asarray(ri.astype(np.int64)),
-                            xp.asarray(ci.astype(np.int64)))
+    r, c = be.asnumpy(r), be.asnumpy(c)
+    out = xp.zeros(r.size, dtype=xp.float64)
+    step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, A.shape[1])))   # rows + columns held
+    for q0 in range(0, r.size, step):
+        rows, ri = np.unique(r[q0:q0 + step], return_inverse=True)
+        cols, ci = np.unique(c[q0:q0 + step], return_inverse=True)
+        a, b = dask.compute(A[rows, :], B[:, cols])
+        a, b, _ = _matrices(a, b)
+        out[q0:q0 + step] = exact.exact_pair(be, a, b, xp.asarray(ri.astype(np.int64)),
+                                             xp.asarray(ci.astype(np.int64)))
+    return out

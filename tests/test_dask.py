@@ -169,3 +169,33 @@ def test_gram_sketches_of_dask_arrays_are_one_processes(kind):
     exp = ref.top_k(3, verify=True, exclude_diagonal=True)
     assert sk.buckets == ref.buckets and top.certified == exp.certified
     assert np.array_equal(top.rows, exp.rows) and np.array_equal(top.exact, exp.exact)
+
+
+def test_edge_inputs_formats_attach_and_tiled_verification(tmp_path, monkeypatch):
+    """An empty inner dimension; COO/BSR/DOK blocks (converted block by block); a loaded
+    sketch re-attached to dask factors; exact values fetched a tile of entries at a time:
+    one process's results."""
+    z = pdask.compress(da.zeros((5, 0)), da.zeros((0, 4)), buckets=64, reps=3, seed=1)
+    assert _same(z.sketch, pagh_mm.compress(np.zeros((5, 0)), np.zeros((0, 4)), buckets=64,
+                                            reps=3, seed=1).sketch)
+    A, B = _sparse_int(120, 256, 0.05, 11), _sparse_int(256, 90, 0.05, 12)
+    want = pagh_mm.compress(A, B, buckets=1 << 10, reps=5, seed=2)
+    for fmt in ("coo", "bsr", "dok"):
+        def to(blk, fmt=fmt):
+            return blk.asformat(fmt)
+        dA = da.from_array(A, chunks=(120, 64), asarray=False)
+        dB = da.from_array(B, chunks=(64, 90), asarray=False)
+        dA = dA.map_blocks(to, dtype=A.dtype, meta=A[:0, :0].asformat(fmt))
+        dB = dB.map_blocks(to, dtype=B.dtype, meta=B[:0, :0].asformat(fmt))
+        got = pdask.compress(dA, dB, buckets=1 << 10, reps=5, seed=2)
+        assert _same(got.sketch, want.sketch), fmt
+    dA = da.from_array(A, chunks=(60, 64), asarray=False)
+    dB = da.from_array(B, chunks=(64, 45), asarray=False)
+    sk = pdask.compress(dA, dB, buckets=1 << 10, reps=5, seed=2)
+    sk.save(tmp_path / "s.pmm")
+    back = pagh_mm.CompressedProduct.load(tmp_path / "s.pmm").attach(dA, dB)
+    r, c = np.arange(120) % 120, np.arange(120) % 90
+    monkeypatch.setattr(pagh_mm.query, "TILE_BUDGET", 16 * 256 * 7)     # 7 entries a tile
+    assert _same(back.exact(r, c), want.exact(r, c))
+    with pytest.raises(ValueError, match="attach dask arrays"):
+        back.attach(dA, B)
