@@ -24,7 +24,6 @@ import threading
 import numpy as np
 
 import fwht_gpu.dtypes as _fdt
-from fwht_gpu import memory
 
 from . import auto, certificate, exact, hashing, matmul, query, reduction
 from . import backend as _be
@@ -254,18 +253,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
                          delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
                          decoding=bits > 0, frobenius=F)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
-    if be.gpu and reps > matmul.GPU_MAX_REPS:
-        raise ValueError(f"reps={reps}: the GPU queries support at most {matmul.GPU_MAX_REPS} "
-                         "repetitions")
-    every = reps + _decode.REPS * bits
-    b = 1 << log2b                      # the sketch and its temporaries, here
-    memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
-                 f"{reps} repetitions of {b} buckets" +
-                 (f" and {every - reps} bit sketches" if bits else ""),
-                 "lower reps or buckets" + (", or decode=False" if bits else ""),
-                 device="gpu" if be.gpu else "cpu")
-    params = hashing.HashParams.draw(hash, seed, reps)
-    made = hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
+    every, params, made = matmul._draw(chosen, bits, hash, seed, be)
     # pair sums are exact, so any mix of routes gives the specification's bits, only when
     # every value is an integer and every sum before the inverse transform stays below 2**53
     pairs = integral and bound < 2.0 ** 53

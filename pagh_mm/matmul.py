@@ -383,6 +383,23 @@ def _block_cost(sides, B, per_index, d) -> int:
 
 # --- compression ----------------------------------------------------------------------------
 
+def _draw(chosen, bits: int, hash: str, seed: int, be):
+    """(rows of the sketch, the repetitions' hash parameters, those of the repetitions and
+    bit sketches) for the chosen size, after checking the GPU's repetition limit and that
+    d x b (and the bit sketches) fit at all, before anything is drawn or allocated."""
+    reps, b = chosen.reps, chosen.buckets
+    if be.gpu and reps > GPU_MAX_REPS:
+        raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
+    every = reps + _decode.REPS * bits          # the repetitions and the bit sketches
+    memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
+                 f"{reps} repetitions of {b} buckets" +
+                 (f" and {every - reps} bit sketches" if bits else ""),
+                 "lower reps or buckets" + (", or decode=False" if bits else ""),
+                 device="gpu" if be.gpu else "cpu")
+    params = hashing.HashParams.draw(hash, seed, reps)
+    return every, params, hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
+
+
 def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, every: int,
              log2b: int, pairs: bool, clock, progress):
     """Add every inner index of the product of ``sides`` to ``acc`` (begun here) by the routes
@@ -526,17 +543,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                          decoding=bits > 0)
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
-    if be.gpu and reps > GPU_MAX_REPS:
-        raise ValueError(f"reps={reps}: the GPU queries support at most {GPU_MAX_REPS} repetitions")
-    b = 1 << log2b     # before drawing d sets of hash parameters: d x b must fit at all
-    every = reps + _decode.REPS * bits          # the repetitions and the bit sketches
-    memory.check(every * (8 * 6 * b + (32768 if hash == "tabulation" else 64)),
-                 f"{reps} repetitions of {b} buckets" +
-                 (f" and {every - reps} bit sketches" if bits else ""),
-                 "lower reps or buckets" + (", or decode=False" if bits else ""),
-                 device="gpu" if be.gpu else "cpu")
-    params = hashing.HashParams.draw(hash, seed, reps)
-    made = hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
+    every, params, made = _draw(chosen, bits, hash, seed, be)
     sides = (Side(A, 1, made, log2b, be),) if gram else \
         (Side(A, 1, made, log2b, be), Side(B, 2, made, log2b, be))
     clock("sides")
