@@ -58,12 +58,17 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     m = A.shape[0]
     if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
         return 0.0
-    Y = frobenius_sketch(A, B, be, seed, rows)
+    return frobenius_of(frobenius_sketch(A, B, be, seed, rows), seed, diagonal, xp)
+
+
+def frobenius_of(Y, seed: int, diagonal, xp) -> float:
+    """||Y - G D||_F: the estimate from G A B (:func:`frobenius_sketch`, summed over the inner
+    dimension) and, for a Gram product, its exact diagonal D."""
     if diagonal is not None:
+        rows, m = Y.shape[0], diagonal.shape[0]
         row, sign = _jl_hashes(m, seed, rows, xp)
-        keys = xp.arange(m, dtype=xp.int64)
         GD = xp.zeros((rows, m))
-        GD[row, keys] = sign * diagonal
+        GD[row, xp.arange(m, dtype=xp.int64)] = sign * diagonal
         Y = Y - GD
     return float(xp.sqrt((Y * Y).sum()))
 

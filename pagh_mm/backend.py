@@ -60,3 +60,9 @@ def for_arrays(A, B) -> Backend:
 
 def is_sparse(a) -> bool:
     return _kind(a).endswith("sparse")
+
+
+def is_dask(a) -> bool:
+    """Whether ``a`` is a dask array (:mod:`pagh_mm.dask`), without importing dask."""
+    return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks") and \
+        hasattr(a, "dask")

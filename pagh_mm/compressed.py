@@ -9,17 +9,12 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, decode, hashing, query, sketchfile
-from .backend import Backend, cpu, gpu, is_sparse
+from .backend import Backend, cpu, gpu, is_dask, is_sparse
 from .convolution import combine_index
 from .exact import ExactValueWarning, exact_pair  # noqa: F401
 from .query import CertificateWarning, Entries, check_by  # noqa: F401
 from .query import masked_median
 from .reduction import row_sums
-
-def _is_dask(x) -> bool:
-    """Whether ``x`` is a dask array (factors of :func:`pagh_mm.dask.compress`)."""
-    return type(x).__module__.split(".")[0] == "dask" and hasattr(x, "chunks")
-
 
 #: Times a certified query may rebuild an automatically sized sketch with more buckets.
 REGROWTHS = 3
@@ -196,23 +191,23 @@ class CompressedProduct:
                     not self.chosen.reason.startswith("auto"):
                 return out
             A, B = self.factors[0]
-            if _is_dask(A):
+            if is_dask(A):
                 from .dask import compress
             else:
                 from .matmul import compress
             new = None
             dropped = False
             # with the bit sketches if they fit, else without them: the scan certifies alone
-            for decode in ((True, False) if self.bits is not None else (False,)):
+            for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:
                     new = compress(A, B, buckets=advice[2], reps=self.reps,
                                    seed=self.params.seed, method=self.method,
                                    dtype=self.dtype_object(), algorithm=self.algorithm,
                                    stabilizer=self.stabilizer, hash=self.params.family,
-                                   gram=self.gram, decode=decode, check_finite=False)
+                                   gram=self.gram, decode=with_bits, check_finite=False)
                     break
                 except MemoryError:
-                    dropped = decode
+                    dropped = with_bits
             if new is None:
                 return out
             from .auto import Choice
@@ -449,7 +444,7 @@ class CompressedProduct:
         xp = self.backend.xp
         total = xp.zeros(r.shape, dtype=xp.float64)
         for A, B in self.factors:
-            if _is_dask(A):             # only the rows and columns asked for are fetched
+            if is_dask(A):             # only the rows and columns asked for are fetched
                 from . import dask as _dask
                 total += _dask.exact_pair(self.backend, A, B, r, c)
             else:
@@ -460,8 +455,8 @@ class CompressedProduct:
         """Attach the factors (after ``load``) so that ``verify=True`` works."""
         from .matmul import _as_matrix
         from .sketch import canonical
-        if _is_dask(A) or _is_dask(B):      # kept as they are: verification fetches rows
-            if not (_is_dask(A) and _is_dask(B)) or A.ndim != 2 or B.ndim != 2 or \
+        if is_dask(A) or is_dask(B):      # kept as they are: verification fetches rows
+            if not (is_dask(A) and is_dask(B)) or A.ndim != 2 or B.ndim != 2 or \
                     (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
                 raise ValueError(f"attach dask arrays A, B (both) with A @ B of shape "
                                  f"{self.shape}; got {getattr(A, 'shape', None)} and "

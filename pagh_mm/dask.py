@@ -25,7 +25,7 @@ import numpy as np
 
 import fwht_gpu.dtypes as _fdt
 
-from . import auto, certificate, exact, hashing, matmul, query, reduction
+from . import auto, certificate, compiled, exact, hashing, matmul, query, reduction
 from . import backend as _be
 from . import decode as _decode
 from .compressed import CompressedProduct
@@ -40,12 +40,6 @@ def _dask():
     except ImportError as exc:                      # pragma: no cover - the extra is missing
         raise ImportError("pagh_mm.dask needs dask: pip install 'pagh-mm[dask]'") from exc
     return dask, da
-
-
-def is_dask_array(x) -> bool:
-    """Whether ``x`` is a dask array (without importing dask)."""
-    return type(x).__module__.split(".")[0] == "dask" and hasattr(x, "chunks") and \
-        hasattr(x, "dask")
 
 
 def inner_chunk(A, B) -> int:
@@ -67,15 +61,17 @@ def inner_chunk(A, B) -> int:
     return c
 
 
-def _slabs(A, B, c: int):
-    """Per inner chunk, (A's columns, B's rows) as single blocks (delayed)."""
-    n = A.shape[1]
-    out = []
-    for k0 in range(0, n, c):
-        a = A[:, k0:k0 + c].rechunk({0: -1, 1: -1}).to_delayed().ravel()[0]
-        b = B[k0:k0 + c, :].rechunk({0: -1, 1: -1}).to_delayed().ravel()[0]
-        out.append((a, b))
-    return out
+def _whole(M):
+    """The dask array ``M`` as one block (delayed)."""
+    return M.rechunk({0: -1, 1: -1}).to_delayed().ravel()[0]
+
+
+def _slabs(A, B, c: int, gram: bool):
+    """Per inner chunk, (A's columns, B's rows) as single blocks (delayed); ``gram``: (the
+    chunk of X = B, None)."""
+    n = B.shape[0]
+    return [(_whole(B[k0:k0 + c, :]), None) if gram else
+            (_whole(A[:, k0:k0 + c]), _whole(B[k0:k0 + c, :])) for k0 in range(0, n, c)]
 
 
 def _sliceable(M):
@@ -93,13 +89,6 @@ def _matrices(a, b):
     return canonical(a, 1, be), canonical(b, 2, be), be
 
 
-def _gram_pair(x):
-    """(A, B) = (x.T, x) of a Gram chunk x (its inner indices are x's rows)."""
-    be = _be.for_arrays(x, x)
-    x = matmul._as_matrix(x, "X", be)
-    return x.T, x
-
-
 #: One task at a time per process runs the compiled engine (its own threads use the cores;
 #: numba's workqueue threading layer also forbids concurrent calls).
 _ENGINE = threading.Lock()
@@ -110,16 +99,15 @@ def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool, gram: bool):
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
     unless ``gram``)) of one inner chunk (``gram``: ``a`` is the chunk of X, ``b`` unused)."""
     if gram:
-        a, b = _gram_pair(a)
+        a, b = a.T, a                   # a chunk of X: its rows are inner indices
     a, b, be = _matrices(a, b)
     if check_finite:
         matmul._check_finite(a, "A", be)
         matmul._check_finite(b, "B", be)
-    xp = be.xp
-    integral = all(bool((xp.trunc(M.data if _be.is_sparse(M) else M) ==
-                         (M.data if _be.is_sparse(M) else M)).all()) for M in (a, b))
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
-    bound = matmul._abs_product_bound(sides) if all(s.sparse for s in sides) else math.inf
+    sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
+    integral = sparse and compiled.exact_integers(sides, 0.0)
+    bound = matmul._abs_product_bound(sides) if sparse else math.inf
     with _ENGINE:
         part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
         diagonal = exact.gram_diagonal(be, a) if gram else None
@@ -132,7 +120,7 @@ def _chunk_sums(a, b, params, log2b, every, method, dt, algorithm, stabilizer, m
     None): what :func:`pagh_mm.matmul.compress` adds for these inner indices (``gram``: of
     the Gram product of the chunk ``a`` of X)."""
     if gram:
-        a, b = _gram_pair(a)
+        a, b = a.T, a                   # a chunk of X: its rows are inner indices
     a, b, be = _matrices(a, b)
     sides = (Side(a, 1, params, log2b, be),) if gram else \
         (Side(a, 1, params, log2b, be), Side(b, 2, params, log2b, be))
@@ -143,15 +131,6 @@ def _chunk_sums(a, b, params, log2b, every, method, dt, algorithm, stabilizer, m
         return acc.sum.total(), direct
 
 
-def _slabs_gram(X, c: int):
-    """Per inner chunk (rows of X), the chunk as a single block (delayed), twice."""
-    out = []
-    for k0 in range(0, X.shape[0], c):
-        x = X[k0:k0 + c, :].rechunk({0: -1, 1: -1}).to_delayed().ravel()[0]
-        out.append((x, None))
-    return out
-
-
 def _plus_parts(left, right):
     """Two adjacent nodes of the tree: Hadamard-domain sums added (absent ones skipped), and
     the exact time-domain pair sums in any order."""
@@ -160,12 +139,11 @@ def _plus_parts(left, right):
 
 
 def _tree(parts, combine):
-    """The pairwise tree over ``parts`` (delayed), level by level, an unpaired last part
-    moving up unchanged: the reduction module's order."""
-    import dask
+    """The pairwise tree over ``parts`` (chunk nodes, delayed or not), level by level, an
+    unpaired last part moving up unchanged: the reduction module's order."""
     level = list(parts)
     while len(level) > 1:
-        nxt = [dask.delayed(combine)(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        nxt = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
@@ -192,7 +170,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     single-process call only where the estimate sits within rounding of the rule's
     power-of-two boundary."""
     dask, _ = _dask()
-    if not (is_dask_array(A) and is_dask_array(B)):
+    if not (_be.is_dask(A) and _be.is_dask(B)):
         raise TypeError("pagh_mm.dask.compress takes dask arrays (dask.array.from_array(M, "
                         "chunks=...)); for in-memory arrays use pagh_mm.compress")
     if A.ndim != 2 or B.ndim != 2:
@@ -228,7 +206,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     m, p = A.shape[0], B.shape[1]
     sparse = _be.is_sparse(A._meta) and _be.is_sparse(B._meta)
     bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
-    slabs = _slabs_gram(B, c) if gram else _slabs(A, B, c)
+    slabs = _slabs(A, B, c, gram)
     estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
     stats = [dask.delayed(_chunk_stats)(a, b, seed, check_finite, estimate, gram)
              for a, b in slabs]
@@ -237,16 +215,8 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     bound = sum(s[1] for s in stats)
     diagonal = _gram_diagonal(be, A, B, [s[3] for s in stats]) if gram else None
     F = None
-    if estimate:
-        Y = None
-        for part in (s[2] for s in stats):      # the chunks' shares of G A B, in order
-            Y = part if Y is None else Y + part
-        if Y is not None and diagonal is not None:
-            row, sign = auto._jl_hashes(m, seed, auto.JL_ROWS, be.xp)
-            GD = be.xp.zeros((auto.JL_ROWS, m))
-            GD[row, be.xp.arange(m, dtype=be.xp.int64)] = sign * diagonal
-            Y = Y - GD
-        F = 0.0 if Y is None else float(be.xp.sqrt((Y * Y).sum()))
+    if estimate:                        # the chunks' shares of G A B, summed in order
+        F = auto.frobenius_of(sum(s[2] for s in stats), seed, diagonal, be.xp) if stats else 0.0
     cheap = integral and matmul._pair_accumulated(A._meta, B._meta, be, method, dt, algorithm,
                                                   stabilizer)
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
@@ -264,7 +234,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
                  for a, b in slabs]
         if not parts:
             return None, None
-        return dask.compute(_tree(parts, _plus_parts))[0]
+        return dask.compute(_tree(parts, dask.delayed(_plus_parts)))[0]
 
     total, direct = sums(pairs)
     acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
@@ -281,7 +251,7 @@ def compress_gram(X, **options) -> CompressedProduct:
     """:func:`pagh_mm.compress_gram` of a dask array X (n samples x m features) chunked along
     its rows (the inner dimension) in one power of two: ``compress(X.T, X, gram=True)``."""
     _dask()
-    if not is_dask_array(X):
+    if not _be.is_dask(X):
         raise TypeError("pagh_mm.dask.compress_gram takes a dask array; for an in-memory one "
                         "use pagh_mm.compress_gram")
     if X.ndim != 2:
@@ -295,15 +265,9 @@ def _gram_diagonal(be, A, B, parts):
     added in the tree (the single-process bits); integer sums beyond 2**53 recomputed
     exactly from the columns of X they belong to (:func:`exact_pair`)."""
     xp = be.xp
-    level = [xp.asarray(d) for d in parts]
-    if not level:
+    if not parts:
         return xp.zeros(A.shape[0], dtype=xp.float64)
-    while len(level) > 1:
-        nxt = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    out = level[0]
+    out = _tree([xp.asarray(d) for d in parts], lambda x, y: x + y)
     if np.dtype(A.dtype).kind in "biu":
         big = xp.nonzero(out > exact._EXACT_FLOAT)[0]
         if big.size:
