@@ -166,7 +166,9 @@ class Progress:
     :meth:`message`, or the previous call).  ``stream`` and whether it is a terminal are
     looked up at each call (``None``: ``sys.stderr``)."""
 
-    LABELS = {"inner": "inner dimension", "tiles": "row tiles"}
+    LABELS = {"inner": "inner dimension", "tiles": "row tiles", "bytes": "read"}
+    #: Stages whose counts are bytes (shown as sizes: "1.50 GiB/8.00 GiB").
+    BYTES = frozenset({"bytes"})
     INTERVALS = {"auto": 10.0, "always": 2.0}
     REDRAW_PER_S = 10
     ETA_AFTER_S = 1.0
@@ -227,7 +229,12 @@ class Progress:
         label = self.LABELS.get(stage, stage)
         finished = done >= total
         pct = 100 if finished else 100 * max(done, 0) // total
-        text = f"{label}: {done}/{total} ({pct}%), {format_duration(elapsed)} elapsed"
+        if stage in self.BYTES:
+            from .memory import gib
+            count = f"{gib(done)}/{gib(total)}"
+        else:
+            count = f"{done}/{total}"
+        text = f"{label}: {count} ({pct}%), {format_duration(elapsed)} elapsed"
         if not finished:
             text += ", eta " + ("?" if eta is None else format_duration(eta))
         return text

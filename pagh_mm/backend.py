@@ -39,6 +39,11 @@ def _kind(a) -> str:
     return "cpu"
 
 
+def on_gpu(a) -> bool:
+    """Whether ``a`` (an array or sparse matrix) lives on a GPU."""
+    return _kind(a).startswith("gpu")
+
+
 def cpu() -> Backend:
     return Backend(np, scipy.sparse, False)
 

@@ -48,6 +48,23 @@ def _device(device: str) -> str:
         raise click.UsageError(f"--device gpu, but {gpu.status()}") from None
 
 
+def _devices(ctx, param, value):
+    """--devices: 'cpu' or comma-separated GPU ordinals."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if text == "cpu":
+        return ["cpu"]
+    try:
+        ids = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give GPU ordinals separated by commas (0,1) or "
+                                 "cpu") from None
+    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise click.BadParameter(f"{value!r}: GPU ordinals are distinct non-negative integers")
+    return ids
+
+
 def _pow2(ctx, param, value):
     if value is not None and (value < 2 or value & (value - 1)):
         raise click.BadParameter(f"{value} is not a power of two >= 2 (e.g. {1 << max(1, value.bit_length())})")
@@ -89,6 +106,11 @@ def sketch_options(fn):
                      "(4-independent) for a Gram product."),
         click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto",
                      show_default=True),
+        click.option("--devices", callback=_devices, default=None, metavar="LIST",
+                     help="GPUs to compress on, e.g. 0 or 0,1 (or cpu): the files stay on the "
+                          "host (.npy files memory-mapped, so they may be larger than memory) "
+                          "and are streamed a chunk of inner indices at a time, with the same "
+                          "bits as one device; progress shows the bytes read. Overrides --device."),
         click.option("--decode", type=click.Choice(["auto", "yes", "no"]), default="auto",
                      show_default=True,
                      help="Also make the bit sketches that let verified queries decode the rows "
@@ -160,9 +182,21 @@ def _check_settings(o) -> None:
 def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_probability=None):
     """The sketch of the files' product; ``k``/``threshold``: the query it is sized for."""
     _check_settings(o)
-    dev = _device(o["device"])
-    A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], dev)
     extra = {} if failure_probability is None else {"failure_probability": failure_probability}
+    if o["devices"] is not None:            # streamed from the host: the files stay there
+        if o["devices"] != ["cpu"]:
+            try:
+                from . import stream
+                stream.check_devices(o["devices"])
+            except (RuntimeError, ImportError) as exc:
+                raise click.UsageError(f"--devices {','.join(map(str, o['devices']))}, but "
+                                       f"{gpu.status()}") from exc
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--devices") from None
+        A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], "cpu")
+        extra["devices"] = o["devices"]
+    else:
+        A, B = _load_pair(a_path, b_path, o["fmt"], o["transpose_a"], _device(o["device"]))
     sk = pagh_mm.compress(A, B, buckets=o["buckets"] or "auto", reps=o["reps"] or "auto",
                           seed=o["seed"], k=k, threshold=threshold, method=o["method"],
                           dtype=_DTYPES[o["dtype"]], algorithm=o["algorithm"],

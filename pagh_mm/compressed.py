@@ -9,7 +9,7 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, decode, hashing, query, sketchfile
-from .backend import Backend, cpu, gpu, is_dask, is_sparse
+from .backend import Backend, cpu, gpu, is_dask, is_sparse, on_gpu as _on_gpu
 from .convolution import combine_index
 from .exact import ExactValueWarning, exact_pair  # noqa: F401
 from .query import CertificateWarning, Entries, check_by  # noqa: F401
@@ -44,6 +44,9 @@ class CompressedProduct:
     chosen: object = None         # pagh_mm.auto.Choice: how buckets and reps were chosen
     diagonal: object = None       # Gram sketches: the exact diagonal of C (m,), float64
     bits: object = None           # pagh_mm.decode.BitSketch: what decoding reads, or None
+    #: How a certified query rebuilds the sketch with more buckets (None: pagh_mm.compress,
+    #: or pagh_mm.dask.compress for dask factors); pagh_mm.stream sets its devices here.
+    recompress: object = field(default=None, repr=False, compare=False)
 
     @property
     def gram(self) -> bool:
@@ -191,7 +194,9 @@ class CompressedProduct:
                     not self.chosen.reason.startswith("auto"):
                 return out
             A, B = self.factors[0]
-            if is_dask(A):
+            if self.recompress is not None:
+                compress = self.recompress          # the way it was made (devices, chunks)
+            elif is_dask(A):
                 from .dask import compress
             else:
                 from .matmul import compress
@@ -447,6 +452,9 @@ class CompressedProduct:
             if is_dask(A):             # only the rows and columns asked for are fetched
                 from . import dask as _dask
                 total += _dask.exact_pair(self.backend, A, B, r, c)
+            elif self.backend.gpu and not _on_gpu(A):   # streamed: factors on the host
+                be = self.backend
+                total += be.xp.asarray(exact_pair(cpu(), A, B, be.asnumpy(r), be.asnumpy(c)))
             else:
                 total += exact_pair(self.backend, A, B, r, c)
         return total

@@ -18,19 +18,12 @@ exact diagonal from the chunks' pairwise sums.
 """
 from __future__ import annotations
 
-import math
-import threading
-
 import numpy as np
 
-import fwht_gpu.dtypes as _fdt
-
-from . import auto, certificate, compiled, exact, hashing, matmul, query, reduction
+from . import auto, certificate, chunks, exact, hashing, matmul, query
 from . import backend as _be
 from . import decode as _decode
 from .compressed import CompressedProduct
-from .convolution import Accumulator
-from .sketch import Side, canonical
 
 
 def _dask():
@@ -83,71 +76,9 @@ def _sliceable(M):
     return M
 
 
-def _matrices(a, b):
-    be = _be.for_arrays(a, b)
-    a, b = matmul._as_matrix(a, "A", be), matmul._as_matrix(b, "B", be)
-    return canonical(a, 1, be), canonical(b, 2, be), be
-
-
-#: One task at a time per process runs the compiled engine (its own threads use the cores;
-#: numba's workqueue threading layer also forbids concurrent calls).
-_ENGINE = threading.Lock()
-
-
-def _chunk_stats(a, b, seed, check_finite: bool, estimate: bool, gram: bool):
-    """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
-    the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
-    unless ``gram``)) of one inner chunk (``gram``: ``a`` is the chunk of X, ``b`` unused)."""
-    if gram:
-        a, b = a.T, a                   # a chunk of X: its rows are inner indices
-    a, b, be = _matrices(a, b)
-    if check_finite:
-        matmul._check_finite(a, "A", be)
-        matmul._check_finite(b, "B", be)
-    sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
-    sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
-    integral = sparse and compiled.exact_integers(sides, 0.0)
-    bound = matmul._abs_product_bound(sides) if sparse else math.inf
-    with _ENGINE:
-        part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
-        diagonal = exact.gram_diagonal(be, a) if gram else None
-    return integral, bound, part, diagonal
-
-
-def _chunk_sums(a, b, params, log2b, every, method, dt, algorithm, stabilizer, memory_budget,
-                pairs: bool, gram: bool):
-    """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or
-    None): what :func:`pagh_mm.matmul.compress` adds for these inner indices (``gram``: of
-    the Gram product of the chunk ``a`` of X)."""
-    if gram:
-        a, b = a.T, a                   # a chunk of X: its rows are inner indices
-    a, b, be = _matrices(a, b)
-    sides = (Side(a, 1, params, log2b, be),) if gram else \
-        (Side(a, 1, params, log2b, be), Side(b, 2, params, log2b, be))
-    acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
-    with _ENGINE:
-        direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
-                                 memory_budget, every, log2b, pairs, lambda stage: None, None)
-        return acc.sum.total(), direct
-
-
-def _plus_parts(left, right):
-    """Two adjacent nodes of the tree: Hadamard-domain sums added (absent ones skipped), and
-    the exact time-domain pair sums in any order."""
-    (lt, ld), (rt, rd) = left, right
-    return reduction._plus(lt, rt), (ld if rd is None else rd if ld is None else ld + rd)
-
-
-def _tree(parts, combine):
-    """The pairwise tree over ``parts`` (chunk nodes, delayed or not), level by level, an
-    unpaired last part moving up unchanged: the reduction module's order."""
-    level = list(parts)
-    while len(level) > 1:
-        nxt = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
+def _run(dask, fn, slabs):
+    """[fn(a, b) for the chunks], as one dask computation."""
+    return list(dask.compute(*[dask.delayed(fn)(a, b) for a, b in slabs])) if slabs else []
 
 
 def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUTO,
@@ -203,48 +134,21 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     seed = hashing.check_seed(seed)
     matmul._check_query_hint(k, threshold, failure_probability)
     decode = _decode.check(decode)
-    m, p = A.shape[0], B.shape[1]
     sparse = _be.is_sparse(A._meta) and _be.is_sparse(B._meta)
-    bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
     slabs = _slabs(A, B, c, gram)
-    estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
-    stats = [dask.delayed(_chunk_stats)(a, b, seed, check_finite, estimate, gram)
-             for a, b in slabs]
-    stats = dask.compute(*stats) if stats else []
-    integral = all(s[0] for s in stats)
-    bound = sum(s[1] for s in stats)
-    diagonal = _gram_diagonal(be, A, B, [s[3] for s in stats]) if gram else None
-    F = None
-    if estimate:                        # the chunks' shares of G A B, summed in order
-        F = auto.frobenius_of(sum(s[2] for s in stats), seed, diagonal, be.xp) if stats else 0.0
-    cheap = integral and matmul._pair_accumulated(A._meta, B._meta, be, method, dt, algorithm,
-                                                  stabilizer)
-    chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
-                         delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
-                         decoding=bits > 0, frobenius=F)
-    log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
-    every, params, made = matmul._draw(chosen, bits, hash, seed, be)
-    # pair sums are exact, so any mix of routes gives the specification's bits, only when
-    # every value is an integer and every sum before the inverse transform stays below 2**53
-    pairs = integral and bound < 2.0 ** 53
 
-    def sums(allow):
-        parts = [dask.delayed(_chunk_sums)(a, b, made, log2b, every, method, dt, algorithm,
-                                           stabilizer, memory_budget, allow, gram)
-                 for a, b in slabs]
+    def sums(plan, pairs):
+        parts = [dask.delayed(chunks.chunk_sums)(a, b, plan, pairs) for a, b in slabs]
         if not parts:
-            return None, None
-        return dask.compute(_tree(parts, dask.delayed(_plus_parts)))[0]
+            return None, None, None
+        return dask.compute(chunks.tree(parts, dask.delayed(chunks.plus_parts)))[0]
 
-    total, direct = sums(pairs)
-    acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
-    sketch = acc.finish(direct, total=total)
-    if direct is not None and not matmul._inverse_exact(sketch, direct, be.xp):
-        total, _ = sums(False)          # the transforms' own sums would round: theirs
-        sketch = acc.finish(None, total=total)
-    bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
-    return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+    return chunks.compress(
+        A, B, be, sparse=sparse, gram=gram, buckets=buckets, reps=reps, seed=seed, k=k,
+        threshold=threshold, failure_probability=failure_probability, method=method, dt=dt,
+        algorithm=algorithm, stabilizer=stabilizer, hash=hash, check_finite=check_finite,
+        memory_budget=memory_budget, decode=decode, stats=lambda fn: _run(dask, fn, slabs),
+        sums=sums, exact_of=lambda r, c: exact_pair(be, A, B, r, c))
 
 
 def compress_gram(X, **options) -> CompressedProduct:
@@ -258,21 +162,6 @@ def compress_gram(X, **options) -> CompressedProduct:
         raise ValueError("X must be a 2-d matrix (n samples x m features)")
     X = _sliceable(X)
     return compress(X.T, X, gram=True, **options)
-
-
-def _gram_diagonal(be, A, B, parts):
-    """The exact diagonal of the Gram product from the chunks' shares: their pairwise sums
-    added in the tree (the single-process bits); integer sums beyond 2**53 recomputed
-    exactly from the columns of X they belong to (:func:`exact_pair`)."""
-    xp = be.xp
-    if not parts:
-        return xp.zeros(A.shape[0], dtype=xp.float64)
-    out = _tree([xp.asarray(d) for d in parts], lambda x, y: x + y)
-    if np.dtype(A.dtype).kind in "biu":
-        big = xp.nonzero(out > exact._EXACT_FLOAT)[0]
-        if big.size:
-            out[big] = exact_pair(be, A, B, big, big)
-    return out
 
 
 def exact_pair(be, A, B, r, c):
@@ -290,7 +179,7 @@ def exact_pair(be, A, B, r, c):
         rows, ri = np.unique(r[q0:q0 + step], return_inverse=True)
         cols, ci = np.unique(c[q0:q0 + step], return_inverse=True)
         a, b = dask.compute(A[rows, :], B[:, cols])
-        a, b, _ = _matrices(a, b)
+        a, b, _ = chunks.matrices(a, b)
         out[q0:q0 + step] = exact.exact_pair(be, a, b, xp.asarray(ri.astype(np.int64)),
                                              xp.asarray(ci.astype(np.int64)))
     return out

@@ -304,13 +304,20 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
                                kernels.fused_group(log2b, acc.dtype, block))
 
 
+def _pair_settings(be, method, dt, algorithm, stabilizer) -> bool:
+    """Whether these settings let a compression add inner indices pair by pair (FP64 plain
+    Folklore transforms, on the GPU or the compiled CPU engine)."""
+    return method == "fwht" and (be.gpu or compiled.ENABLED) and np.dtype(dt) == np.float64 \
+        and algorithm == "folklore" and not stabilizer
+
+
 def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
     """Whether the compression will add the inner indices pair by pair (both factors sparse
     with integer values, FP64 plain Folklore transforms; the compiled CPU engine or the GPU's
     pair kernel): then more buckets cost no compression time (:func:`pagh_mm.auto.choose`'s
     ``cheap``), on either device alike."""
-    if method != "fwht" or not (be.gpu or compiled.ENABLED) or np.dtype(dt) != np.float64 or \
-            algorithm != "folklore" or stabilizer or not (_be.is_sparse(A) and _be.is_sparse(B)):
+    if not _pair_settings(be, method, dt, algorithm, stabilizer) or \
+            not (_be.is_sparse(A) and _be.is_sparse(B)):
         return False
     xp = be.xp
     return all(bool((xp.trunc(M.data) == M.data).all()) for M in (A, B))
@@ -471,7 +478,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
              stabilizer: str | None = None, hash: str | None = None, gram: bool | None = None,
              check_finite: bool = True, memory_budget: int | None = None,
              decode: bool | str = "auto", progress=None,
-             profile: dict | None = None) -> CompressedProduct:
+             profile: dict | None = None, devices=None) -> CompressedProduct:
     """Compress C = A @ B into ``reps`` Count-Sketches of ``buckets`` buckets (Pagh 2013).
 
     ``buckets="auto"`` (default) sizes the sketch for the query you state: ``k`` for the
@@ -514,16 +521,27 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     for products of sparse factors with at least 2**38 entries on the GPU, 2**34 on the CPU
     (:data:`pagh_mm.decode.AUTO_ENTRIES`: where it was measured to pay).
 
+    ``devices`` (None: where A and B are): GPU ordinals (``[0, 1]``) or a count of GPUs to
+    compress on, the factors staying where they are (host arrays, memory-mapped files, SciPy
+    sparse, larger than a device's memory) and streamed to the GPUs a chunk of inner indices
+    at a time (:mod:`pagh_mm.stream`); the same bits as one device.
+
     Costs O(reps (nnz(A) + nnz(B)) + reps n b log b).  ``seed``: any non-negative
     integer (None: a random one).  ``progress(stage, done, total)`` is called after
     each block.  ``profile``, a dict, receives the seconds spent in each stage
     (synchronizing the GPU between stages).
     """
-    if gram is None:
-        gram = method == "fwht" and hash in (None,) + hashing.FOUR_INDEPENDENT and \
-            _is_transpose(A, B)
-    elif not isinstance(gram, (bool, np.bool_)):
-        raise TypeError(f"gram={gram!r} must be True, False or None (detect A = B.T)")
+    if devices is not None:
+        if profile is not None:
+            raise ValueError("profile= is not available with devices=: the chunks' stages "
+                             "overlap; leave one of them out")
+        from .stream import compress as streamed
+        return streamed(A, B, devices=devices, buckets=buckets, reps=reps, seed=seed, k=k,
+                        threshold=threshold, failure_probability=failure_probability,
+                        method=method, dtype=dtype, algorithm=algorithm, stabilizer=stabilizer,
+                        hash=hash, gram=gram, check_finite=check_finite,
+                        memory_budget=memory_budget, decode=decode, progress=progress)
+    gram = _detect_gram(A, B, gram, method, hash)
     if hash is None:
         hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
     A, B, be, dt, log2b, reps, memory_budget = _validate(
@@ -564,6 +582,17 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+
+
+def _detect_gram(A, B, gram, method: str, hash) -> bool:
+    """``gram`` checked; None: whether A is a transposed view of B and the settings allow a
+    Gram sketch (FWHT, a 4-independent or default hash)."""
+    if gram is None:
+        return method == "fwht" and hash in (None,) + hashing.FOUR_INDEPENDENT and \
+            _is_transpose(A, B)
+    if not isinstance(gram, (bool, np.bool_)):
+        raise TypeError(f"gram={gram!r} must be True, False or None (detect A = B.T)")
+    return bool(gram)
 
 
 def compress_gram(X, **options) -> CompressedProduct:

@@ -61,14 +61,21 @@ class PairwiseSum:
     Blocks whose terms are all zero may be left out: they are absent nodes of the tree
     (pushed as aligned runs, so a long gap costs O(log) steps).  Keeps at most
     log2(number of blocks) + 1 partial sums.
+
+    ``start``: the sum covers the summands from ``start`` (a multiple of ``block``) on, a
+    part of a longer sum: its :meth:`merge` into the sum of the summands before ``start``
+    gives the longer sum's tree (several devices or workers each sum a contiguous run).
     """
 
-    def __init__(self, xp, block: int):
+    def __init__(self, xp, block: int, start: int = 0):
         if block < 1 or block & (block - 1):
             raise ValueError(f"block={block} must be a power of two")
+        if start % block or start < 0:
+            raise ValueError(f"start={start} is not a multiple of block={block}")
         self.xp, self.block, self.level = xp, block, block.bit_length() - 1
         self.stack: list[tuple[int, int, object]] = []   # (level, index at that level, sum)
-        self.next = 0                                      # first summand not yet covered
+        self.start = start
+        self.next = start                                  # first summand not yet covered
 
     def add(self, first: int, values, pos=None) -> None:
         if first % self.block or first < self.next or not 0 < values.shape[0] <= self.block:
@@ -87,6 +94,22 @@ class PairwiseSum:
         self._absent(first)
         self._push(self.level, first >> self.level, node)
         self.next = first + self.block
+
+    def skip_to(self, upto: int) -> None:
+        """The summands up to ``upto`` not added are zero (absent): a run's end."""
+        self._absent(upto)
+
+    def merge(self, other: "PairwiseSum", move=lambda value: value) -> None:
+        """Continue with the summands of ``other``, a sum that starts where this one ends
+        (``move``: brings one of its nodes where this sum's are, e.g. to another device)."""
+        if other.next == other.start:
+            return                          # nothing summed there
+        if other.start != self.next:
+            raise ValueError(f"a sum from {other.start} cannot continue one that "
+                             f"ends at {self.next}")
+        for level, index, value in other.stack:
+            self._push(level, index, None if value is None else move(value))
+        self.next = other.next
 
     def _absent(self, upto: int) -> None:
         """Absent nodes for the summands next .. upto - 1 (all zero), in aligned runs."""

@@ -1,0 +1,198 @@
+"""A compression as a sum over inner chunks: the work of one chunk, and the flow around it.
+
+The sketch of A @ B is a sum over the inner dimension. Chunks of 2**j consecutive inner
+indices (the last may be shorter) are aligned nodes of the pairwise tree of
+:mod:`pagh_mm.reduction`, so a chunk's sum can be formed anywhere (a dask task, another GPU,
+a block streamed from the host) and the chunks' sums added in the tree give the bits of
+:func:`pagh_mm.compress` of the whole arrays. :func:`compress` is that flow: the chunks'
+statistics when the plan needs them (integrality and the pair bound of sparse factors, the
+shares of the ||AB||_F estimate for automatic buckets), the choice of the sketch, the chunks'
+sums, and the finish (the inverse transform, its exactness check, the Gram diagonal).
+:mod:`pagh_mm.dask` and :mod:`pagh_mm.stream` give it the chunks' work to run where they
+run it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import fwht_gpu.dtypes as _fdt
+
+from . import auto, compiled, exact, matmul, reduction
+from . import backend as _be
+from . import decode as _decode
+from .compressed import CompressedProduct
+from .convolution import Accumulator
+from .sketch import Side, canonical
+
+#: One chunk at a time per process runs the compiled CPU engine (its own threads use the
+#: cores; numba's workqueue threading layer also forbids concurrent calls).
+ENGINE = threading.Lock()
+
+
+def _lock(be):
+    return contextlib.nullcontext() if be.gpu else ENGINE
+
+
+def matrices(a, b):
+    """(A, B, backend) of one chunk, in the layouts the compression reads."""
+    be = _be.for_arrays(a, b)
+    a, b = matmul._as_matrix(a, "A", be), matmul._as_matrix(b, "B", be)
+    return canonical(a, 1, be), canonical(b, 2, be), be
+
+
+def _pair(a, b, gram: bool):
+    """The chunk's (A part, B part): ``gram``: ``a`` is the chunk of X (its rows are inner
+    indices), ``b`` unused."""
+    return (a.T, a) if gram else (a, b)
+
+
+def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
+    """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
+    the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
+    unless ``gram``)) of one inner chunk."""
+    a, b, be = matrices(*_pair(a, b, gram))
+    if check_finite:
+        matmul._check_finite(a, "A", be)
+        matmul._check_finite(b, "B", be)
+    sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
+    sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
+    integral = sparse and compiled.exact_integers(sides, 0.0)
+    bound = matmul._abs_product_bound(sides) if sparse else math.inf
+    with _lock(be):
+        part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
+        diagonal = exact.gram_diagonal(be, a) if gram else None
+    return integral, bound, part, diagonal
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every chunk's sums are made with (picklable: dask ships it to the workers)."""
+
+    params: object          # the hash parameters of the repetitions and bit sketches
+    log2b: int
+    every: int              # rows of the sketch: repetitions and bit sketches
+    method: str
+    dt: object
+    algorithm: str
+    stabilizer: str | None
+    memory_budget: int | None
+    gram: bool
+    check_finite: bool      # the statistics pass did not check the values: check them here
+    diagonal: bool          # ... nor form the Gram diagonal: form its share here
+
+
+def chunk_sums(a, b, plan: Plan, pairs: bool):
+    """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or None,
+    its share of the Gram diagonal or None): what :func:`pagh_mm.compress` adds for these
+    inner indices. ``pairs`` False: no route adds pairs."""
+    a, b, be = matrices(*_pair(a, b, plan.gram))
+    if plan.check_finite:
+        matmul._check_finite(a, "A", be)
+        matmul._check_finite(b, "B", be)
+    sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
+        (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
+    acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
+                      plan.stabilizer, be.xp)
+    with _lock(be):
+        direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
+                                 plan.memory_budget, plan.every, plan.log2b, pairs,
+                                 lambda stage: None, None)
+        diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
+        return acc.sum.total(), direct, diagonal
+
+
+def plus_parts(left, right):
+    """Two adjacent nodes of the tree: Hadamard-domain sums added (absent ones skipped), the
+    exact time-domain pair sums in any order, the diagonal shares added."""
+    (lt, ld, lg), (rt, rd, rg) = left, right
+    return (reduction._plus(lt, rt), ld if rd is None else rd if ld is None else ld + rd,
+            reduction._plus(lg, rg))
+
+
+def tree(parts, combine):
+    """The pairwise tree over ``parts`` (chunk nodes, delayed or not), level by level, an
+    unpaired last part moving up unchanged: the reduction module's order."""
+    level = list(parts)
+    while len(level) > 1:
+        nxt = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def gram_diagonal(be, A, total, exact_of):
+    """The exact Gram diagonal from the tree sum ``total`` of the chunks' shares (the
+    single-process bits); integer sums beyond 2**53 recomputed exactly by ``exact_of(r, c)``
+    from the columns of X they belong to."""
+    xp = be.xp
+    if total is None:
+        return xp.zeros(A.shape[0], dtype=xp.float64)
+    out = xp.asarray(total)
+    if np.dtype(A.dtype).kind in "biu":
+        big = xp.nonzero(out > exact._EXACT_FLOAT)[0]
+        if big.size:
+            out[big] = exact_of(big, big)
+    return out
+
+
+def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k, threshold,
+             failure_probability: float, method: str, dt, algorithm: str, stabilizer, hash: str,
+             check_finite: bool, memory_budget, decode,
+             stats: Callable[[Callable], list], sums: Callable[[Plan, bool], tuple],
+             exact_of: Callable) -> CompressedProduct:
+    """The compression of A @ B from its chunks (validated arguments; ``A``, ``B`` the
+    factors the result keeps for verification, shapes and dtypes read from them).
+
+    ``stats(fn)``: [fn(a, b) for every chunk (a, b)], fn a partial of :func:`chunk_stats`;
+    ``sums(plan, pairs)``: the tree sum (:func:`plus_parts`) of :func:`chunk_sums` over the
+    chunks, (None, None, None) for none; ``exact_of(r, c)``: exact entries of the product
+    (the Gram diagonal's large integers). The statistics pass runs only where the plan needs
+    it: automatic buckets for a stated query, sparse factors (pairs); otherwise the sums
+    pass checks the values and forms the Gram diagonal, and the factors are read once."""
+    m, p = A.shape[0], B.shape[1]
+    bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
+    estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
+    diagonal = None
+    integral, bound, F = False, math.inf, None
+    ran = estimate or sparse
+    if ran:
+        from functools import partial
+        parts = stats(partial(chunk_stats, seed=seed, check_finite=check_finite,
+                              estimate=estimate, gram=gram))
+        integral = bool(parts) and all(s[0] for s in parts)
+        bound = sum(s[1] for s in parts) if parts else 0.0
+        if gram:
+            diagonal = gram_diagonal(be, A, tree([be.xp.asarray(s[3]) for s in parts],
+                                                 lambda x, y: x + y) if parts else None, exact_of)
+        if estimate:                    # the chunks' shares of G A B, summed in order
+            F = auto.frobenius_of(sum(s[2] for s in parts), seed, diagonal, be.xp) \
+                if parts else 0.0
+    cheap = integral and sparse and matmul._pair_settings(be, method, dt, algorithm, stabilizer)
+    chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
+                         delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
+                         decoding=bits > 0, frobenius=F)
+    log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
+    every, params, made = matmul._draw(chosen, bits, hash, seed, be)
+    plan = Plan(made, log2b, every, method, dt, algorithm, stabilizer, memory_budget, gram,
+                check_finite and not ran, gram and not ran)
+    # pair sums are exact, so any mix of routes gives the specification's bits, only when
+    # every value is an integer and every sum before the inverse transform stays below 2**53
+    total, direct, share = sums(plan, integral and bound < 2.0 ** 53)
+    if gram and not ran:
+        diagonal = gram_diagonal(be, A, share, exact_of)
+    acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
+    sketch = acc.finish(direct, total=total)
+    if direct is not None and not matmul._inverse_exact(sketch, direct, be.xp):
+        total, _, _ = sums(plan, False)     # the transforms' own sums would round: theirs
+        sketch = acc.finish(None, total=total)
+    bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
+    return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
+                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+

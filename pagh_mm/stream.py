@@ -1,0 +1,410 @@
+"""Compression on one or several GPUs of factors that stay where they are: host arrays,
+memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's memory.
+
+``pagh_mm.compress(A, B, devices=[0, 1])`` (this module's :func:`compress`) splits the inner
+dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
+contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
+i + 1 from the source into pinned host memory (several threads for one copy) and starts its
+transfer on a copy stream while chunk i is compressed on a compute stream. Each device adds
+its chunks' sums in the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees
+are then merged on the first device in chunk order. So the sketch has the bits of
+``pagh_mm.compress`` of the whole arrays on one GPU, and on the CPU, for the same seed, buckets
+and repetitions, whatever the devices, their number and the chunk size.
+
+Each factor is read once when the plan allows: a second pass (the chunks' statistics) is made
+only for automatic buckets sized for a stated query (``k`` or ``threshold``) and for sparse
+factors (whether integer pairs can be added exactly). ``devices`` may also name the host
+(``"cpu"``, several for several threads): the same chunked flow without transfers.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import numpy as np
+
+import fwht_gpu.gpu
+from fwht_gpu import memory
+
+from . import auto, certificate, chunks, exact, hashing, matmul
+from . import backend as _be
+from . import decode as _decode
+from .compressed import CompressedProduct
+from .reduction import PairwiseSum
+
+#: Target bytes of one chunk of the factors (A's columns and B's rows of its inner indices).
+CHUNK_BYTES = 256 << 20
+#: Chunks per device at least, where the inner dimension allows (transfer overlaps compute).
+CHUNKS_PER_DEVICE = 4
+#: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them).
+COPY_THREADS = min(8, os.cpu_count() or 1)
+
+
+def check_devices(devices) -> list:
+    """The devices as a list: GPU ordinals (an int n: GPUs 0 .. n - 1) or "cpu" entries."""
+    if isinstance(devices, (bool, np.bool_)):
+        raise TypeError(f"devices={devices!r}: pass GPU ordinals ([0, 1]), a count (2) or 'cpu'")
+    if isinstance(devices, (int, np.integer)):
+        if devices < 1:
+            raise ValueError(f"devices={devices}: the number of GPUs must be at least 1")
+        devices = list(range(int(devices)))
+    elif isinstance(devices, str):
+        devices = [devices]
+    else:
+        devices = list(devices)
+    if not devices:
+        raise ValueError("devices is empty: name at least one GPU ordinal or 'cpu'")
+    cpu = [d for d in devices if isinstance(d, str)]
+    if any(d != "cpu" for d in cpu):
+        raise ValueError(f"devices={devices!r}: entries are GPU ordinals (0, 1, ...) or 'cpu'")
+    if cpu and len(cpu) != len(devices):
+        raise ValueError(f"devices={devices!r}: use GPUs or the host ('cpu'), not both")
+    gpus = [d for d in devices if not isinstance(d, str)]
+    if any(not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)) or d < 0
+           for d in gpus):
+        raise ValueError(f"devices={devices!r}: GPU ordinals are non-negative integers")
+    if len(set(gpus)) != len(gpus):
+        raise ValueError(f"devices={devices!r} names a GPU twice")
+    if gpus:
+        count = fwht_gpu.gpu.cupy().cuda.runtime.getDeviceCount()
+        bad = [d for d in gpus if d >= count]
+        if bad:
+            raise ValueError(f"devices={devices!r}: GPU {bad[0]} does not exist (this machine "
+                             f"has {count}: 0 .. {count - 1})")
+        gpus = [int(d) for d in gpus]
+        return gpus
+    return devices
+
+
+class _Source:
+    """One factor held where it was given (host array, memory map, SciPy sparse, CuPy): its
+    slab of the inner indices k0 .. k1 - 1 (``which`` 1: columns of A; 2: rows of B)."""
+
+    def __init__(self, M, which: int):
+        self.M, self.which = M, which
+        self.sparse = _be.is_sparse(M)
+        self.gpu = _be.on_gpu(M)
+        self.dtype = np.dtype(M.dtype)
+        self.other = M.shape[0] if which == 1 else M.shape[1]   # the axis kept whole
+
+    def slab(self, k0: int, k1: int):
+        return self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1, :]
+
+    def shape(self, k0: int, k1: int) -> tuple:
+        return (self.other, k1 - k0) if self.which == 1 else (k1 - k0, self.other)
+
+    def nbytes(self, k0: int, k1: int) -> int:
+        if not self.sparse:
+            return self.other * (k1 - k0) * self.dtype.itemsize
+        ptr = self.M.indptr
+        nnz = int(ptr[k1]) - int(ptr[k0])
+        return nnz * (self.dtype.itemsize + self.M.indices.dtype.itemsize) + \
+            (k1 - k0 + 1) * ptr.dtype.itemsize
+
+    def per_index(self) -> float:
+        """Mean bytes of one inner index."""
+        n = self.M.shape[1] if self.which == 1 else self.M.shape[0]
+        return self.nbytes(0, n) / max(n, 1)
+
+
+def chunk_size(sources, n: int, workers: int, chunk) -> int:
+    """The inner chunk: ``chunk`` (a power of two) or the largest power of two whose slabs
+    stay within CHUNK_BYTES, at most n / (CHUNKS_PER_DEVICE workers)."""
+    if chunk is not None:
+        if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) or \
+                chunk < 1 or chunk & (chunk - 1):
+            raise ValueError(f"chunk={chunk!r} must be a power of two >= 1 (inner indices per "
+                             "chunk), or None for automatic")
+        return int(chunk)
+    per = max(1.0, sum(s.per_index() for s in sources))
+    c = 1 << max(0, int(CHUNK_BYTES // per).bit_length() - 1)
+    most = max(1, n // (CHUNKS_PER_DEVICE * workers))
+    return max(1, min(c, 1 << (most.bit_length() - 1)))
+
+
+def _move(x, device):
+    """``x`` (a CuPy array, or anything else: unchanged) on GPU ``device``."""
+    if device is None or getattr(x, "device", None) is None or not hasattr(x, "data") or \
+            not hasattr(x.data, "ptr") or x.device.id == device:
+        return x
+    cp = fwht_gpu.gpu.cupy()
+    with cp.cuda.Device(x.device.id):
+        x = cp.ascontiguousarray(x)
+        x.device.synchronize()
+    with cp.cuda.Device(device):
+        out = cp.empty(x.shape, dtype=x.dtype)
+        cp.cuda.runtime.memcpyPeer(out.data.ptr, device, x.data.ptr, x.device.id, x.nbytes)
+    return out
+
+
+def _move_all(value, device):
+    if isinstance(value, tuple):
+        return tuple(_move_all(v, device) for v in value)
+    return _move(value, device)
+
+
+def _copy_into(dst, src, pool) -> None:
+    """dst[...] = src, by bands of rows on the pool's threads (NumPy releases the GIL)."""
+    rows = dst.shape[0]
+    step = max(1, -(-rows // COPY_THREADS))
+    list(pool.map(lambda r0: np.copyto(dst[r0:r0 + step], src[r0:r0 + step]),
+                  range(0, rows, step)))
+
+
+class _Worker:
+    """One device's run of chunks (GPU ordinal, or None for the host)."""
+
+    def __init__(self, device, sources, c: int, n: int):
+        self.device, self.sources, self.c, self.n = device, sources, c, n
+
+    def staging_bytes(self) -> int:
+        """Pinned host bytes and device bytes of this worker's two chunk buffers."""
+        return 2 * sum(s.nbytes(0, 0) if s.sparse else s.other * self.c * s.dtype.itemsize
+                       for s in self.sources if not s.gpu)
+
+    def run(self, fn, starts, each, report) -> None:
+        """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order."""
+        if self.device is None:
+            for k0 in starts:
+                k1 = min(self.n, k0 + self.c)
+                each(k0, fn(*(s.slab(k0, k1) for s in self.sources)))
+                report(sum(s.nbytes(k0, k1) for s in self.sources))
+            return
+        self._run_gpu(fn, starts, each, report)
+
+    def _run_gpu(self, fn, starts, each, report) -> None:
+        cp = fwht_gpu.gpu.cupy()
+        import cupyx
+        import cupyx.scipy.sparse as csp
+        dev = self.device
+        with cp.cuda.Device(dev):
+            copy = cp.cuda.Stream(non_blocking=True)
+            compute = cp.cuda.Stream(non_blocking=True)
+            dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
+            size = {i: self.sources[i].other * self.c for i in dense}
+            pinned = {i: [cupyx.empty_pinned(size[i], self.sources[i].dtype) for _ in (0, 1)]
+                      for i in dense}
+            buffers = {i: [cp.empty(size[i], dtype=self.sources[i].dtype) for _ in (0, 1)]
+                       for i in dense}
+            free = [None, None]
+            copier = ThreadPoolExecutor(COPY_THREADS)
+
+            def load(j):
+                slot = j % 2
+                k0 = starts[j]
+                k1 = min(self.n, k0 + self.c)
+                if free[slot] is not None:
+                    free[slot].synchronize()          # the slot's last chunk is compressed
+                out = []
+                with cp.cuda.Device(dev), copy:
+                    for i, s in enumerate(self.sources):
+                        slab = s.slab(k0, k1)
+                        if i in dense:
+                            shape = s.shape(k0, k1)
+                            cnt = math.prod(shape)
+                            host = pinned[i][slot][:cnt].reshape(shape)
+                            _copy_into(host, slab, copier)
+                            buf = buffers[i][slot][:cnt].reshape(shape)
+                            buf.set(host, stream=copy)
+                            out.append(buf)
+                        elif s.gpu and not s.sparse:  # on a GPU already: this one, or copied
+                            out.append(_move(slab, dev))
+                        elif s.gpu and slab.data.device.id == dev:
+                            out.append(slab)
+                        else:                         # SciPy sparse (or another GPU's): copied
+                            if s.gpu:
+                                slab = slab.get()
+                            out.append((csp.csc_matrix if s.which == 1 else csp.csr_matrix)(slab))
+                    ready = copy.record()
+                return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
+
+            try:
+                with ThreadPoolExecutor(1) as reader:
+                    ahead = reader.submit(load, 0) if starts else None
+                    for j, k0 in enumerate(starts):
+                        slabs, ready, nbytes = ahead.result()
+                        if j + 1 < len(starts):
+                            ahead = reader.submit(load, j + 1)
+                        with compute:
+                            compute.wait_event(ready)
+                            result = fn(*slabs)
+                            free[j % 2] = compute.record()
+                        del slabs
+                        each(k0, result)
+                        report(nbytes)
+                    compute.synchronize()
+            finally:
+                copier.shutdown()
+
+
+def _workers_for(devices, sources, c: int, n: int):
+    return [_Worker(None if d == "cpu" else d, sources, c, n) for d in devices]
+
+
+def _runs(n: int, c: int, count: int):
+    """The chunk starts of each of ``count`` workers: contiguous runs, as equal as can be."""
+    starts = list(range(0, n, c))
+    g = len(starts)
+    return [starts[w * g // count:(w + 1) * g // count] for w in range(count)]
+
+
+def _together(workers, runs, task) -> None:
+    """task(worker, run) on a thread per worker (the first error raised here)."""
+    if len(workers) == 1:
+        task(workers[0], runs[0])
+        return
+    with ThreadPoolExecutor(len(workers)) as pool:
+        for f in [pool.submit(task, w, r) for w, r in zip(workers, runs)]:
+            f.result()
+
+
+def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = auto.AUTO,
+             reps: int | str = auto.AUTO, seed: int | None = None, k: int | None = None,
+             threshold: float | None = None,
+             failure_probability: float = certificate.DEFAULT_FAILURE_PROBABILITY,
+             method: str = "fwht", dtype=None, algorithm: str = "folklore",
+             stabilizer: str | None = None, hash: str | None = None, gram: bool | None = None,
+             check_finite: bool = True, memory_budget: int | None = None,
+             decode: bool | str = "auto", progress=None) -> CompressedProduct:
+    """:func:`pagh_mm.compress` of A (m x n) and B (n x p) on ``devices``, the factors
+    streamed a chunk of inner indices at a time (see the module docstring).
+
+    ``devices``: GPU ordinals ([0, 1]), a number of GPUs (2: GPUs 0 and 1), or "cpu" (a list
+    of several: that many host threads). A and B: NumPy arrays (memory maps included: they are
+    read a chunk at a time), SciPy sparse matrices, or CuPy arrays. ``chunk``: inner indices
+    per chunk, a power of two (None: slabs of about CHUNK_BYTES, at least CHUNKS_PER_DEVICE
+    chunks per device). ``memory_budget``: per chunk's compression. ``progress(stage, done,
+    total)``: stage "bytes", the bytes of the factors read so far. The other options are
+    :func:`pagh_mm.compress`'s; the sketch lives on the first device and verifies candidates
+    from the factors where they are."""
+    devices = check_devices(devices)
+    gram = matmul._detect_gram(A, B, gram, method, hash)
+    if hash is None:
+        hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
+    A, B, host, dt, _, reps, memory_budget = matmul._validate(
+        A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, False, memory_budget)
+    seed = hashing.check_seed(seed)
+    matmul._check_query_hint(k, threshold, failure_probability)
+    decode = _decode.check(decode)
+    n = A.shape[1]
+    sources = [_Source(B, 2)] if gram else [_Source(A, 1), _Source(B, 2)]
+    gpus = devices[0] != "cpu"
+    c = chunk_size(sources, n, len(devices), chunk)
+    workers = _workers_for(devices, sources, c, n)
+    runs = _runs(n, c, len(workers))
+    home = workers[0].device
+    if gpus:
+        memory.check(sum(w.staging_bytes() for w in workers),
+                     f"pinned buffers for chunks of {c} inner indices on {len(workers)} GPU(s)",
+                     "pass a smaller chunk", device="cpu")
+        cp = fwht_gpu.gpu.cupy()
+        with cp.cuda.Device(home):
+            be = _be.gpu()
+    else:
+        be = _be.cpu()
+    total_bytes = sum(s.nbytes(0, n) for s in sources)
+    lock = threading.Lock()
+    done = [0]
+
+    def report(nbytes):
+        with lock:
+            done[0] += nbytes
+            if progress:
+                progress("bytes", done[0], total_bytes)
+
+    def begin():
+        done[0] = 0
+        if progress:
+            progress("bytes", 0, total_bytes)
+
+    def gram_fn(fn):                    # a Gram chunk is X's rows: fn(x, None)
+        return (lambda x: fn(x, None)) if gram else fn
+
+    def stats(fn):
+        begin()
+        out = {}
+
+        def task(worker, run):
+            _check_room(worker, 0, 0)
+            worker.run(gram_fn(fn), run, lambda k0, r: out.__setitem__(k0, _move_all(r, home)),
+                       report)
+        _together(workers, runs, task)
+        return [out[k0] for k0 in sorted(out)]
+
+    def sums(plan, pairs):
+        begin()
+        node = plan.every * (1 << plan.log2b) * 8
+        parts = [None] * len(workers)
+
+        def task(worker, run):
+            levels = max(1, len(run)).bit_length() + 1
+            _check_room(worker, levels * node + node, plan.log2b)
+            start = run[0] if run else 0
+            tot, diag = PairwiseSum(be.xp, c, start), PairwiseSum(be.xp, c, start)
+            direct = [None]
+
+            def each(k0, r):
+                t, d, g = r
+                tot.add_node(k0, t)
+                diag.add_node(k0, g)
+                if d is not None:
+                    direct[0] = d if direct[0] is None else direct[0] + d
+            worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs)), run, each,
+                       report)
+            if run:
+                tot.skip_to(min(n, run[-1] + c))
+                diag.skip_to(min(n, run[-1] + c))
+            parts[workers.index(worker)] = (tot, diag, direct[0])
+
+        _together(workers, runs, task)
+        parts = [p for p, r in zip(parts, runs) if r]
+        if not parts:
+            return None, None, None
+        ctx = fwht_gpu.gpu.cupy().cuda.Device(home) if gpus else contextlib.nullcontext()
+        with ctx:
+            tot, diag, direct = parts[0]
+            for t, g, d in parts[1:]:
+                tot.merge(t, partial(_move, device=home))
+                diag.merge(g, partial(_move, device=home))
+                if d is not None:
+                    d = _move(d, home)
+                    direct = d if direct is None else direct + d
+            return tot.total(), direct, diag.total()
+
+    def exact_of(r, cc):
+        return be.xp.asarray(exact.exact_pair(_be.cpu(), *_host_pair(A, B), be.asnumpy(r),
+                                              be.asnumpy(cc)))
+
+    ctx = fwht_gpu.gpu.cupy().cuda.Device(home) if gpus else contextlib.nullcontext()
+    with ctx:
+        sk = chunks.compress(
+            A, B, be, sparse=all(s.sparse for s in sources), gram=gram, buckets=buckets,
+            reps=reps, seed=seed, k=k, threshold=threshold,
+            failure_probability=failure_probability, method=method, dt=dt,
+            algorithm=algorithm, stabilizer=stabilizer, hash=hash, check_finite=check_finite,
+            memory_budget=memory_budget, decode=decode, stats=stats, sums=sums,
+            exact_of=exact_of)
+    sk.recompress = partial(compress, devices=devices, chunk=chunk, memory_budget=memory_budget)
+    return sk
+
+
+def _host_pair(A, B):
+    """(A, B) on the host for exact values (CuPy factors copied)."""
+    return tuple(M.get() if _be.on_gpu(M) else M for M in (A, B))
+
+
+def _check_room(worker, extra: int, log2b: int) -> None:
+    """Check that a GPU worker's chunk buffers and ``extra`` bytes (its partial tree) fit."""
+    if worker.device is None:
+        return
+    cp = fwht_gpu.gpu.cupy()
+    with cp.cuda.Device(worker.device):
+        memory.check(worker.staging_bytes() + extra,
+                     f"chunks of {worker.c} inner indices and the partial sums on GPU "
+                     f"{worker.device}", "pass a smaller chunk, or lower buckets or reps",
+                     device="gpu")
+

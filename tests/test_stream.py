@@ -1,0 +1,265 @@
+"""pagh_mm.stream: compression of factors that stay where they are (host arrays, memory maps,
+SciPy sparse), a chunk of inner indices at a time, on one or several devices: the bits of
+pagh_mm.compress of the whole arrays. The CPU tests run the chunked flow on host threads
+(devices="cpu"); the GPU tests (``-m gpu``) stream to one GPU and, where there are two, to
+both."""
+import numpy as np
+import pytest
+import scipy.sparse as sps
+from click.testing import CliRunner
+
+import pagh_mm
+from fwht_gpu import gpu
+from pagh_mm import reduction, stream
+from pagh_mm.cli import main
+
+
+def _same(a, b):
+    a, b = (x.get() if hasattr(x, "get") and not isinstance(x, np.ndarray) else x for x in (a, b))
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def _sparse_int(m, n, density, seed, fmt="csr"):
+    M = sps.random(m, n, density=density, random_state=seed, format=fmt)
+    M.data = np.round(M.data * 10) - 4
+    return M
+
+
+def _factors(kind, rng):
+    if kind == "dense":
+        return rng.standard_normal((300, 700)), rng.standard_normal((700, 200))
+    if kind == "dense-fp32":
+        return (rng.standard_normal((300, 700)).astype(np.float32),
+                rng.standard_normal((700, 200)).astype(np.float32))
+    if kind == "dense-int":
+        return rng.integers(-5, 6, (300, 700)), rng.integers(-5, 6, (700, 200))
+    if kind == "F-order":
+        return np.asfortranarray(rng.standard_normal((300, 700))), rng.standard_normal((700, 200))
+    if kind == "sparse-int":
+        return _sparse_int(300, 700, 0.02, 1, "csc"), _sparse_int(700, 200, 0.02, 2)
+    return (sps.random(300, 700, density=0.02, random_state=1, format="coo"),
+            sps.random(700, 200, density=0.02, random_state=2, format="csr"))
+
+
+def test_pairwise_sums_of_runs_merge_into_the_whole_tree():
+    """Contiguous runs summed apart (absent blocks anywhere) and merged in order: the bits of
+    one PairwiseSum over everything."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        G, block = int(rng.integers(1, 30)), 1 << int(rng.integers(0, 3))
+        x = rng.standard_normal((G * block, 3))
+        present = rng.random(G) < rng.random()
+        whole = reduction.PairwiseSum(np, block)
+        for g in np.nonzero(present)[0]:
+            whole.add(int(g) * block, x[g * block:(g + 1) * block].copy())
+        cuts = [0, *sorted(rng.integers(0, G + 1, int(rng.integers(0, 4)))), G]
+        runs = []
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            s = reduction.PairwiseSum(np, block, start=int(lo) * block)
+            for g in range(lo, hi):
+                if present[g]:
+                    s.add(g * block, x[g * block:(g + 1) * block].copy())
+            s.skip_to(int(hi) * block)
+            runs.append(s)
+        for s in runs[1:]:
+            runs[0].merge(s)
+        a, b = whole.total(), runs[0].total()
+        assert (a is None and b is None) or _same(a, b)
+    with pytest.raises(ValueError, match="cannot continue"):
+        s = reduction.PairwiseSum(np, 2, start=4)
+        s.add(4, np.ones((2, 1)))
+        reduction.PairwiseSum(np, 2).merge(s)
+
+
+@pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
+                                  "sparse-float"])
+@pytest.mark.parametrize("workers,chunk", [(1, None), (1, 64), (3, 128), (2, 1024)])
+def test_chunked_on_host_threads_gives_the_whole_arrays_bits(kind, workers, chunk):
+    rng = np.random.default_rng(5)
+    A, B = _factors(kind, rng)
+    kw = dict(buckets=1024, reps=3, seed=7)
+    ref = pagh_mm.compress(A, B, **kw)
+    sk = stream.compress(A, B, devices=["cpu"] * workers, chunk=chunk, **kw)
+    assert _same(sk.sketch, ref.sketch)
+
+
+def test_automatic_buckets_certified_answers_and_bit_sketches():
+    """k= sizes the sketch from the chunks' Frobenius shares: the whole arrays' choice, the
+    same certified top-k with exact values; decode=True: the same bit sketches."""
+    rng = np.random.default_rng(3)
+    A, B = _sparse_int(400, 3000, 0.004, 1, "csc"), _sparse_int(3000, 300, 0.004, 2)
+    A[7, :50] = 9
+    B[:50, 11] = 9
+    ref = pagh_mm.compress(A, B, k=5, seed=2, decode=True)
+    sk = stream.compress(A, B, devices=["cpu", "cpu"], chunk=256, k=5, seed=2, decode=True)
+    assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
+    assert _same(sk.bits.sketch, ref.bits.sketch)
+    e1, e2 = ref.top_k(5, verify=True), sk.top_k(5, verify=True)
+    assert e2.certified and np.array_equal(e1.rows, e2.rows) and np.array_equal(e1.cols, e2.cols)
+    assert _same(e1.exact, e2.exact)
+    assert (7, 11) in set(zip(e2.rows.tolist(), e2.cols.tolist()))
+    D = rng.standard_normal((200, 900))
+    ref = pagh_mm.compress(D, D.T, k=10, seed=4)
+    sk = stream.compress(D, D.T, devices="cpu", chunk=128, k=10, seed=4)
+    assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
+
+
+def test_gram_products_and_their_diagonal():
+    rng = np.random.default_rng(1)
+    X = rng.integers(-3, 4, (2000, 150)).astype(float)
+    ref = pagh_mm.compress_gram(X, buckets=256, seed=1)
+    sk = stream.compress(X.T, X, buckets=256, seed=1, devices=["cpu", "cpu"], chunk=128)
+    assert sk.gram and _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+    S = _sparse_int(3000, 120, 0.05, 4)
+    ref = pagh_mm.compress_gram(S, k=5, seed=3)
+    sk = stream.compress(S.T, S, k=5, seed=3, devices=["cpu"] * 2, chunk=512)
+    assert sk.gram and sk.buckets == ref.buckets
+    assert _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+
+
+def test_memory_mapped_factors_are_read_a_chunk_at_a_time(tmp_path):
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal((256, 2048)), rng.standard_normal((2048, 128))
+    np.save(tmp_path / "a.npy", A)
+    np.save(tmp_path / "b.npy", B)
+    mA = np.load(tmp_path / "a.npy", mmap_mode="r")
+    mB = np.load(tmp_path / "b.npy", mmap_mode="r")
+    seen = []
+    sk = pagh_mm.compress(mA, mB, buckets=512, seed=1, devices="cpu",
+                          progress=lambda *a: seen.append(a))
+    assert _same(sk.sketch, pagh_mm.compress(A, B, buckets=512, seed=1).sketch)
+    total = A.nbytes + B.nbytes
+    assert seen[-1] == ("bytes", total, total) and all(s[0] == "bytes" for s in seen)
+    assert len(seen) > 4 and [s[1] for s in seen] == sorted(s[1] for s in seen)
+    assert stream.chunk_size([stream._Source(mA, 1), stream._Source(mB, 2)], 2048, 1, None) \
+        == 512
+
+
+def test_regrowth_goes_through_the_same_devices(monkeypatch):
+    """A certified query that asks for more buckets rebuilds the sketch with the devices
+    and chunks it was made with: the bits of pagh_mm.compress with those buckets."""
+    calls = []
+    real = stream.compress
+
+    def spy(*args, **kw):
+        calls.append((kw.get("devices"), kw.get("chunk"), kw.get("buckets")))
+        return real(*args, **kw)
+    monkeypatch.setattr(stream, "compress", spy)
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((200, 512)), rng.standard_normal((512, 200))
+    sk = stream.compress(A, B, devices=["cpu", "cpu"], chunk=128, k=3, seed=1)
+    first = sk.buckets
+    asked = []
+
+    def run():                               # asks for 2x, then certifies
+        asked.append(sk.buckets)
+        if len(asked) < 2:
+            return [], False, 0.0, 1.0, ("buckets", "more", 2 * sk.buckets)
+        return [], True, 0.0, 1.0, None
+
+    assert sk._certified(run)[1] and sk.buckets == 2 * first
+    assert calls[-1] == (["cpu", "cpu"], 128, 2 * first)
+    ref = pagh_mm.compress(A, B, buckets=2 * first, seed=1)
+    assert _same(sk.sketch, ref.sketch)
+
+
+@pytest.mark.parametrize("devices,match", [
+    ([], "empty"), (0, "at least 1"), (["cpu", 0], "not both"), (["gpu"], "ordinals"),
+    ([-1], "non-negative"), (True, "GPU ordinals"),
+])
+def test_bad_devices(devices, match):
+    A = np.ones((4, 4))
+    with pytest.raises((ValueError, TypeError), match=match):
+        pagh_mm.compress(A, A, devices=devices)
+
+
+@pytest.mark.parametrize("chunk", [3, 0, 1.5, True])
+def test_bad_chunk(chunk):
+    with pytest.raises(ValueError, match="power of two"):
+        stream.compress(np.ones((4, 8)), np.ones((8, 4)), devices="cpu", chunk=chunk)
+
+
+def test_profile_and_devices_do_not_mix():
+    with pytest.raises(ValueError, match="profile"):
+        pagh_mm.compress(np.ones((4, 4)), np.ones((4, 4)), devices="cpu", profile={})
+
+
+def test_cli_devices_cpu_streams_npy_files(tmp_path):
+    rng = np.random.default_rng(4)
+    A, B = rng.standard_normal((64, 1000)), rng.standard_normal((1000, 48))
+    np.save(tmp_path / "a.npy", A)
+    np.save(tmp_path / "b.npy", B)
+    r = CliRunner()
+    out1, out2 = tmp_path / "s1.npz", tmp_path / "s2.npz"
+    base = ["compress", str(tmp_path / "a.npy"), str(tmp_path / "b.npy"), "-b", "256", "--seed",
+            "3", "--progress", "always"]
+    res = r.invoke(main, base + ["-o", str(out1), "--devices", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "read:" in res.output and "KiB" in res.output
+    res = r.invoke(main, base + ["-o", str(out2), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    s1, s2 = pagh_mm.CompressedProduct.load(out1), pagh_mm.CompressedProduct.load(out2)
+    assert _same(s1.sketch, s2.sketch)
+    res = r.invoke(main, base + ["-o", str(tmp_path / "x.npz"), "--devices", "0,x"])
+    assert res.exit_code == 2 and "GPU ordinals" in res.output
+
+
+# --- on the GPU ---------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")
+@pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
+                                  "sparse-float"])
+def test_streamed_to_the_gpu_gives_the_cpu_bits(kind):
+    cp = gpu.cupy()
+    rng = np.random.default_rng(6)
+    A, B = _factors(kind, rng)
+    kw = dict(buckets=2048, reps=3, seed=9)
+    ref = pagh_mm.compress(A, B, **kw)
+    count = cp.cuda.runtime.getDeviceCount()
+    for devices, chunk in (([0], None), ([0], 64), (list(range(min(2, count))), 128)):
+        sk = stream.compress(A, B, devices=devices, chunk=chunk, **kw)
+        assert sk.backend.gpu and _same(sk.sketch, ref.sketch), (devices, chunk)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")
+def test_streamed_gpu_queries_verify_from_the_host_factors(tmp_path):
+    cp = gpu.cupy()
+    A, B = _sparse_int(500, 4000, 0.003, 1, "csc"), _sparse_int(4000, 400, 0.003, 2)
+    A[3, :60] = 7
+    B[:60, 5] = 7
+    ref = pagh_mm.compress(A, B, k=5, seed=2)
+    sk = pagh_mm.compress(A, B, k=5, seed=2, devices=[0])
+    assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
+    e1, e2 = ref.top_k(5, verify=True), sk.top_k(5, verify=True)
+    assert e2.certified and _same(e1.exact, cp.asnumpy(e2.exact))
+    X = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    mX = np.load(tmp_path / "x.npy", mmap_mode="r")
+    ref = pagh_mm.compress_gram(X, buckets=4096, seed=1)
+    sk = pagh_mm.compress(mX.T, mX, buckets=4096, seed=1, devices=[0])
+    assert sk.gram and _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available() or gpu.cupy().cuda.runtime.getDeviceCount() < 2,
+                    reason="needs two GPUs")
+def test_two_gpus_give_one_gpus_bits():
+    cp = gpu.cupy()
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((512, 4096)).astype(np.float32)
+    B = rng.standard_normal((4096, 384)).astype(np.float32)
+    one = pagh_mm.compress(cp.asarray(A), cp.asarray(B), buckets=8192, seed=4)
+    for chunk in (None, 256, 1024):
+        two = stream.compress(A, B, devices=[0, 1], chunk=chunk, buckets=8192, seed=4)
+        assert _same(one.sketch, two.sketch)
+        with cp.cuda.Device(1):
+            other = stream.compress(cp.asarray(A), cp.asarray(B), devices=[1, 0], chunk=chunk,
+                                    buckets=8192, seed=4)
+        assert _same(one.sketch, other.sketch)
+    S1, S2 = _sparse_int(2000, 30000, 0.001, 3, "csc"), _sparse_int(30000, 1500, 0.001, 4)
+    one = pagh_mm.compress(S1, S2, k=10, seed=5)
+    two = pagh_mm.compress(S1, S2, k=10, seed=5, devices=2)
+    assert one.buckets == two.buckets and _same(one.sketch, two.sketch)
