@@ -87,16 +87,22 @@ class Plan:
     diagonal: bool          # ... nor form the Gram diagonal: form its share here
 
 
-def chunk_sums(a, b, plan: Plan, pairs: bool):
+def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or None,
     its share of the Gram diagonal or None): what :func:`pagh_mm.compress` adds for these
-    inner indices. ``pairs`` False: no route adds pairs."""
+    inner indices. ``pairs`` False: no route adds pairs. ``cache``: a dict kept across the
+    chunks of one plan on one device, where dense sides leave their per-key hash tables for
+    the next chunk (they do not depend on the inner indices)."""
     a, b, be = matrices(*_pair(a, b, plan.gram))
     if plan.check_finite:
         matmul._check_finite(a, "A", be)
         matmul._check_finite(b, "B", be)
     sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
         (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
+    dense = [s for s in sides if not s.sparse] if cache is not None else []
+    for s in dense:
+        if (s.which, s.keys) in cache:
+            s.adopt(cache[s.which, s.keys])
     acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
                       plan.stabilizer, be.xp)
     with _lock(be):
@@ -104,7 +110,9 @@ def chunk_sums(a, b, plan: Plan, pairs: bool):
                                  plan.memory_budget, plan.every, plan.log2b, pairs,
                                  lambda stage: None, None)
         diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
-        return acc.sum.total(), direct, diagonal
+    for s in dense:
+        cache[s.which, s.keys] = s
+    return acc.sum.total(), direct, diagonal
 
 
 def plus_parts(left, right):

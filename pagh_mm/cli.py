@@ -60,8 +60,8 @@ def _devices(ctx, param, value):
     except ValueError:
         raise click.BadParameter(f"{value!r}: give GPU ordinals separated by commas (0,1) or "
                                  "cpu") from None
-    if any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise click.BadParameter(f"{value!r}: GPU ordinals are distinct non-negative integers")
+    if any(i < 0 for i in ids):
+        raise click.BadParameter(f"{value!r}: GPU ordinals are non-negative integers")
     return ids
 
 

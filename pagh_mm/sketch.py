@@ -40,6 +40,11 @@ class Side:
         self._ptr = None
         self._most: dict[int, int] = {}     # most_values per block size
 
+    def adopt(self, other: "Side") -> None:
+        """Take the per-key hash tables ``other`` (a dense side of another chunk of the same
+        factor: the same keys, hash functions and buckets, on the same device) has built."""
+        self._table, self._positions, self._hs = other._table, other._positions, other._hs
+
     def most_values(self, block: int) -> int:
         """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
         if not self.sparse:

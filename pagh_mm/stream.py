@@ -45,7 +45,8 @@ COPY_THREADS = min(8, os.cpu_count() or 1)
 
 
 def check_devices(devices) -> list:
-    """The devices as a list: GPU ordinals (an int n: GPUs 0 .. n - 1) or "cpu" entries."""
+    """The devices as a list: GPU ordinals (an int n: GPUs 0 .. n - 1) or "cpu" entries. A
+    device named twice runs two workers (one's transfers overlap the other's compute)."""
     if isinstance(devices, (bool, np.bool_)):
         raise TypeError(f"devices={devices!r}: pass GPU ordinals ([0, 1]), a count (2) or 'cpu'")
     if isinstance(devices, (int, np.integer)):
@@ -67,8 +68,6 @@ def check_devices(devices) -> list:
     if any(not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)) or d < 0
            for d in gpus):
         raise ValueError(f"devices={devices!r}: GPU ordinals are non-negative integers")
-    if len(set(gpus)) != len(gpus):
-        raise ValueError(f"devices={devices!r} names a GPU twice")
     if gpus:
         count = fwht_gpu.gpu.cupy().cuda.runtime.getDeviceCount()
         bad = [d for d in gpus if d >= count]
@@ -353,8 +352,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
                 diag.add_node(k0, g)
                 if d is not None:
                     direct[0] = d if direct[0] is None else direct[0] + d
-            worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs)), run, each,
-                       report)
+            worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs, cache={})),
+                       run, each, report)
             if run:
                 tot.skip_to(min(n, run[-1] + c))
                 diag.skip_to(min(n, run[-1] + c))

@@ -218,9 +218,12 @@ def test_streamed_to_the_gpu_gives_the_cpu_bits(kind):
     kw = dict(buckets=2048, reps=3, seed=9)
     ref = pagh_mm.compress(A, B, **kw)
     count = cp.cuda.runtime.getDeviceCount()
-    for devices, chunk in (([0], None), ([0], 64), (list(range(min(2, count))), 128)):
+    for devices, chunk in (([0], None), ([0], 64), ([0, 0], 128), (list(range(min(2, count))), 128)):
         sk = stream.compress(A, B, devices=devices, chunk=chunk, **kw)
         assert sk.backend.gpu and _same(sk.sketch, ref.sketch), (devices, chunk)
+    if not sps.issparse(A):                  # CuPy factors: chunks are views (or copies)
+        sk = stream.compress(cp.asarray(A), cp.asarray(B), devices=[0, 0], chunk=128, **kw)
+        assert _same(sk.sketch, ref.sketch)
 
 
 @pytest.mark.gpu
@@ -231,7 +234,7 @@ def test_streamed_gpu_queries_verify_from_the_host_factors(tmp_path):
     A[3, :60] = 7
     B[:60, 5] = 7
     ref = pagh_mm.compress(A, B, k=5, seed=2)
-    sk = pagh_mm.compress(A, B, k=5, seed=2, devices=[0])
+    sk = pagh_mm.compress(A, B, k=5, seed=2, devices=[0, 0])
     assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
     e1, e2 = ref.top_k(5, verify=True), sk.top_k(5, verify=True)
     assert e2.certified and _same(e1.exact, cp.asnumpy(e2.exact))
