@@ -123,12 +123,50 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
                         sync)
         same = _same(sk.sketch, res.sketch)
         floor = floor1 if len(devs) == 1 else floor_all
+        times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
+        row[f"{label}_worker_times"] = times
+        print(f"    worker times (last run): {times}", flush=True)
         row.update({f"{label}_s": t, f"{label}_same_bits": same,
                     f"{label}_vs_transfer": t / floor,
                     f"{label}_vs_max_transfer_compute": t / max(floor, t_res / len(set(devs)))})
         print(f"    streamed on {devs}: {t:.3f} s ({t / floor:.2f}x the transfer floor, "
               f"{t / max(floor, t_res / len(set(devs))):.2f}x max(transfer, compute / GPUs)), "
               f"same bits: {same}", flush=True)
+    if not sparse:
+        import cupyx
+        c = chunk or stream.chunk_size([stream._Source(A, 1), stream._Source(B, 2)],
+                                       A.shape[1], 1, None)
+        n = A.shape[1]
+        ha = cupyx.empty_pinned((A.shape[0], c), A.dtype)
+        hb = cupyx.empty_pinned((c, B.shape[1]), B.dtype)
+        pool = ThreadPoolExecutor(stream.COPY_THREADS)
+        t0 = time.perf_counter()
+        for k0 in range(0, n, c):
+            k1 = min(n, k0 + c)
+            stream._copy_into(ha[:, :k1 - k0], A[:, k0:k1], pool)
+            stream._copy_into(hb[:k1 - k0], B[k0:k1], pool)
+        t_copy = time.perf_counter() - t0
+        pool.shutdown()
+        del ha, hb
+        row["host_copy_floor_s"] = t_copy
+        print(f"    copying the slabs into pinned memory ({stream.COPY_THREADS} threads): "
+              f"{t_copy:.3f} s ({nbytes / t_copy / 1e9:.1f} GB/s)", flush=True)
+        pA = cupyx.empty_pinned(A.shape, A.dtype)
+        pB = cupyx.empty_pinned(B.shape, B.dtype)
+        pA[...] = A
+        pB[...] = B
+        t, sk = _median(lambda: stream.compress(pA, pB, devices=devices[:1], chunk=chunk, **kw),
+                        repeats, sync)
+        same = _same(sk.sketch, res.sketch)
+        times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
+        row.update({"stream_pinned_s": t, "stream_pinned_same_bits": same,
+                    "stream_pinned_vs_transfer": t / floor1,
+                    "stream_pinned_vs_max_transfer_compute": t / max(floor1, t_res),
+                    "stream_pinned_worker_times": times})
+        print(f"    factors in pinned memory, streamed on {devices[:1]}: {t:.3f} s "
+              f"({t / floor1:.2f}x the transfer floor, {t / max(floor1, t_res):.2f}x "
+              f"max(transfer, compute)), same bits: {same}; {times}", flush=True)
+        del pA, pB
     if "stream_all_s" in row:
         row["scaling_all_vs_one"] = row["stream_one_s"] / row["stream_all_s"]
         row["scaling_all_vs_resident"] = t_res / row["stream_all_s"]

@@ -92,7 +92,8 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     its share of the Gram diagonal or None): what :func:`pagh_mm.compress` adds for these
     inner indices. ``pairs`` False: no route adds pairs. ``cache``: a dict kept across the
     chunks of one plan on one device, where dense sides leave their per-key hash tables for
-    the next chunk (they do not depend on the inner indices)."""
+    the next chunk (they do not depend on the inner indices), and the GPU's pair route its
+    time-domain table: the next chunks add to it (then the returned table is that one)."""
     a, b, be = matrices(*_pair(a, b, plan.gram))
     if plan.check_finite:
         matmul._check_finite(a, "A", be)
@@ -106,12 +107,15 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
                       plan.stabilizer, be.xp)
     with _lock(be):
+        into = cache.get("direct") if cache is not None and be.gpu else None
         direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
                                  plan.memory_budget, plan.every, plan.log2b, pairs,
-                                 lambda stage: None, None)
+                                 lambda stage: None, None, into)
         diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
     for s in dense:
         cache[s.which, s.keys] = s
+    if cache is not None and be.gpu and direct is not None:
+        cache["direct"] = direct            # the next chunks' pairs go into the same table
     return acc.sum.total(), direct, diagonal
 
 

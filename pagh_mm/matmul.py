@@ -408,10 +408,11 @@ def _draw(chosen, bits: int, hash: str, seed: int, be):
 
 
 def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, every: int,
-             log2b: int, pairs: bool, clock, progress):
+             log2b: int, pairs: bool, clock, progress, into=None):
     """Add every inner index of the product of ``sides`` to ``acc`` (begun here) by the routes
     this device and data take; returns the time-domain sums added pair by pair (None if no
-    route did; ``pairs`` False: none may)."""
+    route did; ``pairs`` False: none may). ``into``: a GPU time-domain table (every, b) the
+    pairs are added to (exact sums, so in any order) instead of a new one."""
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
     gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
     if fused:
@@ -421,7 +422,9 @@ def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
     clock("plan")
     gpu_fused = _gpu_fused(sides, acc, be)
     clock("route")
-    direct = be.xp.zeros((every, 1 << log2b), dtype=np.float64) if gpu_pairs else None
+    direct = None
+    if gpu_pairs:
+        direct = into if into is not None else be.xp.zeros((every, 1 << log2b), dtype=np.float64)
     acc.begin(block)
     live = _live(sides, n, be)
     k1 = 0

@@ -22,6 +22,7 @@ import contextlib
 import math
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -40,8 +41,10 @@ from .reduction import PairwiseSum
 CHUNK_BYTES = 256 << 20
 #: Chunks per device at least, where the inner dimension allows (transfer overlaps compute).
 CHUNKS_PER_DEVICE = 4
+#: The workers of the latest call (their ``times``: where a run went; for benchmarks).
+last_workers: list = []
 #: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them).
-COPY_THREADS = min(8, os.cpu_count() or 1)
+COPY_THREADS = min(16, os.cpu_count() or 1)
 
 
 def check_devices(devices) -> list:
@@ -89,6 +92,19 @@ class _Source:
         self.gpu = _be.on_gpu(M)
         self.dtype = np.dtype(M.dtype)
         self.other = M.shape[0] if which == 1 else M.shape[1]   # the axis kept whole
+        self.pinned = False                 # page-locked host memory: copied without staging
+
+    def check_pinned(self) -> None:
+        """Whether a host array lives in page-locked memory (``cupyx.empty_pinned``, or
+        registered with ``cupy.cuda.runtime.hostRegister``): its slabs then go to the device
+        by DMA, without the copy into a staging buffer."""
+        if self.sparse or self.gpu or not isinstance(self.M, np.ndarray) or self.M.size == 0:
+            return
+        rt = fwht_gpu.gpu.cupy().cuda.runtime
+        try:
+            self.pinned = rt.pointerGetAttributes(self.M.ctypes.data).type == 1  # host, locked
+        except Exception:                   # pageable memory on older drivers raises
+            self.pinned = False
 
     def slab(self, k0: int, k1: int):
         return self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1, :]
@@ -154,14 +170,41 @@ def _copy_into(dst, src, pool) -> None:
                   range(0, rows, step)))
 
 
+def _dma(buf, slab, stream):
+    """Start copying the host array ``slab`` (page-locked memory) into the flat device buffer
+    ``buf`` on ``stream``; returns the device view with ``slab``'s shape, or None when its
+    layout takes more than one 2-d copy (then it is staged)."""
+    cp = fwht_gpu.gpu.cupy()
+    rt = cp.cuda.runtime
+    it, (rows, cols) = slab.itemsize, slab.shape
+    n = rows * cols
+    dst = buf[:n]
+    if slab.flags.c_contiguous or slab.flags.f_contiguous:
+        rt.memcpyAsync(dst.data.ptr, slab.ctypes.data, n * it, rt.memcpyHostToDevice, stream.ptr)
+        return dst.reshape(slab.shape, order="C" if slab.flags.c_contiguous else "F")
+    if slab.strides[1] == it:               # rows contiguous, pitched
+        rt.memcpy2DAsync(dst.data.ptr, cols * it, slab.ctypes.data, slab.strides[0], cols * it,
+                         rows, rt.memcpyHostToDevice, stream.ptr)
+        return dst.reshape(rows, cols)
+    if slab.strides[0] == it:               # columns contiguous, pitched
+        rt.memcpy2DAsync(dst.data.ptr, rows * it, slab.ctypes.data, slab.strides[1], rows * it,
+                         cols, rt.memcpyHostToDevice, stream.ptr)
+        return dst.reshape(cols, rows).T
+    return None
+
+
 class _Worker:
     """One device's run of chunks (GPU ordinal, or None for the host)."""
 
     def __init__(self, device, sources, c: int, n: int):
         self.device, self.sources, self.c, self.n = device, sources, c, n
+        #: seconds spent waiting for chunks, compressing them (from the wait's end), and (in
+        #: the reader thread) copying pageable slabs into pinned buffers: where a run went
+        self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
 
     def staging_bytes(self) -> int:
-        """Pinned host bytes and device bytes of this worker's two chunk buffers."""
+        """Bytes of this worker's two chunk buffers on its device (and as many of pinned host
+        memory, for pageable sources)."""
         return 2 * sum(s.nbytes(0, 0) if s.sparse else s.other * self.c * s.dtype.itemsize
                        for s in self.sources if not s.gpu)
 
@@ -186,7 +229,7 @@ class _Worker:
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
             size = {i: self.sources[i].other * self.c for i in dense}
             pinned = {i: [cupyx.empty_pinned(size[i], self.sources[i].dtype) for _ in (0, 1)]
-                      for i in dense}
+                      for i in dense if not self.sources[i].pinned}
             buffers = {i: [cp.empty(size[i], dtype=self.sources[i].dtype) for _ in (0, 1)]
                        for i in dense}
             free = [None, None]
@@ -203,13 +246,15 @@ class _Worker:
                     for i, s in enumerate(self.sources):
                         slab = s.slab(k0, k1)
                         if i in dense:
-                            shape = s.shape(k0, k1)
-                            cnt = math.prod(shape)
-                            host = pinned[i][slot][:cnt].reshape(shape)
-                            _copy_into(host, slab, copier)
-                            buf = buffers[i][slot][:cnt].reshape(shape)
-                            buf.set(host, stream=copy)
-                            out.append(buf)
+                            buf = buffers[i][slot]
+                            view = _dma(buf, slab, copy) if s.pinned else None
+                            if view is None:          # staged: a parallel copy, then DMA
+                                host = pinned[i][slot][:math.prod(slab.shape)].reshape(slab.shape)
+                                t0 = time.perf_counter()
+                                _copy_into(host, slab, copier)
+                                self.times["host_copy"] += time.perf_counter() - t0
+                                view = _dma(buf, host, copy)
+                            out.append(view)
                         elif s.gpu and not s.sparse:  # on a GPU already: this one, or copied
                             out.append(_move(slab, dev))
                         elif s.gpu and slab.data.device.id == dev:
@@ -225,15 +270,18 @@ class _Worker:
                 with ThreadPoolExecutor(1) as reader:
                     ahead = reader.submit(load, 0) if starts else None
                     for j, k0 in enumerate(starts):
+                        t0 = time.perf_counter()
                         slabs, ready, nbytes = ahead.result()
+                        self.times["wait"] += time.perf_counter() - t0
                         if j + 1 < len(starts):
                             ahead = reader.submit(load, j + 1)
-                        with compute:
+                        with compute:                 # (each() adds on this stream too)
                             compute.wait_event(ready)
                             result = fn(*slabs)
                             free[j % 2] = compute.record()
-                        del slabs
-                        each(k0, result)
+                            del slabs
+                            each(k0, result)
+                        self.times["compute"] += time.perf_counter() - t0
                         report(nbytes)
                     compute.synchronize()
             finally:
@@ -295,8 +343,12 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
     c = chunk_size(sources, n, len(devices), chunk)
     workers = _workers_for(devices, sources, c, n)
     runs = _runs(n, c, len(workers))
+    global last_workers
+    last_workers = workers
     home = workers[0].device
     if gpus:
+        for s in sources:
+            s.check_pinned()
         memory.check(sum(w.staging_bytes() for w in workers),
                      f"pinned buffers for chunks of {c} inner indices on {len(workers)} GPU(s)",
                      "pass a smaller chunk", device="cpu")
@@ -350,7 +402,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
                 t, d, g = r
                 tot.add_node(k0, t)
                 diag.add_node(k0, g)
-                if d is not None:
+                if d is not None and d is not direct[0]:   # (a chunk may add into the table)
                     direct[0] = d if direct[0] is None else direct[0] + d
             worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs, cache={})),
                        run, each, report)
