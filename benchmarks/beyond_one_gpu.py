@@ -92,7 +92,7 @@ def bandwidth(cp, devices, nbytes=1 << 30, repeats=3):
 
 
 def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
-         dask_max=1 << 62):
+         dask_max=1 << 62, profile=False):
     sync = lambda: [cp.cuda.Device(d).synchronize() for d in devices]  # noqa: E731
     nbytes = sum(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes if hasattr(M, "indptr")
                  else M.nbytes for M in (A, B))
@@ -155,17 +155,32 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         pB = cupyx.empty_pinned(B.shape, B.dtype)
         pA[...] = A
         pB[...] = B
-        t, sk = _median(lambda: stream.compress(pA, pB, devices=devices[:1], chunk=chunk, **kw),
-                        repeats, sync)
-        same = _same(sk.sketch, res.sketch)
-        times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
-        row.update({"stream_pinned_s": t, "stream_pinned_same_bits": same,
-                    "stream_pinned_vs_transfer": t / floor1,
-                    "stream_pinned_vs_max_transfer_compute": t / max(floor1, t_res),
-                    "stream_pinned_worker_times": times})
-        print(f"    factors in pinned memory, streamed on {devices[:1]}: {t:.3f} s "
-              f"({t / floor1:.2f}x the transfer floor, {t / max(floor1, t_res):.2f}x "
-              f"max(transfer, compute)), same bits: {same}; {times}", flush=True)
+        for big in (1, 4):
+            ck = c * big
+            t, sk = _median(lambda: stream.compress(pA, pB, devices=devices[:1], chunk=ck, **kw),
+                            repeats, sync)
+            same = _same(sk.sketch, res.sketch)
+            times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
+            tag = "stream_pinned" if big == 1 else f"stream_pinned_chunk{ck}"
+            row.update({f"{tag}_s": t, f"{tag}_same_bits": same, f"{tag}_chunk": ck,
+                        f"{tag}_vs_transfer": t / floor1,
+                        f"{tag}_vs_max_transfer_compute": t / max(floor1, t_res),
+                        f"{tag}_worker_times": times})
+            print(f"    factors in pinned memory, streamed on {devices[:1]}, chunk {ck}: {t:.3f} s "
+                  f"({t / floor1:.2f}x the transfer floor, {t / max(floor1, t_res):.2f}x "
+                  f"max(transfer, compute)), same bits: {same}; {times}", flush=True)
+        if profile:
+            import cProfile
+            import io
+            import pstats
+            pr = cProfile.Profile()
+            pr.enable()
+            stream.compress(pA, pB, devices=devices[:1], chunk=c, **kw)
+            sync()
+            pr.disable()
+            out = io.StringIO()
+            pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(22)
+            print(out.getvalue()[-6000:], flush=True)
         del pA, pB
     if "stream_all_s" in row:
         row["scaling_all_vs_one"] = row["stream_one_s"] / row["stream_all_s"]
@@ -273,6 +288,8 @@ def main():
     ap.add_argument("--beyond", type=int, nargs=2, metavar=("ROWS", "FEATURES"))
     ap.add_argument("--beyond-buckets", type=int, default=16384)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", action="store_true",
+                    help="print a cProfile of one streamed run from pinned memory per dense case")
     ap.add_argument("--json")
     a = ap.parse_args()
     from fwht_gpu import gpu
@@ -302,12 +319,13 @@ def main():
                 for b in a.buckets or [8192]:
                     rows.append(case(cp, f"dense n={n} {dt}", A, B,
                                      dict(buckets=b, reps=5, seed=1), devices, a.repeats, bw,
-                                     client, a.chunk, a.dask_max_gib << 30))
+                                     client, a.chunk, a.dask_max_gib << 30, a.profile))
                 del A, B
         for n in a.sparse:
             d = synthetic.sparse_planted(n, a.per_vector, 300, 256, seed=n)
             rows.append(case(cp, f"sparse n={n}, {a.per_vector} per vector", d.A.tocsc(),
-                             d.B.tocsr(), dict(buckets=a.sparse_buckets, reps=5, seed=1),
+                             d.B.tocsr(), dict(buckets=a.sparse_buckets, reps=5, seed=1,
+                                               decode=False),
                              devices, a.repeats, bw, client, a.chunk, a.dask_max_gib << 30))
             del d
     finally:
