@@ -221,7 +221,7 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
     return row
 
 
-def beyond(cp, rows, features, devices, buckets, k, pairs=50):
+def beyond(cp, rows, features, devices, buckets, k, reps=5, pairs=50):
     """X (rows x features float32) in host memory, columns 2i and 2i + 1 (i < pairs)
     correlated: the Gram screen streamed to the GPUs; recall of the planted pairs."""
     X = np.empty((rows, features), dtype=np.float32)
@@ -250,7 +250,8 @@ def beyond(cp, rows, features, devices, buckets, k, pairs=50):
         with lock:
             seen.append((time.perf_counter(), done))
     t0 = time.perf_counter()
-    sk = pagh_mm.compress(X.T, X, buckets=buckets, seed=1, devices=devices, progress=progress)
+    sk = pagh_mm.compress(X.T, X, buckets=buckets, reps=reps, seed=1, devices=devices,
+                          progress=progress)
     for d in devices:
         cp.cuda.Device(d).synchronize()
     t = time.perf_counter() - t0
@@ -263,11 +264,11 @@ def beyond(cp, rows, features, devices, buckets, k, pairs=50):
     planted = {(2 * i, 2 * i + 1) for i in range(pairs)}
     recall = len(found & planted) / pairs
     print(f"    streamed Gram sketch on {devices}: {t:.2f} s ({X.nbytes / t / 1e9:.1f} GB/s of X), "
-          f"b={sk.buckets}; unverified top-{k} in {tq:.3f} s, recall of the {pairs} planted "
+          f"b={sk.buckets}, d={sk.reps}; unverified top-{k} in {tq:.3f} s, recall of the {pairs} planted "
           f"pairs {recall:.3f}; device memory of one GPU {free[0] / 2**30:.0f} GiB", flush=True)
     return {"case": f"beyond: Gram of X {rows} x {features} fp32", "bytes": int(X.nbytes),
             "device_memory": int(free[0]), "generate_s": t_gen, "stream_all_s": t,
-            "buckets": sk.buckets, "query_s": tq, "recall": recall, "k": k,
+            "buckets": sk.buckets, "reps": sk.reps, "query_s": tq, "recall": recall, "k": k,
             "progress_calls": len(seen), "devices": list(devices)}
 
 
@@ -287,6 +288,7 @@ def main():
                          "scattered to the workers over the loopback network first)")
     ap.add_argument("--beyond", type=int, nargs=2, metavar=("ROWS", "FEATURES"))
     ap.add_argument("--beyond-buckets", type=int, default=16384)
+    ap.add_argument("--beyond-reps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true",
                     help="print a cProfile of one streamed run from pinned memory per dense case")
@@ -333,7 +335,7 @@ def main():
             client.close()
             cluster.close()
     if a.beyond:
-        rows.append(beyond(cp, *a.beyond, devices, a.beyond_buckets, 100))
+        rows.append(beyond(cp, *a.beyond, devices, a.beyond_buckets, 100, a.beyond_reps))
     if a.json:
         provenance.write(provenance.record("beyond-one-gpu", rows, vars(a), device="gpu"), a.json)
 

@@ -38,7 +38,7 @@ from .compressed import CompressedProduct
 from .reduction import PairwiseSum
 
 #: Target bytes of one chunk of the factors (A's columns and B's rows of its inner indices).
-CHUNK_BYTES = 256 << 20
+CHUNK_BYTES = 1 << 30
 #: Chunks per device at least, where the inner dimension allows (transfer overlaps compute).
 CHUNKS_PER_DEVICE = 4
 #: The workers of the latest call (their ``times``: where a run went; for benchmarks).
@@ -170,6 +170,21 @@ def _copy_into(dst, src, pool) -> None:
                   range(0, rows, step)))
 
 
+def _sparse_slab(csp, M, which: int, k0: int, k1: int):
+    """The inner indices k0 .. k1 - 1 of the canonical SciPy CSC (``which`` 1) or CSR matrix M
+    on the current GPU: ranges of its three arrays, copied as they are (canonical too)."""
+    cp = fwht_gpu.gpu.cupy()
+    lo, hi = int(M.indptr[k0]), int(M.indptr[k1])
+    idx = M.indices.dtype                   # SciPy keeps indices and indptr in one dtype
+    indptr = cp.asarray((M.indptr[k0:k1 + 1] - lo).astype(idx))
+    data, indices = cp.asarray(M.data[lo:hi]), cp.asarray(M.indices[lo:hi])
+    shape = (M.shape[0], k1 - k0) if which == 1 else (k1 - k0, M.shape[1])
+    out = (csp.csc_matrix if which == 1 else csp.csr_matrix)((data, indices, indptr), shape=shape)
+    out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
+    out._has_sorted_indices = True
+    return out
+
+
 def _dma(buf, slab, stream):
     """Start copying the host array ``slab`` (page-locked memory) into the flat device buffer
     ``buf`` on ``stream``; returns the device view with ``slab``'s shape, or None when its
@@ -244,7 +259,7 @@ class _Worker:
                 out = []
                 with cp.cuda.Device(dev), copy:
                     for i, s in enumerate(self.sources):
-                        slab = s.slab(k0, k1)
+                        slab = s.slab(k0, k1) if not s.sparse or s.gpu else None
                         if i in dense:
                             buf = buffers[i][slot]
                             view = _dma(buf, slab, copy) if s.pinned else None
@@ -259,10 +274,11 @@ class _Worker:
                             out.append(_move(slab, dev))
                         elif s.gpu and slab.data.device.id == dev:
                             out.append(slab)
-                        else:                         # SciPy sparse (or another GPU's): copied
-                            if s.gpu:
-                                slab = slab.get()
-                            out.append((csp.csc_matrix if s.which == 1 else csp.csr_matrix)(slab))
+                        elif s.gpu:                   # another GPU's sparse slab: via the host
+                            out.append((csp.csc_matrix if s.which == 1 else
+                                        csp.csr_matrix)(slab.get()))
+                        else:                         # SciPy sparse: its arrays' ranges
+                            out.append(_sparse_slab(csp, s.M, s.which, k0, k1))
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
 

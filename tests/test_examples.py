@@ -22,13 +22,15 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES_DIR = os.path.join(ROOT, "examples")
-EXAMPLES = ["fwht_vs_fft", "sketch_error_by_dtype", "covariance_screening", "cooccurrence_screening"]
+EXAMPLES = ["fwht_vs_fft", "sketch_error_by_dtype", "covariance_screening", "cooccurrence_screening",
+            "beyond_one_device"]
 OUT = "pagh_mm_examples"            # the examples' default output folder
 
 
@@ -153,6 +155,22 @@ def test_example_outputs_match_what_was_printed(runs, name):
 
 def test_nothing_written_into_the_source_tree(runs):
     assert runs["_new_source_files"] == set()
+
+
+def test_beyond_one_device_story(runs):
+    """Every route certifies the planted pairs; the file and dask routes (X made a chunk at a
+    time) give the memory route's bits wherever they chose the same buckets."""
+    r, _, rec = runs["beyond_one_device"]
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = printed_tables(r.stdout, rec)["three routes by sample count N (CPU, p = 256)"]
+    routes = {row["route"] for row in rows}
+    assert {"memory", "file"} <= routes
+    assert all(row["certified"] == "yes" and row["recall"] == "1.00" for row in rows)
+    for row in rows:
+        if row["route"] != "memory":
+            assert row["same_bits"] == "yes"
+    assert len(rows) == 3 * len(routes)
+    assert not any("pagh_mm_beyond_" in f for f in os.listdir(tempfile.gettempdir()))
 
 
 def test_sketch_error_by_dtype_story(runs):
