@@ -163,7 +163,7 @@ try:
             results.append(dict(N=N, route=name, compress=t_c, query=t_q, rate=nbytes / t_c / 1e9,
                                 b=sk.buckets, certified=bool(top.certified),
                                 recall=len(found(top) & planted) / pairs, same=same))
-        del Xm
+        Xm = None                            # (the map closed before the file goes)
         os.remove(path)
 finally:
     scratch.cleanup()
