@@ -77,20 +77,29 @@ GEMM_TILE = 16384
 
 def _gemm_tile(be, A, B, dtype) -> int:
     """The whole product when it and its selection fit in 70% of the free device memory,
-    else GEMM_TILE x GEMM_TILE tiles."""
+    else the largest power-of-two tile (at most GEMM_TILE) whose converted slabs of A and B
+    (t rows, t columns of the inner dimension K) and product fit there."""
     n = max(A.shape[0], B.shape[1])
     if not be.gpu:
         return n
     item = np.dtype(dtype).itemsize
     copies = 0 if A.dtype == dtype else (A.size + B.size) * item
     whole = copies + A.shape[0] * B.shape[1] * (2 * item + 16)
-    return n if whole <= 0.7 * be.xp.cuda.runtime.memGetInfo()[0] else min(n, GEMM_TILE)
+    free = 0.7 * be.xp.cuda.runtime.memGetInfo()[0]
+    if whole <= free:
+        return n
+    K = A.shape[1]
+    t = min(n, GEMM_TILE)
+    while t > 64 and 2 * t * K * item + t * t * (2 * item + 16) > free:
+        t //= 2
+    return t
 
 
-def _tiled_largest(be, A, B, pool, dtype):
+def _tiled_largest(be, A, B, pool, dtype, exclude_diagonal: bool = False):
     """(rows, cols) of the ``pool`` largest |(A @ B)_ij| with the product computed in
     ``dtype``, tile by tile when it does not fit (each tile's ``pool`` largest, then the
-    largest of those: the same selection as the whole product's)."""
+    largest of those: the same selection as the whole product's); ``exclude_diagonal``:
+    i = j left out (a Gram product's top-k)."""
     xp = be.xp
     m, p = A.shape[0], B.shape[1]
     t = _gemm_tile(be, A, B, dtype)
@@ -99,6 +108,9 @@ def _tiled_largest(be, A, B, pool, dtype):
         Ad = A[r0:r0 + t].astype(dtype, copy=False)
         for c0 in range(0, p, t):
             C = Ad @ B[:, c0:c0 + t].astype(dtype, copy=False)
+            if exclude_diagonal and r0 < c0 + C.shape[1] and c0 < r0 + C.shape[0]:
+                i = xp.arange(max(r0, c0), min(r0 + C.shape[0], c0 + C.shape[1]))
+                C[i - r0, i - c0] = 0
             flat = xp.abs(C.ravel())
             del C
             q = min(flat.size, pool)
@@ -123,12 +135,13 @@ def _exact_topk(be, A, B, k, dtype):
 SCREEN_POOL = 4
 
 
-def _screen_topk(be, A, B, k):
+def _screen_topk(be, A, B, k, exclude_diagonal: bool = False):
     """The strongest exact route on a GPU: the product in FP16 (tensor cores), its
     SCREEN_POOL k largest magnitudes as candidates, their exact float64 values (row . column
     dot products), the k largest of those (tiled like the exact routes)."""
     xp = be.xp
-    r, c = _tiled_largest(be, A, B, min(A.shape[0] * B.shape[1], SCREEN_POOL * k), xp.float16)
+    r, c = _tiled_largest(be, A, B, min(A.shape[0] * B.shape[1], SCREEN_POOL * k), xp.float16,
+                          exclude_diagonal)
     exact = (A[r].astype(xp.float64) * B[:, c].T.astype(xp.float64)).sum(axis=1)
     best = xp.argsort(-xp.abs(exact))[:k]
     return r[best], c[best]
@@ -252,6 +265,126 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
     return row
 
 
+#: Floating-point add lanes per SM by compute capability (FP64, FP32): the data-center parts
+#: whose rates are documented (A100, H100/H200).
+ADD_LANES = {(8, 0): (32, 64), (9, 0): (64, 128)}
+
+
+def _add_rate(be, dt) -> float | None:
+    """Additions per second the device's lanes can issue in ``dt`` (None when unknown)."""
+    if not be.gpu:
+        return None
+    dev = be.xp.cuda.Device()
+    lanes = ADD_LANES.get(tuple(int(c) for c in dev.compute_capability))
+    if lanes is None:
+        return None
+    try:
+        attrs = dev.attributes
+        clock = attrs["ClockRate"] * 1e3                  # kHz -> Hz
+        return attrs["MultiProcessorCount"] * lanes[0 if np.dtype(dt) == np.float64 else 1] * clock
+    except Exception:  # noqa: BLE001 - an attribute this CUDA no longer reports
+        return None
+
+
+#: Correlation of the planted column pairs of the Gram rows.
+GRAM_RHO = 0.9
+
+
+def _pairs(rows, cols) -> set:
+    return {(min(int(i), int(j)), max(int(i), int(j))) for i, j in zip(rows, cols)}
+
+
+def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> dict:
+    """Covariance screening, a tall inner dimension: X (N samples x M features, ``name``
+    dtype) with ``pairs`` planted column pairs of correlation GRAM_RHO; the certified top
+    2 pairs off-diagonal entries of X^T X from compress_gram against the exact GEMMs + top-k
+    (diagonal left out) and the FP16 screen + float64 verification."""
+    xp = be.xp
+    dt = np.float64 if name == "fp64" else np.float32
+    rng = xp.random.default_rng(N + M)
+    X = rng.standard_normal((N, M), dtype=dt)
+    pick = np.random.default_rng(M).choice(M, 2 * pairs, replace=False)
+    a, b = xp.asarray(pick[:pairs]), xp.asarray(pick[pairs:])
+    X[:, b] = dt(GRAM_RHO) * X[:, a] + dt(np.sqrt(1 - GRAM_RHO ** 2)) * X[:, b]
+    planted = _pairs(pick[:pairs], pick[pairs:])
+    k = 2 * pairs                       # both orientations of each pair
+    kw = dict(k=k, seed=1, dtype=dt)
+    if reps is not None:
+        kw["reps"] = reps
+    if buckets is not None:
+        kw["buckets"] = buckets
+    import pagh_mm
+    prof: dict = {}
+    t_sk, sk = _wall(be, lambda: pagh_mm.compress_gram(X, **kw), repeats)
+    pagh_mm.compress_gram(X, **kw, profile=prof)
+    b0 = sk.buckets
+    state = {}
+
+    def flow():
+        state["sk"] = pagh_mm.compress_gram(X, **kw)
+        return state["sk"].top_k(k, verify=True, exclude_diagonal=True)
+    t_total, top = _wall(be, flow, max(1, repeats // 2))
+    final = state["sk"].buckets
+    found = _pairs(be.asnumpy(top.rows), be.asnumpy(top.cols))
+    rec = len(found & planted) / pairs
+    floor = X.nbytes / (bw / 2)
+    d = sk.reps
+    adds = d * N * b0 * max(1, b0.bit_length() - 1)         # one transform per sample
+    rate = _add_rate(be, dt)
+    if rate:
+        arith = adds / rate
+    row = {"kind": "gram", "n": N, "features": M, "dtype": name, "pairs": pairs, "k": k,
+           "buckets": b0, "buckets_final": final, "reps": d, "chosen": sk.chosen.reason,
+           "sketch_s": t_sk, "topk_s": t_total - t_sk, "total_s": t_total, "recall": rec,
+           "certified": bool(top.certified), "verified": int(top.verified), "stages_s": prof,
+           "floor_s": floor, "sketch_ratio_floor": t_sk / floor, "transform_adds": adds,
+           "copy_bandwidth": bw,
+           "timing": "total_s: median of fresh compress_gram + certified top-k runs"}
+    if rate:
+        row.update(add_rate=rate, arithmetic_floor_s=arith, sketch_ratio_arithmetic=t_sk / arith)
+    sk = top = state["sk"] = None
+    _free_gpu(be)
+    gemm = {}
+    for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
+        if not be.gpu and gname == "fp16":
+            continue
+        try:
+            gemm[gname], (r, c) = _wall(be, lambda gdt=gdt: _tiled_largest(be, X.T, X, k, gdt, True),
+                                        repeats)
+            row[f"gemm_{gname}_recall"] = len(_pairs(be.asnumpy(r), be.asnumpy(c)) & planted) / pairs
+        except Exception as exc:  # noqa: BLE001 - memory
+            gemm[gname] = float("nan")
+            row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
+        _free_gpu(be)
+    row.update({f"gemm_{g}_s": v for g, v in gemm.items()})
+    if be.gpu:
+        try:
+            t_scr, (sr, sc) = _wall(be, lambda: _screen_topk(be, X.T, X, k, True), repeats)
+            row.update(screen_s=t_scr, screen_pool=SCREEN_POOL,
+                       screen_recall=len(_pairs(be.asnumpy(sr), be.asnumpy(sc)) & planted) / pairs,
+                       speedup_vs_screen=t_scr / row["total_s"])
+        except Exception as exc:  # noqa: BLE001 - memory
+            row["screen_error"] = str(exc).splitlines()[0][:80]
+        _free_gpu(be)
+    row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
+    row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
+    g = {k2: f"{gemm.get(k2, float('nan')):9.4f}" for k2 in ("fp64", "fp32", "fp16")}
+    grown = f"->{final}" if final != b0 else ""
+    echo(f"{N:>8} {M:>6} {name:5} {str(b0) + grown:>13} {d:>2} {t_sk:9.4f} "
+         f"{t_total - t_sk:8.4f} {rec:6.3f} {'yes' if row['certified'] else 'NO':>4} "
+         f"{row['sketch_ratio_floor']:7.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
+         f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
+    echo("         stages: " + ", ".join(f"{k2} {v:.4f} s" for k2, v in prof.items())
+         + f"; transforms' additions {adds:.3g}"
+         + (f", {row['arithmetic_floor_s']:.4f} s at the device's add rate: sketch "
+            f"{row['sketch_ratio_arithmetic']:.1f}x that floor" if rate else ""))
+    if "screen_s" in row:
+        echo(f"         FP16 screen + float64 verification of {SCREEN_POOL} k candidates: "
+             f"{row['screen_s']:.4f} s, recall {row['screen_recall']:.3f}; its time over ours "
+             f"{row['speedup_vs_screen']:.2f} (below 1: the screen is faster)")
+    return row
+
+
 #: Value of every planted entry of the sparse rows (inner indices A's row and B's column share).
 SPARSE_MAGNITUDE = 256
 
@@ -360,10 +493,12 @@ def _sparse_case(be, n, per, planted, repeats, bw, echo) -> dict:
 
 def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, reps=None,
         device="auto", repeats=3, echo=print, command: str | None = None, buckets=None,
-        staged: bool = False, sparse=(), per_vector=(16,), decode: bool = False) -> dict:
+        staged: bool = False, sparse=(), per_vector=(16,), decode: bool = False,
+        gram=(), gram_pairs: int = 50) -> dict:
     """Benchmark; returns the result record (:mod:`fwht_gpu.provenance`).  ``sparse``: sizes
     of sparse planted products (GPU; ``per_vector`` values per column of A and row of B)
-    against cuSPARSE SpGEMM, after the dense ``sizes``."""
+    against cuSPARSE SpGEMM, after the dense ``sizes``.  ``gram``: (N, M) covariance screens
+    of N samples x M features (``gram_pairs`` planted pairs), in each of ``dtypes``."""
     be = gpu() if devices.resolve(device) == "gpu" else cpu()
     xp = be.xp
     if sparse and not be.gpu:
@@ -398,9 +533,25 @@ def run(sizes=(4096, 8192, 16384, 32768), dtypes=("fp64", "fp32"), planted=300, 
     for n in sparse:
         for per in per_vector:
             rows.append(_sparse_case(be, n, per, min(planted, n), repeats, bw, echo))
+    if gram:
+        echo(f"covariance screens (Gram products, {gram_pairs} planted pairs of correlation "
+             f"{GRAM_RHO}), certified top {2 * gram_pairs} off-diagonal entries, against the "
+             "GEMMs X^T X + top-k:")
+        echo(f"{'N':>8} {'M':>6} {'dtype':5} {'buckets':>13} {'d':>2} {'sketch s':>9} "
+             f"{'top-k s':>8} {'recall':>6} {'cert':>4} {'x floor':>7} | {'GEMM64 s':>9} "
+             f"{'GEMM32 s':>9} {'GEMM16 s':>9} {'vs 64':>6} {'vs 32':>6}")
+    for N, M in gram:
+        for name in dtypes:
+            need = N * M * (8 if name == "fp64" else 4) * 2
+            if be.gpu and need > xp.cuda.runtime.memGetInfo()[0]:
+                echo(f"{N:>8} {M:>6} {name:5} skipped: needs {need / 2**30:.0f} GiB")
+                continue
+            rows.append(_gram_case(be, N, M, name, gram_pairs, reps, repeats, bw, echo, buckets))
+            _free_gpu(be)
     settings = {"sizes": list(sizes), "dtypes": list(dtypes), "planted": planted, "reps": reps,
                 "buckets": buckets, "staged": staged, "repeats": repeats,
                 "sparse": list(sparse), "per_vector": list(per_vector), "decode": decode,
+                "gram": [list(g) for g in gram], "gram_pairs": gram_pairs,
                 "device": "gpu" if be.gpu else "cpu", "method": METHOD}
     return provenance.record("pagh-bench", rows, settings, command,
                              device="gpu" if be.gpu else "cpu")

@@ -65,6 +65,20 @@ def _devices(ctx, param, value):
     return ids
 
 
+def _gram_sizes(ctx, param, value):
+    """--gram NxM (repeatable): [(N, M), ...]."""
+    out = []
+    for text in value:
+        try:
+            n, m = (int(v) for v in text.lower().split("x"))
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: give samples x features, e.g. 1048576x4096") from None
+        if n < 2 or m < 4:
+            raise click.BadParameter(f"{text!r}: at least 2 samples and 4 features")
+        out.append((n, m))
+    return tuple(out)
+
+
 def _pow2(ctx, param, value):
     if value is not None and (value < 2 or value & (value - 1)):
         raise click.BadParameter(f"{value} is not a power of two >= 2 (e.g. {1 << max(1, value.bit_length())})")
@@ -300,14 +314,18 @@ def demo(workload, size, planted, terms, reps, seed, device, quiet, progress, de
               default=(16,), show_default=True,
               help="Sparse rows: +-1 values per column of A and row of B (repeatable on the "
                    "GPU).")
+@click.option("--gram", "gram", multiple=True, callback=_gram_sizes, metavar="NxM",
+              help="GPU: also covariance screens of N samples x M features (repeatable, e.g. "
+                   "1048576x4096): compress_gram + certified top-k against the GEMMs X^T X + "
+                   "top-k and the FP16 screen, in each --dtype; without --size, only these.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="pagh-mm-bench.json",
               show_default=True, help="Where to write the results.")
 @force_option
 @debug_option
 @guarded
-def bench(sizes, dtypes, planted, reps, buckets, staged, decode_rows, sparse, per_vector, device,
-          out_json, force, debug) -> None:
+def bench(sizes, dtypes, planted, reps, buckets, staged, decode_rows, sparse, per_vector, gram,
+          device, out_json, force, debug) -> None:
     """Compress + top-k versus the exact routes (table + JSON).  GPU: planted heavy hitters
     against cuBLAS GEMM + top-k.  CPU: dense planted products against NumPy and compmatmul
     (when importable), a sparse planted product against SciPy and sparse_dot_topn (when
@@ -323,6 +341,9 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, decode_rows, sparse, pe
                                    + ("" if device == "cpu" else "; no GPU was found"))
         if len(per_vector) > 1:
             raise click.UsageError("the CPU benchmark takes one --per-vector value")
+        if gram:
+            raise click.UsageError("--gram applies to the GPU benchmark only (the CPU's "
+                                   "covariance screen: examples/covariance_screening.py)")
         from . import cpubench
         kw = {}
         if sparse:                  # the large sparse rows; the other cases only with --size
@@ -335,11 +356,12 @@ def bench(sizes, dtypes, planted, reps, buckets, staged, decode_rows, sparse, pe
         io.write_json(out_json, res)
         click.echo(f"wrote {out_json}")
         return
-    if not sizes and not sparse:
+    if not sizes and not sparse and not gram:
         sizes = (4096, 8192, 16384, 32768) if dev == "gpu" else (512, 1024)
-    res = _bench.run(sizes=sizes, dtypes=dtypes, planted=min(planted, min(sizes or sparse)),
+    res = _bench.run(sizes=sizes, dtypes=dtypes,
+                     planted=min(planted, min(sizes or sparse or (planted,))),
                      reps=reps, device=dev, echo=click.echo, buckets=buckets, staged=staged,
-                     decode=decode_rows, sparse=sparse, per_vector=per_vector,
+                     decode=decode_rows, sparse=sparse, per_vector=per_vector, gram=gram,
                      command="pagh-mm " + " ".join(sys.argv[1:]))
     io.write_json(out_json, res)
     click.echo(f"wrote {out_json}")

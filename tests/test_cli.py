@@ -572,3 +572,23 @@ def test_decoding_from_the_command_line(files):
                                            "-k", 5, "--verify", "--search", "decode", "-q"])
     assert code == 1 and "decode=True" in err
     one_error_line(err)
+
+
+def test_bench_gram_rows_are_checked_and_gpu_only(tmp_path):
+    r = CliRunner()
+    out = str(tmp_path / "b.json")
+    res = r.invoke(pagh_main, ["bench", "--gram", "1024y64", "--json", out])
+    assert res.exit_code == 2 and "samples x features" in res.output
+    res = r.invoke(pagh_main, ["bench", "--gram", "1024x64", "--device", "cpu", "--json", out])
+    assert res.exit_code == 2 and "GPU benchmark only" in res.output
+
+
+def test_bench_gram_row_on_the_cpu_backend():
+    """The Gram row's flow (the GPU benchmark's code, run on NumPy): certified, recall 1, the
+    exact routes find the same planted pairs."""
+    from pagh_mm import bench
+    rec = bench.run(sizes=(), dtypes=("fp64",), gram=[(4096, 256)], gram_pairs=5, device="cpu",
+                    repeats=1, echo=lambda *a: None)
+    row = rec["rows"][0]
+    assert row["kind"] == "gram" and row["certified"] and row["recall"] == 1.0
+    assert row["gemm_fp64_recall"] == 1.0 and row["gemm_fp32_recall"] == 1.0
