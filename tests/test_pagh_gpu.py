@@ -320,9 +320,10 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
     B0 = rng.standard_normal((70, 83))
     inputs = [(A0, B0), (np.asfortranarray(A0), B0), (A0.astype(np.float32), B0.astype(np.float32)),
               (A0.astype(np.float32), B0), (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
-    for log2b in (1, 2, 3, 4, 5, 9, top):
+    regs = kernels.FUSED_REG_LOG_VPT["float" if dtype == "float32" else "double"] + 10
+    for log2b in (1, 2, 3, 4, 5, 9, regs, top):     # top: A's values wait in the output row
         for family in ("multiply-add-shift", "tabulation"):
-            for A, B in inputs if log2b in (3, top) else inputs[:1]:
+            for A, B in inputs if log2b in (3, regs, top) else inputs[:1]:
                 kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
                 want = pagh_mm.compress(A, B, **kw).sketch
                 # blocks of the inner dimension (70) from 1 to 128 inner indices: groups of

@@ -113,9 +113,18 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
     }
 }
 
-// The term of inner index k for repetition t into v (the last round's registers).
+// log2 of the values per thread that A's and B's last rounds keep in registers side by side
+// (1024 threads: 64 registers each).  Above it (b = 2^15 FP32, 2^14 FP64) a product's A
+// values wait in the block's own output row instead (written only at the block's end), and
+// B's transform reuses the registers: the same values, the same bits.
+template <typename T> struct RegLogVpt;
+template <> struct RegLogVpt<float> { static constexpr int value = 4; };
+template <> struct RegLogVpt<double> { static constexpr int value = 3; };
+
+// The term of inner index k for repetition t into v (the last round's registers); ``o``: the
+// block's output row, scratch for A's last round when it does not stay in registers.
 template <typename T, typename S, int LOG_VPT, bool GRAM>
-__device__ __forceinline__ void term(T* buf, Stage st, T* v, const S* __restrict__ A, i64 sa_key,
+__device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __restrict__ A, i64 sa_key,
                                      i64 sa_vec, const i64* __restrict__ ia,
                                      const i64* __restrict__ ka, const double* __restrict__ ga,
                                      const int* __restrict__ pa,
@@ -134,12 +143,25 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, const S* __restrict
         for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
         return;
     }
-    T fb[VPT];
+    constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
+    const int last = ((logb - 1) / LOG_VPT) * LOG_VPT, rl = logb - last;
+    if (SPILL) {                                          // A's values to the output row
+#pragma unroll
+        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
+        __syncthreads();                                  // A's last round is read
+        sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b);
+        transform<T, LOG_VPT>(buf, v, logb, threads);
+#pragma unroll
+        for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
+            v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);
+        return;
+    }
+    T fb[SPILL ? 1 : VPT];
     __syncthreads();                                      // A's last round is read
     sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b);
     transform<T, LOG_VPT>(buf, fb, logb, threads);
 #pragma unroll
-    for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[q]);
+    for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[SPILL ? 0 : q]);
 }
 
 // out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
@@ -178,7 +200,7 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     const i64 first = g * G;
     const int count = (int)min((i64)G, nb - first);
     for (int i = 0; i < count; ++i) {
-        term<T, S, LOG_VPT, GRAM>(buf, st, v, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
+        term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
                                   sb_vec, ib, kb, gb, pb, first + i, t, logb);
         int level = 0;                    // merge with the waiting left siblings
         while (level < LOG_G && (i >> level) & 1) {

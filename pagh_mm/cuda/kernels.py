@@ -47,8 +47,11 @@ def _span_bytes(b: int, dtype) -> int:
 
 
 #: log2 of the values per thread of the fused kernel per transform dtype (b / 2^LOG_VPT
-#: threads per block, at most 1024: 16 FP32 or 8 FP64 values of each factor in registers).
-FUSED_LOG_VPT = {"float": 4, "double": 3}
+#: threads per block, at most 1024) up to which both factors' last rounds stay in registers
+#: (16 FP32 or 8 FP64 values each), and its largest (32 FP32 or 16 FP64 values: A's wait in
+#: the block's output row; see fused.cu's RegLogVpt).
+FUSED_REG_LOG_VPT = {"float": 4, "double": 3}
+FUSED_LOG_VPT = {"float": 5, "double": 4}
 #: Largest log2 of the buckets of the fused dense kernel per transform dtype.
 FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
 #: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
@@ -371,7 +374,7 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     if out.size == 0:
         return out
     t_name = C_TYPES[np.dtype(dtype)]
-    log_vpt = min(FUSED_LOG_VPT[t_name], log2b)
+    log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
     smem = -(-(1 + log_g) * _span_bytes(b, dtype) // 16) * 16 + FUSED_STAGE_BYTES
     fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                         f"{'true' if gram else 'false'},{log_g}>", smem)
