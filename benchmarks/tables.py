@@ -173,6 +173,32 @@ def pagh_mm_sparse(records) -> list[str]:
                    "SpGEMM + top-k", "best flow vs SpGEMM"], out)
 
 
+def pagh_mm_gram(records) -> list[str]:
+    """pagh-mm bench --gram: covariance screens with a tall inner dimension (a later record's
+    row of the same screen replaces an earlier one)."""
+    latest = {}
+    for rec in records:
+        for r in rec["rows"]:
+            if r.get("kind") == "gram":
+                latest[(r["n"], r["features"], r["dtype"])] = r
+    out = []
+    for r in latest.values():
+        stages = r["stages_s"]
+        route = "fused" if "fused" in stages else "staged"
+        best = min(v for v in (r.get("gemm_fp32_s"), r.get("gemm_fp64_s"), r.get("screen_s"))
+                   if v is not None and not math.isnan(v))
+        out.append([f"{r['n']} x {r['features']}", r["dtype"], f"{r['buckets']} ({route})",
+                    _s(r["sketch_s"]), _s(r["total_s"]), "yes" if r["certified"] else "no",
+                    f"{r['recall']:.3f}", f"{r['sketch_ratio_arithmetic']:.0f}x"
+                    if "sketch_ratio_arithmetic" in r else "-",
+                    _s(r.get("gemm_fp64_s")), _s(r.get("gemm_fp32_s")), _s(r.get("screen_s")),
+                    f"{best / r['total_s']:.2f}x"])
+    return _table(["X (samples x features)", "data", "buckets (auto)", "sketch",
+                   "sketch + certified top-k", "certified", "recall",
+                   "sketch x transforms' arithmetic", "DGEMM X^T X + top-k",
+                   "SGEMM X^T X + top-k", "FP16 screen + verification", "vs fastest exact"], out)
+
+
 def pagh_mm_cpu(records) -> list[str]:
     """pagh-mm bench --device cpu: every implementation of every case, in the record's order."""
     out = []
@@ -229,6 +255,9 @@ TABLES = {
                                         "h100/session15-sparse-64.json",
                                         "h100/session15-sparse-64-1048576.json",
                                         "h100/session15-sparse-64-1048576-partial.json"]),
+    "pagh-mm-gram": (pagh_mm_gram, ["h100/session16-gram-staged.json",
+                                    "h100/session16-gram-fused-4096.json",
+                                    "h100/session16-gram-fused-8192.json"]),
     "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json",
                                   "cpu-xeon/session14-cpubench-scale-262144.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
