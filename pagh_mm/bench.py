@@ -167,6 +167,23 @@ def _gemm_times(be, data, planted, repeats, row) -> dict:
     return gemm
 
 
+def _compare(be, row, gemm, screen, recall_of, repeats) -> dict:
+    """The FP16 screen's time and recall (``screen()`` -> (rows, cols); GPU only) and the
+    speedups over the GEMMs into ``row``; returns the GEMM times formatted for the table."""
+    if be.gpu:
+        try:
+            t_scr, (sr, sc) = _wall(be, screen, repeats)
+            row.update(screen_s=t_scr, screen_pool=SCREEN_POOL,
+                       screen_recall=recall_of(be.asnumpy(sr), be.asnumpy(sc)),
+                       speedup_vs_screen=t_scr / row["total_s"])
+        except Exception as exc:  # noqa: BLE001 - memory
+            row["screen_error"] = str(exc).splitlines()[0][:80]
+        _free_gpu(be)
+    row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
+    row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
+    return {k: f"{gemm.get(k, float('nan')):9.4f}" for k in ("fp64", "fp32", "fp16")}
+
+
 def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=False,
           decode=False) -> dict:
     """One size and dtype: the compressed product against the exact GEMMs (``staged``: the
@@ -236,19 +253,8 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
     _free_gpu(be)
     gemm = _gemm_times(be, data, planted, repeats, row)
     row.update({f"gemm_{k}_s": v for k, v in gemm.items()})
-    if be.gpu:
-        try:
-            t_scr, (sr, sc) = _wall(be, lambda: _screen_topk(be, data.A, data.B, planted), repeats)
-            row.update(screen_s=t_scr, screen_pool=SCREEN_POOL,
-                       screen_recall=synthetic.recall(data.rows, data.cols, be.asnumpy(sr),
-                                                      be.asnumpy(sc)),
-                       speedup_vs_screen=t_scr / row["total_s"])
-        except Exception as exc:  # noqa: BLE001 - memory
-            row["screen_error"] = str(exc).splitlines()[0][:80]
-        _free_gpu(be)
-    row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
-    row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
-    g = {k: f"{gemm.get(k, float('nan')):9.4f}" for k in ("fp64", "fp32", "fp16")}
+    g = _compare(be, row, gemm, lambda: _screen_topk(be, data.A, data.B, planted),
+                 lambda r, c: synthetic.recall(data.rows, data.cols, r, c), repeats)
     echo(f"{n:>6} {name:5} {b:>9} {reps_used:>2} {t_sk:9.4f} {t_top:8.4f} {rec:7.3f} "
          f"{'yes' if row['certified'] else 'NO':>4} {row['certificate_overhead']:+6.0%} "
          f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
@@ -357,18 +363,8 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
             row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
         _free_gpu(be)
     row.update({f"gemm_{g}_s": v for g, v in gemm.items()})
-    if be.gpu:
-        try:
-            t_scr, (sr, sc) = _wall(be, lambda: _screen_topk(be, X.T, X, k, True), repeats)
-            row.update(screen_s=t_scr, screen_pool=SCREEN_POOL,
-                       screen_recall=len(_pairs(be.asnumpy(sr), be.asnumpy(sc)) & planted) / pairs,
-                       speedup_vs_screen=t_scr / row["total_s"])
-        except Exception as exc:  # noqa: BLE001 - memory
-            row["screen_error"] = str(exc).splitlines()[0][:80]
-        _free_gpu(be)
-    row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
-    row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
-    g = {k2: f"{gemm.get(k2, float('nan')):9.4f}" for k2 in ("fp64", "fp32", "fp16")}
+    g = _compare(be, row, gemm, lambda: _screen_topk(be, X.T, X, k, True),
+                 lambda r, c: len(_pairs(r, c) & planted) / pairs, repeats)
     grown = f"->{final}" if final != b0 else ""
     echo(f"{N:>8} {M:>6} {name:5} {str(b0) + grown:>13} {d:>2} {t_sk:9.4f} "
          f"{t_total - t_sk:8.4f} {rec:6.3f} {'yes' if row['certified'] else 'NO':>4} "
