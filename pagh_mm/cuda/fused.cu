@@ -168,9 +168,11 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 // of the inner indices g 2^LOG_G .. + 2^LOG_G - 1 (those below nb; the others are absent
 // nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
 // (at most 1024).  The tree's pending nodes wait in shared memory after the buffer, each
-// thread keeping the values it owns (no synchronization).  Shared memory: (1 + LOG_G)
-// padded_size<T>(b) values, rounded up to 16 bytes, then the sketch's Stage (CHUNK doubles,
-// CHUNK ints, 2 doubles).
+// thread keeping the values it owns (no synchronization), or, when ``slots`` is given (the
+// largest b, whose buffer leaves no room), in the block's LOG_G rows of ``slots``
+// (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
+// memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
+// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
@@ -179,7 +181,7 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
                   const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
                   const i64* __restrict__ kb, const double* __restrict__ gb,
                   const int* __restrict__ pb,
-                  int d, int logb, i64 nb, T* __restrict__ out)
+                  int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -187,7 +189,8 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     const int b = 1 << logb, threads = blockDim.x;
     const int span = b + ((b - 1) >> pad_shift<T>());
     Stage st;                                 // after the buffer and the tree's slots
-    st.val = reinterpret_cast<double*>(smem_raw + ((((1 + LOG_G) * span * sizeof(T)) + 15) & ~(size_t)15));
+    const int shared_slots = slots ? 0 : LOG_G;
+    st.val = reinterpret_cast<double*>(smem_raw + ((((1 + shared_slots) * span * sizeof(T)) + 15) & ~(size_t)15));
     st.bucket = reinterpret_cast<int*>(st.val + CHUNK);
     st.carry = reinterpret_cast<double*>(st.bucket + CHUNK);
     const i64 g = blockIdx.x / d;
@@ -195,6 +198,11 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT;     // the last round's first bit
     const int rl = logb - last;
     T* o = out + (g * d + t) * (i64)b;
+    // element idx of the pending node of ``level``: in shared memory or in the block's rows
+    auto slot = [&](int level, int idx) -> T& {
+        return slots ? slots[((i64)blockIdx.x * LOG_G + level) * b + idx]
+                     : buf[(1 + level) * span + pad<T>(idx)];
+    };
     T v[VPT];
     int have = 0;                         // bit l: a node of level l waits in slot l
     const i64 first = g * G;
@@ -204,17 +212,15 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
                                   sb_vec, ib, kb, gb, pb, first + i, t, logb);
         int level = 0;                    // merge with the waiting left siblings
         while (level < LOG_G && (i >> level) & 1) {
-            const T* slot = buf + (1 + level) * span;
 #pragma unroll
             for (int q = 0; q < VPT; ++q)
-                v[q] = Num<T>::add(slot[pad<T>(round_index<VPT>(q, last, rl, threads))], v[q]);
+                v[q] = Num<T>::add(slot(level, round_index<VPT>(q, last, rl, threads)), v[q]);
             have &= ~(1 << level);
             ++level;
         }
         if (level < LOG_G && i + 1 < count) {               // wait for the right sibling
-            T* slot = buf + (1 + level) * span;
 #pragma unroll
-            for (int q = 0; q < VPT; ++q) slot[pad<T>(round_index<VPT>(q, last, rl, threads))] = v[q];
+            for (int q = 0; q < VPT; ++q) slot(level, round_index<VPT>(q, last, rl, threads)) = v[q];
             have |= 1 << level;
         }
     }
@@ -222,10 +228,9 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     // and take the nodes above them as right siblings (the last term is in v)
     for (int level = 0; level < LOG_G; ++level) {
         if (have & (1 << level)) {
-            const T* slot = buf + (1 + level) * span;
 #pragma unroll
             for (int q = 0; q < VPT; ++q)
-                v[q] = Num<T>::add(slot[pad<T>(round_index<VPT>(q, last, rl, threads))], v[q]);
+                v[q] = Num<T>::add(slot(level, round_index<VPT>(q, last, rl, threads)), v[q]);
         }
     }
 #pragma unroll

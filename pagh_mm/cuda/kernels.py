@@ -57,11 +57,15 @@ FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
 #: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
 FUSED_MAX_LOG_G = 2
 
+#: Most levels of the tree summed inside a block when its pending nodes are in device memory
+#: (the largest b; more levels spill registers: 248 bytes at 1, 1140 at 2, FP32 Gram, sm_90).
+FUSED_GLOBAL_LOG_G = 1
+
 #: The parameters of ``fused_dense_terms`` in order (C types; S, T: the templates').
 FUSED_PARAMS = ("const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
                 "const int*",
                 "const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
-                "const int*", "int", "int", "i64", "T*")
+                "const int*", "int", "int", "i64", "T*", "T*")
 #: Bytes of the fused kernel's sketch stage in shared memory (fused.cu's CHUNK doubles and
 #: ints, two doubles, 16-byte alignment).
 FUSED_STAGE_BYTES = 2048 * 12 + 16 + 16
@@ -346,15 +350,24 @@ def fused_supported(log2b: int, dtype) -> bool:
     return name is not None and 1 <= log2b <= FUSED_MAX_LOG2B[name]
 
 
-def fused_group(log2b: int, dtype, block: int) -> int:
-    """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels,
-    their pending nodes in shared memory beside the buffer): as many as the device's shared
-    memory holds, up to FUSED_MAX_LOG_G, and no more than the ``block`` of the memory plan."""
-    span = _span_bytes(1 << log2b, dtype)
+def _slots_shared(log2b: int, dtype, log_g: int) -> bool:
+    """Whether the buffer and ``log_g`` pending nodes fit the device's shared memory."""
     most = limits(cupy().cuda.Device().id).smem_per_block - FUSED_STAGE_BYTES
+    return (1 + log_g) * _span_bytes(1 << log2b, dtype) <= most
+
+
+def fused_group(log2b: int, dtype, block: int) -> int:
+    """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels):
+    as many as the device's shared memory holds beside the buffer, up to FUSED_MAX_LOG_G and no
+    more than the ``block`` of the memory plan; when the buffer leaves room for none, the most
+    the plan allows, their pending nodes in device memory (``fused_terms``' slots: each block's
+    own rows, L2-resident, instead of a node per inner index written and read again)."""
     c = 0
-    while c < FUSED_MAX_LOG_G and (c + 2) * span <= most and 2 << c <= block:
+    while c < FUSED_MAX_LOG_G and _slots_shared(log2b, dtype, c + 1) and 2 << c <= block:
         c += 1
+    if c == 0:
+        while c < FUSED_GLOBAL_LOG_G and 2 << c <= block:
+            c += 1
     return c
 
 
@@ -375,7 +388,10 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         return out
     t_name = C_TYPES[np.dtype(dtype)]
     log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
-    smem = -(-(1 + log_g) * _span_bytes(b, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+    shared = _slots_shared(log2b, dtype, log_g)
+    slots = None if shared or log_g == 0 else cp.empty((groups * d, log_g, b), dtype=dtype)
+    smem = -(-(1 + (log_g if shared else 0)) * _span_bytes(b, dtype) // 16) * 16 + \
+        FUSED_STAGE_BYTES
     fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                         f"{'true' if gram else 'false'},{log_g}>", smem)
     if gram:
@@ -385,7 +401,8 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     fn((groups * d,), (b >> log_vpt,),
        (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
         VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
-        np.int32(d), np.int32(log2b), np.int64(nb), out), shared_mem=smem)
+        np.int32(d), np.int32(log2b), np.int64(nb), out,
+        slots if slots is not None else np.uintp(0)), shared_mem=smem)
     return out
 
 
