@@ -589,3 +589,19 @@ def test_gpu_bit_sketches_and_decoding_equal_cpu(kind):
         assert tg.certified and tc.certified
         assert (tg.rows.get() == tc.rows).all() and (tg.cols.get() == tc.cols).all()
         assert (tg.exact.get() == tc.exact).all()
+
+
+def test_tree_sum_of_nodes_is_the_pairwise_tree():
+    """kernels.tree_sum (32 nodes into one per pass, pending siblings in registers): the bits
+    of pagh_mm.reduction.block_sum for any count, partial last blocks included."""
+    cp = _cp()
+    from pagh_mm import reduction
+    from pagh_mm.cuda import kernels
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        for count in (*range(1, 67), 1000, 1024, 1057, 33 * 32 + 5):
+            x = (rng.standard_normal((count, 3, 7)) * 10.0 ** rng.integers(-3, 4, (count, 1, 1))
+                 ).astype(dtype)
+            got = kernels.tree_sum(cp.asarray(x)).get()
+            want = reduction.block_sum(x.copy(), np)
+            assert got.dtype == want.dtype and (got == want).all(), (dtype, count)

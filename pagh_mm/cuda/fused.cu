@@ -237,34 +237,47 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
 }
 
-// out[j] := the pairwise tree sum (pagh_mm.reduction.block_sum's order: level by level,
-// x_2i + x_2i+1, an element without a partner moving up unchanged) of nodes[k * stride + j],
-// k < count, one thread per j: every node read once, in order, the tree's pending left
-// nodes in a per-thread stack (at most 63 levels).
+// out[g * stride + j] := the pairwise tree sum (pagh_mm.reduction.block_sum's order: level
+// by level, x_2i + x_2i+1, an element without a partner moving up unchanged) of the nodes
+// 32 g .. 32 g + 31 (those below count) of column j: aligned blocks of 32 summands are nodes
+// of the tree (the last block's own tree when it has fewer), so summing these again, 32 at a
+// time, gives the whole tree's value.  The 32 nodes are merged with their pending left siblings
+// in registers (every stack index is known at compile time), so each node is read once and
+// only a 32nd as many values written: the whole tree costs a little over one read.
 template <typename T>
-__global__ void tree_sum_rows(const T* __restrict__ nodes, i64 count, i64 stride,
-                              T* __restrict__ out)
+__global__ void tree_sum_32(const T* __restrict__ nodes, i64 count, i64 stride,
+                            T* __restrict__ out)
 {
-    for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < stride;
-         j += (i64)gridDim.x * blockDim.x) {
-        T stack[64];
-        unsigned long long have = 0;
+    const i64 groups = (count + 31) / 32;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < groups * stride;
+         idx += (i64)gridDim.x * blockDim.x) {
+        const i64 g = idx / stride, j = idx - g * stride;
+        const int n = (int)min((i64)32, count - 32 * g);
+        const T* x = nodes + 32 * g * stride + j;
+        T stack[6];
+        unsigned have = 0;
         T v = T(0);
-        for (i64 k = 0; k < count; ++k) {
-            v = nodes[k * stride + j];
-            int level = 0;
-            while ((k >> level) & 1) {                   // the waiting left sibling
-                v = Num<T>::add(stack[level], v);
-                have &= ~(1ULL << level);
-                ++level;
-            }
-            if (k + 1 < count) {
-                stack[level] = v;
-                have |= 1ULL << level;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            if (k < n) {
+                v = x[(i64)k * stride];
+                int level = 0;
+#pragma unroll
+                for (int l = 0; l < 5; ++l) {        // the waiting left siblings of node k
+                    if (!((k >> l) & 1)) break;
+                    v = Num<T>::add(stack[l], v);
+                    have &= ~(1u << l);
+                    level = l + 1;
+                }
+                if (k + 1 < n) {
+                    stack[level] = v;
+                    have |= 1u << level;
+                }
             }
         }
-        for (int level = 0; level < 64; ++level)         // right siblings absent: move up
-            if (have & (1ULL << level)) v = Num<T>::add(stack[level], v);
-        out[j] = v;
+#pragma unroll
+        for (int l = 0; l < 6; ++l)                  // right siblings absent: move up
+            if (have & (1u << l)) v = Num<T>::add(stack[l], v);
+        out[idx] = v;
     }
 }

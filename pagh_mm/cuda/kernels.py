@@ -87,8 +87,8 @@ def fused_names():
             for c in range(FUSED_MAX_LOG_G + 1)]
 
 
-#: Instantiations of ``tree_sum_rows`` (fused.cu).
-TREE_NAMES = tuple(f"tree_sum_rows<{t}>" for t in C_TYPES.values())
+#: Instantiations of ``tree_sum_32`` (fused.cu).
+TREE_NAMES = tuple(f"tree_sum_32<{t}>" for t in C_TYPES.values())
 
 
 def compile_unit() -> tuple[str, int]:
@@ -103,7 +103,7 @@ def compile_unit() -> tuple[str, int]:
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
     for t in C_TYPES.values():
-        lines.append(f"template __global__ void tree_sum_rows<{t}>(const {t}*, i64, i64, {t}*);")
+        lines.append(f"template __global__ void tree_sum_32<{t}>(const {t}*, i64, i64, {t}*);")
     return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + len(TREE_NAMES)
 
 
@@ -408,15 +408,25 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
 
 def tree_sum(nodes):
     """The pairwise tree sum over axis 0 of ``nodes`` (CuPy, float32 or float64, C-ordered):
-    :func:`pagh_mm.reduction.block_sum`'s value in one pass over the nodes."""
+    :func:`pagh_mm.reduction.block_sum`'s value, 32 nodes into one per pass (``tree_sum_32``:
+    a little over one read of the nodes)."""
     cp = cupy()
     nodes = cp.ascontiguousarray(nodes)
     out = cp.empty(nodes.shape[1:], dtype=nodes.dtype)
     stride = out.size
     if stride == 0 or nodes.shape[0] == 0:
         return out if nodes.shape[0] else cp.zeros(nodes.shape[1:], dtype=nodes.dtype)
-    FUSED.function(f"tree_sum_rows<{C_TYPES[nodes.dtype]}>")(
-        (_grid(stride),), (THREADS,), (nodes, np.int64(nodes.shape[0]), np.int64(stride), out))
+    if nodes.shape[0] == 1:
+        out[...] = nodes[0]
+        return out
+    fn = FUSED.function(f"tree_sum_32<{C_TYPES[nodes.dtype]}>")
+    cur = nodes.reshape(nodes.shape[0], stride)
+    while cur.shape[0] > 1:             # 32 nodes into one, level by level of the tree
+        count = cur.shape[0]
+        groups = -(-count // 32)
+        nxt = out.reshape(1, stride) if groups == 1 else cp.empty((groups, stride), cur.dtype)
+        fn((_grid(groups * stride),), (THREADS,), (cur, np.int64(count), np.int64(stride), nxt))
+        cur = nxt
     return out
 
 
