@@ -360,6 +360,9 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
     n = A.shape[1]
     sources = [_Source(B, 2)] if gram else [_Source(A, 1), _Source(B, 2)]
     gpus = devices[0] != "cpu"
+    if not gpus and any(s.gpu for s in sources):
+        raise ValueError("devices='cpu' compresses host arrays, and A and B are on a GPU: pass "
+                         "GPU ordinals (devices=[0]) or the host copies (A.get(), B.get())")
     target = CHUNK_BYTES
     if gpus:
         for s in sources:

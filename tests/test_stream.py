@@ -180,6 +180,22 @@ def test_bad_chunk(chunk):
         stream.compress(np.ones((4, 8)), np.ones((8, 4)), devices="cpu", chunk=chunk)
 
 
+def test_gpu_factors_with_host_devices_are_refused(monkeypatch):
+    """devices='cpu' with factors on a GPU: a clear error naming both ways out (checked with
+    stand-in sources, so it runs without a GPU)."""
+    monkeypatch.setattr(stream._Source, "__init__", _gpu_source_init)
+    with pytest.raises(ValueError, match="host copies"):
+        stream.compress(np.ones((4, 8)), np.ones((8, 4)), devices="cpu", buckets=16)
+
+
+_real_source_init = stream._Source.__init__
+
+
+def _gpu_source_init(self, M, which):
+    _real_source_init(self, M, which)
+    self.gpu = True
+
+
 def test_profile_and_devices_do_not_mix():
     with pytest.raises(ValueError, match="profile"):
         pagh_mm.compress(np.ones((4, 4)), np.ones((4, 4)), devices="cpu", profile={})
