@@ -18,7 +18,7 @@ from fwht_gpu import devices, provenance
 
 from . import synthetic
 from .backend import cpu, gpu
-from .matmul import compress
+from .matmul import compress, compress_gram
 
 METHOD = ("wall clock with GPU synchronized, median of repeats (dense top-k queries: of at least "
           "21 interleaved verified / unverified runs; sparse rows: fresh compress + certified "
@@ -152,18 +152,21 @@ def _free_gpu(be) -> None:
         be.xp.get_default_memory_pool().free_all_blocks()
 
 
-def _gemm_times(be, data, planted, repeats, row) -> dict:
-    """Exact product + top-k per GEMM dtype (FP16 on the GPU only); errors into ``row``."""
+def _gemm_times(be, top_k, repeats, row, recall_of=None) -> dict:
+    """Exact product + top-k per GEMM dtype (FP16 on the GPU only; ``top_k(dtype)`` ->
+    (rows, cols)); errors, and with ``recall_of(rows, cols)`` the recalls, into ``row``."""
     gemm = {}
     for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
         if not be.gpu and gname == "fp16":
             continue
         try:
-            gemm[gname], _ = _wall(be, lambda gdt=gdt: _exact_topk(be, data.A, data.B, planted, gdt),
-                                   repeats)
+            gemm[gname], (r, c) = _wall(be, lambda gdt=gdt: top_k(gdt), repeats)
+            if recall_of is not None:
+                row[f"gemm_{gname}_recall"] = recall_of(be.asnumpy(r), be.asnumpy(c))
         except Exception as exc:  # noqa: BLE001 - memory
             gemm[gname] = float("nan")
             row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
+        _free_gpu(be)
     return gemm
 
 
@@ -182,6 +185,13 @@ def _compare(be, row, gemm, screen, recall_of, repeats) -> dict:
     row["speedup_vs_fp64"] = gemm.get("fp64", np.nan) / row["total_s"]
     row["speedup_vs_fp32"] = gemm.get("fp32", np.nan) / row["total_s"]
     return {k: f"{gemm.get(k, float('nan')):9.4f}" for k in ("fp64", "fp32", "fp16")}
+
+
+def _echo_screen(echo, row, indent: str) -> None:
+    if "screen_s" in row:
+        echo(f"{indent}FP16 screen + float64 verification of {SCREEN_POOL} k candidates: "
+             f"{row['screen_s']:.4f} s, recall {row['screen_recall']:.3f}; its time over ours "
+             f"{row['speedup_vs_screen']:.2f} (below 1: the screen is faster)")
 
 
 def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=False,
@@ -251,7 +261,8 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
         dsk = dtop = None
     sk = top = None
     _free_gpu(be)
-    gemm = _gemm_times(be, data, planted, repeats, row)
+    gemm = _gemm_times(be, lambda gdt: _exact_topk(be, data.A, data.B, planted, gdt), repeats,
+                       row)
     row.update({f"gemm_{k}_s": v for k, v in gemm.items()})
     g = _compare(be, row, gemm, lambda: _screen_topk(be, data.A, data.B, planted),
                  lambda r, c: synthetic.recall(data.rows, data.cols, r, c), repeats)
@@ -261,10 +272,7 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
          f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
     echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
          + f"; sketch {row['sketch_ratio_floor']:.1f} x floor")
-    if "screen_s" in row:
-        echo(f"       FP16 screen + float64 verification of {SCREEN_POOL} k candidates: "
-             f"{row['screen_s']:.4f} s, recall {row['screen_recall']:.3f}; its time over ours "
-             f"{row['speedup_vs_screen']:.2f} (below 1: the screen is faster)")
+    _echo_screen(echo, row, " " * 7)
     if t_staged is not None:
         echo(f"       staged compression {t_staged:.4f} s: the fused kernel is "
              f"{row['speedup_vs_staged']:.1f}x faster, same bits: {row_same}")
@@ -319,15 +327,14 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
         kw["reps"] = reps
     if buckets is not None:
         kw["buckets"] = buckets
-    import pagh_mm
     prof: dict = {}
-    t_sk, sk = _wall(be, lambda: pagh_mm.compress_gram(X, **kw), repeats)
-    pagh_mm.compress_gram(X, **kw, profile=prof)
+    t_sk, sk = _wall(be, lambda: compress_gram(X, **kw), repeats)
+    compress_gram(X, **kw, profile=prof)
     b0 = sk.buckets
     state = {}
 
     def flow():
-        state["sk"] = pagh_mm.compress_gram(X, **kw)
+        state["sk"] = compress_gram(X, **kw)
         return state["sk"].top_k(k, verify=True, exclude_diagonal=True)
     t_total, top = _wall(be, flow, max(1, repeats // 2))
     final = state["sk"].buckets
@@ -350,21 +357,11 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
         row.update(add_rate=rate, arithmetic_floor_s=arith, sketch_ratio_arithmetic=t_sk / arith)
     sk = top = state["sk"] = None
     _free_gpu(be)
-    gemm = {}
-    for gname, gdt in (("fp64", np.float64), ("fp32", np.float32), ("fp16", np.float16)):
-        if not be.gpu and gname == "fp16":
-            continue
-        try:
-            gemm[gname], (r, c) = _wall(be, lambda gdt=gdt: _tiled_largest(be, X.T, X, k, gdt, True),
-                                        repeats)
-            row[f"gemm_{gname}_recall"] = len(_pairs(be.asnumpy(r), be.asnumpy(c)) & planted) / pairs
-        except Exception as exc:  # noqa: BLE001 - memory
-            gemm[gname] = float("nan")
-            row[f"gemm_{gname}_error"] = str(exc).splitlines()[0][:80]
-        _free_gpu(be)
+    recall_of = lambda r, c: len(_pairs(r, c) & planted) / pairs  # noqa: E731
+    gemm = _gemm_times(be, lambda gdt: _tiled_largest(be, X.T, X, k, gdt, True), repeats, row,
+                       recall_of)
     row.update({f"gemm_{g}_s": v for g, v in gemm.items()})
-    g = _compare(be, row, gemm, lambda: _screen_topk(be, X.T, X, k, True),
-                 lambda r, c: len(_pairs(r, c) & planted) / pairs, repeats)
+    g = _compare(be, row, gemm, lambda: _screen_topk(be, X.T, X, k, True), recall_of, repeats)
     grown = f"->{final}" if final != b0 else ""
     echo(f"{N:>8} {M:>6} {name:5} {str(b0) + grown:>13} {d:>2} {t_sk:9.4f} "
          f"{t_total - t_sk:8.4f} {rec:6.3f} {'yes' if row['certified'] else 'NO':>4} "
@@ -374,10 +371,7 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
          + f"; transforms' additions {adds:.3g}"
          + (f", {row['arithmetic_floor_s']:.4f} s at the device's add rate: sketch "
             f"{row['sketch_ratio_arithmetic']:.1f}x that floor" if rate else ""))
-    if "screen_s" in row:
-        echo(f"         FP16 screen + float64 verification of {SCREEN_POOL} k candidates: "
-             f"{row['screen_s']:.4f} s, recall {row['screen_recall']:.3f}; its time over ours "
-             f"{row['speedup_vs_screen']:.2f} (below 1: the screen is faster)")
+    _echo_screen(echo, row, " " * 9)
     return row
 
 

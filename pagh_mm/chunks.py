@@ -17,6 +17,7 @@ import contextlib
 import math
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -39,11 +40,16 @@ def _lock(be):
     return contextlib.nullcontext() if be.gpu else ENGINE
 
 
-def matrices(a, b):
-    """(A, B, backend) of one chunk, in the layouts the compression reads."""
+def matrices(a, b, check_finite: bool = False):
+    """(A, B, backend) of one chunk, in the layouts the compression reads (``check_finite``:
+    NaN and Inf refused, naming the factor)."""
     be = _be.for_arrays(a, b)
-    a, b = matmul._as_matrix(a, "A", be), matmul._as_matrix(b, "B", be)
-    return canonical(a, 1, be), canonical(b, 2, be), be
+    a = canonical(matmul._as_matrix(a, "A", be), 1, be)
+    b = canonical(matmul._as_matrix(b, "B", be), 2, be)
+    if check_finite:
+        matmul._check_finite(a, "A", be)
+        matmul._check_finite(b, "B", be)
+    return a, b, be
 
 
 def _pair(a, b, gram: bool):
@@ -56,10 +62,7 @@ def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool)
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
     unless ``gram``)) of one inner chunk."""
-    a, b, be = matrices(*_pair(a, b, gram))
-    if check_finite:
-        matmul._check_finite(a, "A", be)
-        matmul._check_finite(b, "B", be)
+    a, b, be = matrices(*_pair(a, b, gram), check_finite)
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
     integral = sparse and compiled.exact_integers(sides, 0.0)
@@ -94,10 +97,7 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     chunks of one plan on one device, where dense sides leave their per-key hash tables for
     the next chunk (they do not depend on the inner indices), and the GPU's pair route its
     time-domain table: the next chunks add to it (then the returned table is that one)."""
-    a, b, be = matrices(*_pair(a, b, plan.gram))
-    if plan.check_finite:
-        matmul._check_finite(a, "A", be)
-        matmul._check_finite(b, "B", be)
+    a, b, be = matrices(*_pair(a, b, plan.gram), plan.check_finite)
     sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
         (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
     dense = [s for s in sides if not s.sparse] if cache is not None else []
@@ -122,9 +122,7 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
 def plus_parts(left, right):
     """Two adjacent nodes of the tree: Hadamard-domain sums added (absent ones skipped), the
     exact time-domain pair sums in any order, the diagonal shares added."""
-    (lt, ld, lg), (rt, rd, rg) = left, right
-    return (reduction._plus(lt, rt), ld if rd is None else rd if ld is None else ld + rd,
-            reduction._plus(lg, rg))
+    return tuple(reduction._plus(x, y) for x, y in zip(left, right))
 
 
 def tree(parts, combine):
@@ -175,7 +173,6 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     integral, bound, F = False, math.inf, None
     ran = estimate or sparse
     if ran:
-        from functools import partial
         parts = stats(partial(chunk_stats, seed=seed, check_finite=check_finite,
                               estimate=estimate, gram=gram))
         integral = bool(parts) and all(s[0] for s in parts)

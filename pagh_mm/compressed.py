@@ -9,7 +9,7 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, decode, hashing, query, sketchfile
-from .backend import Backend, cpu, gpu, is_dask, is_sparse, on_gpu as _on_gpu
+from .backend import Backend, cpu, gpu, is_dask, is_sparse
 from .convolution import combine_index
 from .exact import ExactValueWarning, exact_pair  # noqa: F401
 from .query import CertificateWarning, Entries, check_by  # noqa: F401
@@ -452,9 +452,6 @@ class CompressedProduct:
             if is_dask(A):             # only the rows and columns asked for are fetched
                 from . import dask as _dask
                 total += _dask.exact_pair(self.backend, A, B, r, c)
-            elif self.backend.gpu and not _on_gpu(A):   # streamed: factors on the host
-                be = self.backend
-                total += be.xp.asarray(exact_pair(cpu(), A, B, be.asnumpy(r), be.asnumpy(c)))
             else:
                 total += exact_pair(self.backend, A, B, r, c)
         return total

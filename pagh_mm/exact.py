@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 
 from . import query
-from .backend import is_sparse
+from .backend import cpu, is_sparse, on_gpu
 from .reduction import PairwiseSum, row_sums, sparse_row_sums
 
 #: Integer dot products whose magnitude bound stays below this are exact in float64.
@@ -168,7 +168,11 @@ def _integer_dots(be, A, B, r, c):
 
 
 def exact_pair(be, A, B, r, c):
-    """Exact C[r[q], c[q]] of one factor pair (see CompressedProduct.exact)."""
+    """Exact C[r[q], c[q]] of one factor pair (see CompressedProduct.exact). Factors on the
+    host with a GPU sketch (streamed, :mod:`pagh_mm.stream`) are read where they are: the
+    values are computed on the CPU (the same bits) and returned on ``be``'s device."""
+    if be.gpu and not on_gpu(A):
+        return be.xp.asarray(exact_pair(cpu(), A, B, be.asnumpy(r), be.asnumpy(c)))
     fast = _integer_dots(be, A, B, r, c)
     if fast is not None:
         val, done = fast

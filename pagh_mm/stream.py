@@ -35,7 +35,7 @@ from . import auto, certificate, chunks, exact, hashing, matmul
 from . import backend as _be
 from . import decode as _decode
 from .compressed import CompressedProduct
-from .reduction import PairwiseSum
+from .reduction import PairwiseSum, _plus
 
 #: Target bytes of one chunk of the factors (A's columns and B's rows of its inner indices).
 CHUNK_BYTES = 1 << 30
@@ -174,16 +174,17 @@ def _copy_into(dst, src, pool) -> None:
                   range(0, rows, step)))
 
 
-def _sparse_slab(csp, M, which: int, k0: int, k1: int):
-    """The inner indices k0 .. k1 - 1 of the canonical SciPy CSC (``which`` 1) or CSR matrix M
-    on the current GPU: ranges of its three arrays, copied as they are (canonical too)."""
+def _sparse_slab(csp, src: "_Source", k0: int, k1: int):
+    """The inner indices k0 .. k1 - 1 of the source's canonical SciPy CSC (A) or CSR (B)
+    matrix on the current GPU: ranges of its three arrays, copied as they are (canonical too)."""
     cp = fwht_gpu.gpu.cupy()
+    M = src.M
     lo, hi = int(M.indptr[k0]), int(M.indptr[k1])
     idx = M.indices.dtype                   # SciPy keeps indices and indptr in one dtype
     indptr = cp.asarray((M.indptr[k0:k1 + 1] - lo).astype(idx))
     data, indices = cp.asarray(M.data[lo:hi]), cp.asarray(M.indices[lo:hi])
-    shape = (M.shape[0], k1 - k0) if which == 1 else (k1 - k0, M.shape[1])
-    out = (csp.csc_matrix if which == 1 else csp.csr_matrix)((data, indices, indptr), shape=shape)
+    out = (csp.csc_matrix if src.which == 1 else csp.csr_matrix)((data, indices, indptr),
+                                                                 shape=src.shape(k0, k1))
     out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
     out._has_sorted_indices = True
     return out
@@ -222,10 +223,10 @@ class _Worker:
         self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
 
     def staging_bytes(self) -> int:
-        """Bytes of this worker's two chunk buffers on its device (and as many of pinned host
-        memory, for pageable sources)."""
-        return 2 * sum(s.nbytes(0, 0) if s.sparse else s.other * self.c * s.dtype.itemsize
-                       for s in self.sources if not s.gpu)
+        """Bytes of this worker's two chunk buffers of its dense host factors on its device
+        (and as many of pinned host memory, for pageable ones)."""
+        return 2 * sum(s.other * self.c * s.dtype.itemsize for s in self.sources
+                       if not s.sparse and not s.gpu)
 
     def run(self, fn, starts, each, report) -> None:
         """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order."""
@@ -246,7 +247,7 @@ class _Worker:
             copy = cp.cuda.Stream(non_blocking=True)
             compute = cp.cuda.Stream(non_blocking=True)
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
-            size = {i: self.sources[i].other * self.c for i in dense}
+            size = {i: math.prod(self.sources[i].shape(0, self.c)) for i in dense}
             pinned = {i: [cupyx.empty_pinned(size[i], self.sources[i].dtype) for _ in (0, 1)]
                       for i in dense if not self.sources[i].pinned}
             buffers = {i: [cp.empty(size[i], dtype=self.sources[i].dtype) for _ in (0, 1)]
@@ -282,7 +283,7 @@ class _Worker:
                             out.append((csp.csc_matrix if s.which == 1 else
                                         csp.csr_matrix)(slab.get()))
                         else:                         # SciPy sparse: its arrays' ranges
-                            out.append(_sparse_slab(csp, s.M, s.which, k0, k1))
+                            out.append(_sparse_slab(csp, s, k0, k1))
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
 
@@ -352,7 +353,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
     gram = matmul._detect_gram(A, B, gram, method, hash)
     if hash is None:
         hash = "polynomial" if gram else hashing.DEFAULT_FAMILY
-    A, B, host, dt, _, reps, memory_budget = matmul._validate(
+    A, B, _, dt, _, reps, memory_budget = matmul._validate(
         A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, False, memory_budget)
     seed = hashing.check_seed(seed)
     matmul._check_query_hint(k, threshold, failure_probability)
@@ -367,8 +368,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
     if gpus:
         for s in sources:
             s.check_pinned()
-        host = [s for s in sources if not s.sparse and not s.gpu]
-        if host and all(s.pinned for s in host):
+        staged = [s for s in sources if not s.sparse and not s.gpu]
+        if staged and all(s.pinned for s in staged):
             with fwht_gpu.gpu.cupy().cuda.Device(devices[0]):
                 free = memory.available("gpu") or 0
             target = max(CHUNK_BYTES, min(PINNED_CHUNK_BYTES, free // 8))
@@ -410,7 +411,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
         out = {}
 
         def task(worker, run):
-            _check_room(worker, 0, 0)
+            _check_room(worker, 0)
             worker.run(gram_fn(fn), run, lambda k0, r: out.__setitem__(k0, _move_all(r, home)),
                        report)
         _together(workers, runs, task)
@@ -423,7 +424,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
 
         def task(worker, run):
             levels = max(1, len(run)).bit_length() + 1
-            _check_room(worker, levels * node + node, plan.log2b)
+            _check_room(worker, levels * node + node)
             start = run[0] if run else 0
             tot, diag = PairwiseSum(be.xp, c, start), PairwiseSum(be.xp, c, start)
             direct = [None]
@@ -432,8 +433,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
                 t, d, g = r
                 tot.add_node(k0, t)
                 diag.add_node(k0, g)
-                if d is not None and d is not direct[0]:   # (a chunk may add into the table)
-                    direct[0] = d if direct[0] is None else direct[0] + d
+                if d is not direct[0]:          # (a chunk may add into the worker's table)
+                    direct[0] = _plus(direct[0], d)
             worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs, cache={})),
                        run, each, report)
             if run:
@@ -451,14 +452,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             for t, g, d in parts[1:]:
                 tot.merge(t, partial(_move, device=home))
                 diag.merge(g, partial(_move, device=home))
-                if d is not None:
-                    d = _move(d, home)
-                    direct = d if direct is None else direct + d
+                direct = _plus(direct, _move(d, home))
             return tot.total(), direct, diag.total()
-
-    def exact_of(r, cc):
-        return be.xp.asarray(exact.exact_pair(_be.cpu(), *_host_pair(A, B), be.asnumpy(r),
-                                              be.asnumpy(cc)))
 
     ctx = fwht_gpu.gpu.cupy().cuda.Device(home) if gpus else contextlib.nullcontext()
     with ctx:
@@ -468,17 +463,12 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             failure_probability=failure_probability, method=method, dt=dt,
             algorithm=algorithm, stabilizer=stabilizer, hash=hash, check_finite=check_finite,
             memory_budget=memory_budget, decode=decode, stats=stats, sums=sums,
-            exact_of=exact_of)
+            exact_of=lambda r, cc: exact.exact_pair(be, A, B, r, cc))
     sk.recompress = partial(compress, devices=devices, chunk=chunk, memory_budget=memory_budget)
     return sk
 
 
-def _host_pair(A, B):
-    """(A, B) on the host for exact values (CuPy factors copied)."""
-    return tuple(M.get() if _be.on_gpu(M) else M for M in (A, B))
-
-
-def _check_room(worker, extra: int, log2b: int) -> None:
+def _check_room(worker, extra: int) -> None:
     """Check that a GPU worker's chunk buffers and ``extra`` bytes (its partial tree) fit."""
     if worker.device is None:
         return
