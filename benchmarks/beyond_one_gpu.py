@@ -91,8 +91,25 @@ def bandwidth(cp, devices, nbytes=1 << 30, repeats=3):
     return alone, together
 
 
+def _profile(fn, sync):
+    """A cProfile of one run (one device: its worker runs in this thread), by cumulative and
+    by internal time."""
+    import cProfile
+    import io
+    import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    fn()
+    sync()
+    pr.disable()
+    for key in ("cumulative", "tottime"):
+        out = io.StringIO()
+        pstats.Stats(pr, stream=out).sort_stats(key).print_stats(25)
+        print(out.getvalue()[-5000:], flush=True)
+
+
 def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
-         dask_max=1 << 62, profile=False):
+         dask_max=1 << 62, profile=False, all_chunks=()):
     sync = lambda: [cp.cuda.Device(d).synchronize() for d in devices]  # noqa: E731
     nbytes = sum(M.data.nbytes + M.indices.nbytes + M.indptr.nbytes if hasattr(M, "indptr")
                  else M.nbytes for M in (A, B))
@@ -155,33 +172,35 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         pB = cupyx.empty_pinned(B.shape, B.dtype)
         pA[...] = A
         pB[...] = B
-        for big in (1, 4):
-            ck = c * big
-            t, sk = _median(lambda: stream.compress(pA, pB, devices=devices[:1], chunk=ck, **kw),
+        runs = [("stream_pinned", devices[:1], c), ("stream_pinned_auto", devices[:1], None)]
+        if len(devices) > 1:
+            runs.append(("stream_pinned_all", devices, None))
+            runs += [(f"stream_pinned_all_chunk{ck}", devices, ck) for ck in all_chunks]
+        for tag, devs, ck in runs:
+            t, sk = _median(lambda: stream.compress(pA, pB, devices=devs, chunk=ck, **kw),
                             repeats, sync)
             same = _same(sk.sketch, res.sketch)
+            ck = stream.last_workers[0].c
             times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
-            tag = "stream_pinned" if big == 1 else f"stream_pinned_chunk{ck}"
+            floor = floor1 if len(devs) == 1 else floor_all
+            bound = max(floor, t_res / len(set(devs)))
             row.update({f"{tag}_s": t, f"{tag}_same_bits": same, f"{tag}_chunk": ck,
-                        f"{tag}_vs_transfer": t / floor1,
-                        f"{tag}_vs_max_transfer_compute": t / max(floor1, t_res),
+                        f"{tag}_vs_transfer": t / floor,
+                        f"{tag}_vs_max_transfer_compute": t / bound,
                         f"{tag}_worker_times": times})
-            print(f"    factors in pinned memory, streamed on {devices[:1]}, chunk {ck}: {t:.3f} s "
-                  f"({t / floor1:.2f}x the transfer floor, {t / max(floor1, t_res):.2f}x "
-                  f"max(transfer, compute)), same bits: {same}; {times}", flush=True)
+            print(f"    factors in pinned memory, streamed on {devs}, chunk {ck}: {t:.3f} s "
+                  f"({t / floor:.2f}x the transfer floor, {t / bound:.2f}x "
+                  f"max(transfer, compute / GPUs)), same bits: {same}; {times}", flush=True)
+        if "stream_pinned_all_s" in row:
+            row["scaling_pinned_all_vs_one"] = row["stream_pinned_auto_s"] / \
+                row["stream_pinned_all_s"]
+            print(f"    {len(devices)} GPUs, pinned factors: "
+                  f"{row['scaling_pinned_all_vs_one']:.2f}x one GPU", flush=True)
         if profile:
-            import cProfile
-            import io
-            import pstats
-            pr = cProfile.Profile()
-            pr.enable()
-            stream.compress(pA, pB, devices=devices[:1], chunk=c, **kw)
-            sync()
-            pr.disable()
-            out = io.StringIO()
-            pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(22)
-            print(out.getvalue()[-6000:], flush=True)
+            _profile(lambda: stream.compress(pA, pB, devices=devices[:1], chunk=c, **kw), sync)
         del pA, pB
+    elif profile:
+        _profile(lambda: stream.compress(A, B, devices=devices[:1], chunk=chunk, **kw), sync)
     if "stream_all_s" in row:
         row["scaling_all_vs_one"] = row["stream_one_s"] / row["stream_all_s"]
         row["scaling_all_vs_resident"] = t_res / row["stream_all_s"]
@@ -292,6 +311,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true",
                     help="print a cProfile of one streamed run from pinned memory per dense case")
+    ap.add_argument("--pinned-all-chunks", default="",
+                    help="comma-separated chunk sizes of extra pinned runs on all the devices")
     ap.add_argument("--json")
     a = ap.parse_args()
     from fwht_gpu import gpu
@@ -321,14 +342,16 @@ def main():
                 for b in a.buckets or [8192]:
                     rows.append(case(cp, f"dense n={n} {dt}", A, B,
                                      dict(buckets=b, reps=5, seed=1), devices, a.repeats, bw,
-                                     client, a.chunk, a.dask_max_gib << 30, a.profile))
+                                     client, a.chunk, a.dask_max_gib << 30, a.profile,
+                                     [int(x) for x in a.pinned_all_chunks.split(",") if x]))
                 del A, B
         for n in a.sparse:
             d = synthetic.sparse_planted(n, a.per_vector, 300, 256, seed=n)
             rows.append(case(cp, f"sparse n={n}, {a.per_vector} per vector", d.A.tocsc(),
                              d.B.tocsr(), dict(buckets=a.sparse_buckets, reps=5, seed=1,
                                                decode=False),
-                             devices, a.repeats, bw, client, a.chunk, a.dask_max_gib << 30))
+                             devices, a.repeats, bw, client, a.chunk, a.dask_max_gib << 30,
+                             a.profile))
             del d
     finally:
         if client is not None:

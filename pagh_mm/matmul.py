@@ -69,8 +69,13 @@ def _all_finite(data, xp) -> bool:
         data = data.T
     if data.ndim == 1:
         data = data[None]
+    if data.size == 0:
+        return True
     rows = max(1, (4 << 20) // max(1, data.shape[-1]))
-    return all(bool(xp.isfinite(data[r:r + rows]).all()) for r in range(0, data.shape[0], rows))
+    blocks = (xp.isfinite(data[r:r + rows]).all() for r in range(0, data.shape[0], rows))
+    if xp is np:
+        return all(bool(f) for f in blocks)
+    return bool(xp.stack(list(blocks)).all())   # one synchronisation (GPU threads contend)
 
 
 def _check_finite(M, name, be):

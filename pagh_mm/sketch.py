@@ -49,9 +49,7 @@ class Side:
         """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
         if not self.sparse:
             return 0
-        if self._ptr is None:                 # one host copy of the index, for every block size
-            self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
-        n = self._ptr.size - 1
+        n = self._host_ptr().size - 1
         if n == 0:
             return 0
         if block not in self._most:             # aligned blocks: strided views, no gathers
@@ -59,6 +57,13 @@ class Side:
             ends = np.concatenate([ptr[block:n:block], ptr[n:]])
             self._most[block] = int((ends - ptr[0:n:block]).max())
         return self._most[block]
+
+    def _host_ptr(self):
+        """The sparse index pointer on the host, int64: one copy for every block (on the
+        GPU, no synchronisation per block)."""
+        if self._ptr is None:
+            self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
+        return self._ptr
 
     def nonempty(self):
         """Per inner index: whether its vector has a stored value (None: dense, all)."""
@@ -183,7 +188,8 @@ class Side:
         stored values, and per repetition the bucket h and signed value w (d, stored values)
         of each."""
         xp = self.be.xp
-        lo, hi = int(self.M.indptr[k0]), int(self.M.indptr[k1])
+        ptr = self._host_ptr()
+        lo, hi = int(ptr[k0]), int(ptr[k1])
         keys = self.M.indices[lo:hi].astype(xp.int64)
         vals = self.M.data[lo:hi].astype(xp.float64)
         ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)

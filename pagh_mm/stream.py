@@ -124,6 +124,21 @@ class _Source:
         return nnz * (self.dtype.itemsize + self.M.indices.dtype.itemsize) + \
             (k1 - k0 + 1) * ptr.dtype.itemsize
 
+    def staged(self, c: int) -> list:
+        """[(dtype, length)] of the host buffers that hold one chunk of c inner indices on
+        its way to a device: the dense slab, or the three arrays' ranges of a SciPy sparse
+        factor (at most the largest chunk's non-zeros); [] for factors on a GPU."""
+        if self.gpu:
+            return []
+        if not self.sparse:
+            return [(self.dtype, math.prod(self.shape(0, c)))]
+        ptr = np.asarray(self.M.indptr)
+        n = len(ptr) - 1
+        k0 = np.arange(0, n, c)
+        nnz = int((ptr[np.minimum(k0 + c, n)] - ptr[k0]).max()) if n else 0
+        idx = self.M.indices.dtype
+        return [(self.dtype, nnz), (idx, nnz), (idx, c + 1)]
+
     def per_index(self) -> float:
         """Mean bytes of one inner index."""
         n = self.M.shape[1] if self.which == 1 else self.M.shape[0]
@@ -174,17 +189,24 @@ def _copy_into(dst, src, pool) -> None:
                   range(0, rows, step)))
 
 
-def _sparse_slab(csp, src: "_Source", k0: int, k1: int):
+def _sparse_slab(csp, src: "_Source", k0: int, k1: int, host, dev, stream, pool):
     """The inner indices k0 .. k1 - 1 of the source's canonical SciPy CSC (A) or CSR (B)
-    matrix on the current GPU: ranges of its three arrays, copied as they are (canonical too)."""
-    cp = fwht_gpu.gpu.cupy()
+    matrix on the current GPU: ranges of its three arrays (canonical too), copied by the
+    pool's threads into the page-locked buffers ``host`` (data, indices, indptr), then by
+    DMA on ``stream`` into the device buffers ``dev``."""
+    rt = fwht_gpu.gpu.cupy().cuda.runtime
     M = src.M
     lo, hi = int(M.indptr[k0]), int(M.indptr[k1])
-    idx = M.indices.dtype                   # SciPy keeps indices and indptr in one dtype
-    indptr = cp.asarray((M.indptr[k0:k1 + 1] - lo).astype(idx))
-    data, indices = cp.asarray(M.data[lo:hi]), cp.asarray(M.indices[lo:hi])
-    out = (csp.csc_matrix if src.which == 1 else csp.csr_matrix)((data, indices, indptr),
-                                                                 shape=src.shape(k0, k1))
+    nnz, rows = hi - lo, k1 - k0 + 1
+    _copy_into(host[0][:nnz], M.data[lo:hi], pool)
+    _copy_into(host[1][:nnz], M.indices[lo:hi], pool)
+    np.subtract(M.indptr[k0:k1 + 1], lo, out=host[2][:rows], casting="unsafe")
+    for h, d, count in zip(host, dev, (nnz, nnz, rows)):
+        if count:
+            rt.memcpyAsync(d.data.ptr, h.ctypes.data, count * h.itemsize,
+                           rt.memcpyHostToDevice, stream.ptr)
+    out = (csp.csc_matrix if src.which == 1 else csp.csr_matrix)(
+        (dev[0][:nnz], dev[1][:nnz], dev[2][:rows]), shape=src.shape(k0, k1))
     out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
     out._has_sorted_indices = True
     return out
@@ -223,10 +245,10 @@ class _Worker:
         self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
 
     def staging_bytes(self) -> int:
-        """Bytes of this worker's two chunk buffers of its dense host factors on its device
-        (and as many of pinned host memory, for pageable ones)."""
-        return 2 * sum(s.other * self.c * s.dtype.itemsize for s in self.sources
-                       if not s.sparse and not s.gpu)
+        """Bytes of this worker's two chunk buffers of its host factors on its device (and as
+        many of pinned host memory, for those not page-locked already)."""
+        return 2 * sum(np.dtype(dt).itemsize * size for s in self.sources
+                       for dt, size in s.staged(self.c))
 
     def run(self, fn, starts, each, report) -> None:
         """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order."""
@@ -247,11 +269,11 @@ class _Worker:
             copy = cp.cuda.Stream(non_blocking=True)
             compute = cp.cuda.Stream(non_blocking=True)
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
-            size = {i: math.prod(self.sources[i].shape(0, self.c)) for i in dense}
-            pinned = {i: [cupyx.empty_pinned(size[i], self.sources[i].dtype) for _ in (0, 1)]
-                      for i in dense if not self.sources[i].pinned}
-            buffers = {i: [cp.empty(size[i], dtype=self.sources[i].dtype) for _ in (0, 1)]
-                       for i in dense}
+            staged = {i: s.staged(self.c) for i, s in enumerate(self.sources) if not s.gpu}
+            pinned = {i: [[cupyx.empty_pinned(size, dt) for dt, size in parts] for _ in (0, 1)]
+                      for i, parts in staged.items() if not self.sources[i].pinned}
+            buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts] for _ in (0, 1)]
+                       for i, parts in staged.items()}
             free = [None, None]
             copier = ThreadPoolExecutor(COPY_THREADS)
 
@@ -266,10 +288,11 @@ class _Worker:
                     for i, s in enumerate(self.sources):
                         slab = s.slab(k0, k1) if not s.sparse or s.gpu else None
                         if i in dense:
-                            buf = buffers[i][slot]
+                            buf = buffers[i][slot][0]
                             view = _dma(buf, slab, copy) if s.pinned else None
                             if view is None:          # staged: a parallel copy, then DMA
-                                host = pinned[i][slot][:math.prod(slab.shape)].reshape(slab.shape)
+                                host = pinned[i][slot][0][:math.prod(slab.shape)].reshape(
+                                    slab.shape)
                                 t0 = time.perf_counter()
                                 _copy_into(host, slab, copier)
                                 self.times["host_copy"] += time.perf_counter() - t0
@@ -283,7 +306,10 @@ class _Worker:
                             out.append((csp.csc_matrix if s.which == 1 else
                                         csp.csr_matrix)(slab.get()))
                         else:                         # SciPy sparse: its arrays' ranges
-                            out.append(_sparse_slab(csp, s, k0, k1))
+                            t0 = time.perf_counter()
+                            out.append(_sparse_slab(csp, s, k0, k1, pinned[i][slot],
+                                                    buffers[i][slot], copy, copier))
+                            self.times["host_copy"] += time.perf_counter() - t0
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
 

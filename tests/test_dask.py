@@ -199,3 +199,39 @@ def test_edge_inputs_formats_attach_and_tiled_verification(tmp_path, monkeypatch
     assert _same(back.exact(r, c), want.exact(r, c))
     with pytest.raises(ValueError, match="attach dask arrays"):
         back.attach(dA, B)
+
+
+@pytest.mark.gpu
+def test_cupy_blocks_give_the_single_gpu_bits():
+    """Dask arrays of CuPy blocks: on the local scheduler, and with dask-cuda (one worker per
+    GPU, each block on its worker's GPU) where it is installed: the bits of pagh_mm.compress of
+    the whole CuPy arrays on one GPU, for dense and sparse (cupyx) blocks."""
+    from fwht_gpu import gpu
+    if not gpu.available():
+        pytest.skip(f"no GPU: {gpu.status()}")
+    cp = gpu.cupy()
+    import cupyx.scipy.sparse as csp
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((300, 1000)).astype(np.float32)
+    B = rng.standard_normal((1000, 260)).astype(np.float32)
+    S1, S2 = _sparse_int(300, 1000, 0.02, 5).tocsc(), _sparse_int(1000, 260, 0.02, 6)
+    kw = dict(buckets=1 << 12, reps=3, seed=7)
+    cases = []
+    for X, Y, fa, fb in ((A, B, cp.asarray, cp.asarray),
+                         (S1, S2, csp.csc_matrix, csp.csr_matrix)):
+        ma, mb = fa(X[:0, :0]), fb(Y[:0, :0])
+        dX = da.from_array(X, chunks=(300, 128), asarray=False).map_blocks(fa, meta=ma)
+        dY = da.from_array(Y, chunks=(128, 130), asarray=False).map_blocks(fb, meta=mb)
+        cases.append((dX, dY, pagh_mm.compress(fa(X), fb(Y), **kw)))
+    for dX, dY, want in cases:
+        got = pdask.compress(dX, dY, **kw)
+        assert got.backend.gpu and _same(cp.asnumpy(got.sketch), cp.asnumpy(want.sketch))
+    try:
+        from dask_cuda import LocalCUDACluster
+        from distributed import Client
+    except ImportError:
+        return
+    with LocalCUDACluster(dashboard_address=None) as cluster, Client(cluster):
+        for dX, dY, want in cases:
+            got = pdask.compress(dX, dY, **kw)
+            assert _same(cp.asnumpy(got.sketch), cp.asnumpy(want.sketch))
