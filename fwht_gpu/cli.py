@@ -238,6 +238,9 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
 @click.option("--norm", type=click.Choice(["backward", "ortho", "forward"]), default="backward",
               show_default=True)
 @click.option("--inverse", is_flag=True, help="Inverse transform (ifwht).")
+@click.option("--order", type=click.Choice(["natural", "sequency", "dyadic"]), default="natural",
+              show_default=True, help="Order of the coefficients (MATLAB's fwht orderings; "
+              "the inverse reads them in this order).")
 @click.option("--dtype", type=click.Choice(["fp64", "fp32", "fp16", "bf16"]), default=None,
               help="Convert to this dtype first (default: the file's float dtype, else fp64).")
 @click.option("--algorithm", type=click.Choice(["folklore", "alman"]), default="folklore",
@@ -250,9 +253,10 @@ def accuracy(min_log2n, max_log2n, dtypes, variants, device, seed, out_dir, no_p
 @force_option
 @debug_option
 @guarded
-def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer, device, fmt,
-              force, debug) -> None:
-    """Walsh-Hadamard transform of the array in file IN along --axis, written to -o."""
+def transform(in_path, output, axis, norm, inverse, order, dtype, algorithm, stabilizer, device,
+              fmt, force, debug) -> None:
+    """Walsh-Hadamard transform of the array in file IN along --axis (length a power of two or
+    K * 2**k, K in 12, 20, 28, 36, 44), written to -o."""
     io.format_of(output)
     check_outputs([output], force=force)
     stabilizer = None if stabilizer == "none" else stabilizer
@@ -267,7 +271,8 @@ def transform(in_path, output, axis, norm, inverse, dtype, algorithm, stabilizer
         x = x.astype(np.float64)
     fn = ifwht if inverse else fwht
     try:
-        y = fn(x, axis, norm=norm, algorithm=algorithm, stabilizer=stabilizer, device=dev)
+        y = fn(x, axis, norm=norm, algorithm=algorithm, stabilizer=stabilizer, device=dev,
+               order=order)
     except ValueError as exc:       # length or axis: name the file, not the argument
         msg = first_line(exc)
         raise ValueError(f"{in_path}: {msg.removeprefix('x: ')}") from exc

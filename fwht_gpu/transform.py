@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from . import cpu, devices, variants
+from . import cpu, devices, frameworks, hadamard, orders, variants
 from . import dtypes as _dt
 from .cuda import arrays as gpu_arrays
 from .cuda import config as gpu_config
@@ -15,7 +15,7 @@ from .cuda import device as gpu_device
 from .cuda import engine as gpu_engine
 from .cuda import host as gpu_host
 from .overflow import TransformOverflowError  # noqa: F401  (re-exported)
-from .plan import Plan, check_length, make_plan
+from .plan import Plan, make_plan
 from .tuning import Tuning
 
 NORMS = ("backward", "ortho", "forward")
@@ -73,6 +73,10 @@ def _as_array(x):
 class FWHT:
     """A planned Walsh-Hadamard transform of length ``n`` and ``dtype``, reusable across calls.
 
+    ``n``: a power of two, or K * 2**k with a shipped Hadamard matrix of order K
+    (:mod:`fwht_gpu.hadamard`: 12, 20, 28, 36, 44; such lengths run on the NumPy engine,
+    CuPy arrays through host memory).
+
     ``device="cpu"`` runs the NumPy engine; ``"cuda"`` the GPU engine (CuPy arrays in place
     on their device, NumPy arrays through device memory).  ``plan`` is the plan of one
     contiguous transform; on the GPU the plan of each call also depends on the array's
@@ -89,16 +93,18 @@ class FWHT:
         if device == "gpu":
             device = "cuda"
         self.n, self.device = int(n), device
+        self.K, m = hadamard.split(self.n, "n")
         self._kw = dict(algorithm=algorithm, stabilizer=stabilizer, compute_dtype=compute_dtype,
                         tuning=tuning)
-        base = make_plan(n, dtype, device=device, **self._kw)       # validates every argument
+        base = make_plan(m, dtype, device=device if self.K == 1 else "cpu",
+                         **self._kw)                                # validates every argument
         self.dtype = base.dtype
         self._plans: dict = {("base",): base}
 
     def plan_for(self, batch: int = 1, interleave: int = 0) -> Plan:
         """The plan for ``batch`` transforms (``interleave``: see :func:`fwht_gpu.make_plan`) on
         the current device (cached)."""
-        if self.device == "cpu":
+        if self.device == "cpu" or self.K > 1:
             return self._plans[("base",)]
         dev = gpu_device.current_id()
         sms = gpu_device.limits(dev).sm_count
@@ -112,7 +118,7 @@ class FWHT:
 
     @property
     def plan(self) -> Plan:
-        """The plan of one contiguous transform."""
+        """The plan of one contiguous transform (for n = K * 2**k: of the 2**k-point stage)."""
         return self.plan_for(1) if self.device == "cuda" and gpu_device.available() \
             else self._plans[("base",)]
 
@@ -120,6 +126,11 @@ class FWHT:
         """The plan of ``batch`` contiguous transforms and, on the GPU, each pass's kernel."""
         plan = self.plan_for(batch) if self.device == "cuda" and gpu_device.available() else self.plan
         text = plan.describe()
+        if self.K > 1:
+            kind, q = hadamard.ORDERS[self.K]
+            name = {"paley1": "Paley I", "paley2": "Paley II"}[kind]
+            return (text + f"\nthen the {self.K}-point stage across {self.K} blocks of {plan.n} "
+                    f"(H_{self.K}: {name}, q = {q}; NumPy engine)")
         if self.device == "cuda":
             lim = gpu_device.limits() if gpu_device.available() else gpu_device.H100
             cfgs = gpu_config.configs_for(plan, batch * plan.n, lim)
@@ -131,17 +142,26 @@ class FWHT:
     def precompile(self, batches=(1,), workers: int | None = None) -> int:
         """Compile the GPU kernels of contiguous calls on ``batches`` transforms, in parallel
         threads (kept in CuPy's disk cache); returns how many kernels were queued."""
-        if self.device != "cuda":
+        if self.device != "cuda" or self.K > 1:
             return 0
         return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
 
     def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None,
-                 overwrite_x: bool = False, workers: int | None = None):
+                 overwrite_x: bool = False, workers: int | None = None, order: str = "natural"):
         """The transform (``inverse``: the inverse, as :func:`ifwht`) of ``x`` along ``axis``.
         ``overwrite_x``: the contents of ``x`` may be destroyed (as in ``scipy.fft``); the CPU
         engine then transforms a C-contiguous ``x`` in place, without a copy, when it can.
-        ``workers``: CPU threads, as in ``scipy.fft`` (None: all cores)."""
+        ``workers``: CPU threads, as in ``scipy.fft`` (None: all cores). ``order``: the
+        coefficients' order, as :func:`fwht`."""
         workers = cpu.check_workers(workers)
+        _check_order(order, self.K)
+        x, back, stream = frameworks.to_engine(x)
+        given, out = out, frameworks.to_engine(out)[0] if out is not None else None
+        with stream():
+            y = self._call(x, axis, norm, inverse, out, overwrite_x, workers, order)
+        return given if given is not None else back(y) if back else y
+
+    def _call(self, x, axis, norm, inverse, out, overwrite_x, workers, order):
         x = _as_array(x)
         on_gpu = _is_cupy(x)
         if on_gpu and self.device != "cuda":
@@ -150,15 +170,45 @@ class FWHT:
         axis = _check_args(x, axis, out, gpu_device.cupy() if on_gpu else np)
         length = x.shape[axis]
         if length != self.n or x.dtype != self.dtype:
-            check_length(length, "x")
+            hadamard.split(length, "x")
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
         with cpu.limited_workers(workers):
-            return self._execute(x, axis, norm_factor(self.n, norm, inverse), out,
+            return self._ordered(x, axis, norm_factor(self.n, norm, inverse), out, inverse, order,
                                  bool(overwrite_x))
 
-    def _execute(self, x, axis: int, factor: float, out, overwrite_x: bool = False):
+    def _ordered(self, x, axis: int, factor: float, out, inverse: bool, order: str,
+                 overwrite_x: bool = False):
+        """The transform with its coefficients in ``order`` (checked arguments): the forward
+        transform permutes its output, the inverse its input."""
+        perm = orders.permutation(self.n, order)
+        if perm is None:
+            return self._execute(x, axis, factor, out, overwrite_x, inverse)
+        xp = gpu_device.cupy() if _is_cupy(x) else np
+        if inverse:
+            x = orders.reorder(x, axis, orders.inverse_permutation(self.n, order), xp)
+            return self._execute(x, axis, factor, out, True, inverse)
+        y = orders.reorder(self._execute(x, axis, factor, None, overwrite_x, inverse), axis,
+                           perm, xp)
+        if out is None:
+            return y
+        out[...] = y
+        return out
+
+    def _execute(self, x, axis: int, factor: float, out, overwrite_x: bool = False,
+                 inverse: bool = False):
         """The engine call on checked arguments (``axis`` non-negative)."""
+        if self.K > 1:              # K * 2**k: the NumPy engine (CuPy arrays through the host)
+            plan = self._plans[("base",)]
+            if not _is_cupy(x):
+                return hadamard.transform(plan, self.K, x, axis, factor, out, inverse)
+            cp = gpu_device.cupy()
+            y = cp.asarray(hadamard.transform(plan, self.K, cp.asnumpy(x), axis, factor, None,
+                                              inverse))
+            if out is None:
+                return y
+            out[...] = y
+            return out
         if _is_cupy(x):
             batch, interleave = gpu_arrays.layout(x, axis, out)
             return gpu_arrays.transform(self.plan_for(batch, interleave), x, axis, factor, out)
@@ -174,14 +224,33 @@ def _cached(n, dtype, algorithm, stabilizer, compute_dtype, device, tuning) -> F
                 device=device, tuning=tuning)
 
 
+def _check_order(order, K: int) -> None:
+    if orders.check(order) != "natural" and K > 1:
+        raise ValueError(f"order={order!r} is defined for power-of-two lengths; lengths K * 2**k "
+                         "(K > 1) have the natural order only")
+
+
 def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse, tuning,
-               workers=None):
+               workers=None, order="natural"):
+    """The transform of another framework's array (:mod:`fwht_gpu.frameworks`) through its
+    NumPy or CuPy view, given back in its type; NumPy and CuPy arrays as they are."""
+    x, back, stream = frameworks.to_engine(x)
+    given, out = out, frameworks.to_engine(out)[0] if out is not None else None
+    with stream():
+        y = _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
+                              inverse, tuning, workers, order)
+    return given if given is not None else back(y) if back else y
+
+
+def _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse,
+                      tuning, workers, order):
     dev = devices.for_array(device, _is_cupy(x))          # checked in the order of the arguments
     workers = cpu.check_workers(workers)
     x = _as_array(x)
     axis = _check_args(x, axis, out, gpu_device.cupy() if _is_cupy(x) else np)
     n = x.shape[axis]
-    check_length(n, "x")
+    K, _ = hadamard.split(n, "x")
+    _check_order(order, K)
     factor = norm_factor(n, norm, inverse)
     variants.check(algorithm, stabilizer)
     cdt = None if compute_dtype is None else _dt.resolve(compute_dtype, "compute_dtype")
@@ -193,22 +262,25 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
         t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
                  device=dev, tuning=tuning)              # raises the argument's own error
     with cpu.limited_workers(workers):
-        return t._execute(x, axis, factor, out)      # arguments checked above: not again
+        return t._ordered(x, axis, factor, out, inverse, order)   # arguments checked above
 
 
 def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
          stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
-         tuning: Tuning | None = None, workers: int | None = None):
-    """Fast Walsh-Hadamard transform along ``axis`` (Hadamard / natural order).
+         tuning: Tuning | None = None, workers: int | None = None, order: str = "natural"):
+    """Fast Walsh-Hadamard transform along ``axis`` (Hadamard / natural order by default).
 
-    The unnormalized transform equals ``scipy.linalg.hadamard(n) @ x`` along the axis.
+    The unnormalized transform equals ``scipy.linalg.hadamard(n) @ x`` along the axis; for
+    lengths n = K * 2**k (K in 12, 20, 28, 36, 44) it is ``kron(H_K, hadamard(2**k)) @ x`` with
+    the shipped H_K of :mod:`fwht_gpu.hadamard`.
 
     Parameters
     ----------
     x : numpy.ndarray or cupy.ndarray
         float64, float32, float16 or ml_dtypes.bfloat16; the length along ``axis``
-        must be a power of two.  The array decides the device (NumPy: CPU,
-        CuPy: GPU); the result has the input's type, dtype and shape.
+        must be a power of two or K * 2**k (K a shipped order; these lengths run on the NumPy
+        engine, CuPy arrays through host memory).  The array decides the device (NumPy:
+        CPU, CuPy: GPU); the result has the input's type, dtype and shape.
     axis : int
         Axis to transform (default last); any other axes are batch axes.
     norm : {"backward", "ortho", "forward"}
@@ -233,30 +305,35 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     workers : int, optional
         CPU threads, as in :mod:`scipy.fft` (None: every core; negative: counted back from
         the cores, -1 for all).  The result does not depend on it.  Ignored on the GPU.
+    order : {"natural", "sequency", "dyadic"}
+        The coefficients' order (MATLAB's conventions, :mod:`fwht_gpu.orders`): natural
+        (Hadamard), sequency (Walsh: coefficient k has k sign changes) or dyadic (Paley).
+        Power-of-two lengths only.  ``ifwht`` takes its input in that order.
 
     Raises
     ------
     ValueError
-        Length not a power of two (the message names the next one), bad norm,
-        algorithm, stabilizer, axis or ``out``.
+        Unsupported length (the message names the nearest supported ones), bad norm,
+        algorithm, stabilizer, order, axis or ``out``.
     TypeError
         Unsupported dtype.
     TransformOverflowError
         Finite input whose transform exceeds the dtype's range.
     """
     return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, False, tuning,
-                      workers)
+                      workers, order)
 
 
 def ifwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklore",
           stabilizer: str | None = None, compute_dtype=None, out=None, device: str | None = None,
-          tuning: Tuning | None = None, workers: int | None = None):
+          tuning: Tuning | None = None, workers: int | None = None, order: str = "natural"):
     """Inverse transform: ``fwht`` with the inverse's scaling (1/n for norm="backward").
 
-    ``ifwht(fwht(x)) == x`` up to rounding for every ``norm``.  Arguments as :func:`fwht`.
+    ``ifwht(fwht(x, order=o), order=o) == x`` up to rounding for every ``norm`` and order; for
+    n = K * 2**k the inverse applies H_K^T.  Arguments as :func:`fwht`.
     """
     return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, True, tuning,
-                      workers)
+                      workers, order)
 
 
 def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out=None,

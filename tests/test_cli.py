@@ -152,8 +152,17 @@ def test_fwht_transform_command(files, tmp_path):
     assert code == 0
     want = fwht_gpu.ifwht(np.load(tmp_path / "y.npy").astype(np.float64), 0, norm="ortho")
     assert np.allclose(np.loadtxt(tmp_path / "z.csv", delimiter=","), want)
-    code, text = run(fwht_main, ["transform", files[2]["A.npy"], "-o", tmp_path / "w.npy"])
-    assert code == 1 and "not a power of two" in text
+    np.save(tmp_path / "x50.npy", np.ones((3, 50)))
+    code, text = run(fwht_main, ["transform", tmp_path / "x50.npy", "-o", tmp_path / "w.npy"])
+    assert code == 1 and "not a power of two" in text and "pad to 56" in text
+    code, text = run(fwht_main, ["transform", files[2]["A.npy"], "-o", tmp_path / "w.npy",
+                                 "--order", "sequency"])     # 40 = 20 * 2: natural order only
+    assert code == 1 and "natural order only" in text and not (tmp_path / "w.npy").exists()
+    code, _ = run(fwht_main, ["transform", files[2]["A.npy"], "-o", tmp_path / "w.npy"])
+    assert code == 0 and (np.load(tmp_path / "w.npy") == fwht_gpu.fwht(np.load(files[2]["A.npy"]))).all()
+    code, _ = run(fwht_main, ["transform", tmp_path / "x.npy", "-o", tmp_path / "s.npy",
+                              "--order", "dyadic"])
+    assert code == 0 and (np.load(tmp_path / "s.npy") == fwht_gpu.fwht(x, order="dyadic")).all()
     code, text = run(fwht_main, ["transform", tmp_path / "x.npy", "-o", tmp_path / "y.npy"])
     assert code == 2 and "--force" in text
 
