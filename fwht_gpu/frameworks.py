@@ -3,8 +3,9 @@ as NumPy (host) or CuPy (GPU) arrays without a copy, and results given back in t
 type on the caller's device.
 
 :func:`to_engine` is the way in: a PyTorch tensor or JAX array becomes a zero-copy NumPy or
-CuPy view of its memory (bfloat16 through an int16 view, which NumPy's DLPack import lacks);
-the returned ``back`` turns an engine result into the caller's type again (zero-copy too).
+CuPy view of its memory (PyTorch's bfloat16 through an int16 view, which NumPy's DLPack
+import lacks; JAX's bfloat16 through ``numpy.asarray``); the returned ``back`` turns an
+engine result into the caller's type again (zero-copy too, but JAX's bfloat16: a copy).
 A PyTorch tensor on a GPU is transformed on PyTorch's current stream of its device. NumPy and
 CuPy arrays, lists and other array-likes pass through unchanged (``back`` is None).
 """
@@ -53,9 +54,11 @@ def to_engine(x):
         try:
             a = np.from_dlpack(x)
         except (RuntimeError, TypeError, BufferError) as exc:
-            raise TypeError(f"x: a {type(x).__name__} of an unsupported dtype or layout for "
-                            f"DLPack ({exc}); pass float64, float32, float16 or bfloat16") \
-                from exc
+            if not hasattr(x, "__array__"):  # (JAX's bfloat16: NumPy's DLPack lacks it)
+                raise TypeError(f"x: a {type(x).__name__} of an unsupported dtype or layout "
+                                f"for DLPack ({exc}); pass float64, float32, float16 or "
+                                "bfloat16") from exc
+            a = np.asarray(x)
         if bf16:
             a = a.view(_dt.bfloat16)
         return a, _back(x, torch_like, bf16, gpu=False), contextlib.nullcontext
@@ -93,5 +96,11 @@ def _back(x, torch_like: bool, bf16: bool, gpu: bool):
     mod = _module(x)
     if mod in ("jax", "jaxlib"):
         import jax.numpy as jnp
-        return lambda y: jnp.from_dlpack(y)
+
+        def back_jax(y):
+            try:
+                return jnp.from_dlpack(y)
+            except (RuntimeError, TypeError, BufferError):
+                return jnp.asarray(y)       # bfloat16 from NumPy: no DLPack export
+        return back_jax
     return None                             # unknown framework: NumPy/CuPy results

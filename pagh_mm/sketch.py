@@ -245,7 +245,10 @@ def canonical(M, which: int, be: Backend):
     fmt = be.sp.csc_matrix if which == 1 else be.sp.csr_matrix
     if not (M.format in ("csr", "csc") and M.has_canonical_format) and M.format in ("coo", "csr", "csc"):
         M = _without_duplicates(M, be)
+    known = M.format == ("csc" if which == 1 else "csr") and M.has_canonical_format
     M = fmt(M)
+    if known:               # the same arrays: keep the check cached on the caller's matrix
+        M.has_canonical_format = True
     if not M.has_sorted_indices:
         M = M.copy()
         M.sort_indices()
