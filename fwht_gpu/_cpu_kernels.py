@@ -390,3 +390,23 @@ def row_finite(w, n, fin, shift):
     """``fin[r] |= finite(row r of the flat work array w) << shift``."""
     for r in numba.prange(w.size // n):
         fin[r] |= numba.uint8(_finite(w[r * n:(r + 1) * n])) << numba.uint8(shift)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def k_stage(w, signs, mode, out):
+    """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` on (rows, K, M) work values:
+    out[r, i] = +-w[r, 0], then + or - w[r, c] for c = 1 .. K - 1 in order, each sum rounded
+    per ``mode``; a task per (row, output block)."""
+    rows, K, M = w.shape
+    for t in numba.prange(rows * K):
+        r, i = t // K, t % K
+        neg = signs[i, 0] < 0
+        for j in range(M):
+            out[r, i, j] = -w[r, 0, j] if neg else w[r, 0, j]
+        for c in range(1, K):
+            if signs[i, c] > 0:
+                for j in range(M):
+                    out[r, i, j] = _rround(out[r, i, j] + w[r, c, j], mode)
+            else:
+                for j in range(M):
+                    out[r, i, j] = _rround(out[r, i, j] - w[r, c, j], mode)

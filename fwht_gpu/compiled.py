@@ -159,3 +159,12 @@ def run(plan, x: np.ndarray, in_place: bool = False,
             k.narrow(w, dst, fmt)
     bad = fin == 1                      # input finite (bit 0), output not (bit 1)
     return out, (bad if bool(bad.any()) else None)
+
+
+def k_stage(signs: np.ndarray, w: np.ndarray, compute_dtype) -> np.ndarray:
+    """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` compiled: ``w`` (rows, K, M)
+    in the work dtype of ``compute_dtype``, each sum rounded to it; the same operations in the
+    same order per element as the array path (the same bits, tested)."""
+    out = np.empty_like(w)
+    _kernels().k_stage(np.ascontiguousarray(w), signs, _mode(compute_dtype), out)
+    return out

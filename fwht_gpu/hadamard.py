@@ -39,7 +39,7 @@ import functools
 
 import numpy as np
 
-from . import cpu, memory
+from . import compiled, cpu, memory
 from . import dtypes as _dt
 from .overflow import overflow_error, overflowed_rows
 from .plan import Plan, make_plan
@@ -135,8 +135,12 @@ def _nearest(n: int) -> tuple[int, int]:
 def k_stage(H: np.ndarray, z: np.ndarray, compute_dtype, dtype) -> np.ndarray:
     """The K-point stage along axis -2 of ``z`` (..., K, M), in the documented order: each
     operation rounded to ``compute_dtype``, the result to ``dtype``."""
+    w = z.astype(_dt.work_dtype(compute_dtype), copy=False)
+    if compiled.ENABLED:                    # the same operations, compiled
+        K, M = H.shape[0], z.shape[-1]
+        acc = compiled.k_stage(H, w.reshape(-1, K, M), compute_dtype)
+        return acc.reshape(z.shape).astype(dtype)
     ar = cpu._Arith(compute_dtype, None)
-    w = z.astype(_dt.work_dtype(compute_dtype))
     out = np.empty(z.shape, dtype=dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(H.shape[0]):

@@ -115,6 +115,20 @@ def test_rounded_dtypes_follow_the_documented_order(dtype):
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype,compute", [(np.float64, None), (np.float32, None),
+                                           (np.float16, None), (ml_dtypes.bfloat16, None),
+                                           (np.float16, "float32"), (np.float32, "float64")])
+def test_the_compiled_k_stage_gives_the_array_paths_bits(dtype, compute, monkeypatch):
+    from fwht_gpu import compiled
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 3, 44 * 4)) * 50).astype(dtype)
+    x[0, 0, 3], x[1, 2, 7], x[2, 1, 0] = np.nan, np.inf, -np.inf    # poisoned transforms
+    y = F.fwht(x, compute_dtype=compute)
+    monkeypatch.setattr(compiled, "ENABLED", False)
+    want = F.fwht(x, compute_dtype=compute)
+    assert np.array_equal(y.view(np.uint8), want.view(np.uint8))
+
+
 def test_compute_dtype_rounds_once_and_overflow_is_recomputed_when_scaled():
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 28 * 2)).astype(np.float16)
