@@ -31,24 +31,40 @@ def is_foreign(x) -> bool:
         _module(x) not in ("cupy", "cupyx", "numpy")
 
 
-def _torch_view(x):
-    """A PyTorch tensor without autograd history, bfloat16 as int16."""
+def _torch_view(x, written: bool):
+    """A PyTorch tensor as plain memory (no autograd history, lazy negation or conjugation
+    applied), bfloat16 as int16. A tensor recording gradients is refused: this path records no
+    autograd history (fwht_gpu.torch does)."""
     import torch
-    x = x.detach()
+    name = "out" if written else "x"
+    if x.requires_grad and (written or torch.is_grad_enabled()):
+        raise TypeError(f"{name} requires grad: fwht_gpu.fwht records no autograd history; use "
+                        "fwht_gpu.torch.fwht (differentiable), or pass x.detach()")
+    if written and (x.is_neg() or x.is_conj()):
+        raise ValueError("out is a lazily negated or conjugated view; pass a plain tensor")
+    x = x.detach().resolve_neg().resolve_conj()
     return (x.view(torch.int16), True) if x.dtype == torch.bfloat16 else (x, False)
 
 
-def to_engine(x):
+def written(out) -> None:
+    """Tell the framework that ``out`` was written through its engine view (PyTorch: the
+    tensor's version counter, so that autograd sees the change)."""
+    if is_foreign(out) and _module(out) == "torch":
+        import torch
+        torch.autograd.graph.increment_version(out)
+
+
+def to_engine(x, written: bool = False):
     """(array, back, stream): the engine's view of ``x``, the function giving results back in
     ``x``'s type (None for NumPy/CuPy/array-likes) and a function returning a context manager
     that selects the device and stream to run on (PyTorch GPU tensors: PyTorch's current
-    stream)."""
+    stream). ``written``: ``x`` is an ``out`` argument."""
     if not is_foreign(x):
         return x, None, contextlib.nullcontext
     torch_like = _module(x) == "torch"
     bf16 = False
     if torch_like:
-        x, bf16 = _torch_view(x)
+        x, bf16 = _torch_view(x, written)
     dev, ordinal = x.__dlpack_device__()
     if int(dev) == _CPU:
         try:

@@ -139,7 +139,8 @@ def k_stage(H: np.ndarray, z: np.ndarray, compute_dtype, dtype) -> np.ndarray:
     if compiled.ENABLED:                    # the same operations, compiled
         K, M = H.shape[0], z.shape[-1]
         acc = compiled.k_stage(H, w.reshape(-1, K, M), compute_dtype)
-        return acc.reshape(z.shape).astype(dtype)
+        with np.errstate(over="ignore", invalid="ignore"):     # overflow: the caller's
+            return acc.reshape(z.shape).astype(dtype)
     ar = cpu._Arith(compute_dtype, None)
     out = np.empty(z.shape, dtype=dtype)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -172,7 +173,8 @@ def transform(plan: Plan, K: int, x: np.ndarray, axis: int, factor: float = 1.0,
     if x2.shape[0] == 0:
         y2 = x2.copy()
     else:
-        memory.check(4 * x2.nbytes + cpu.work_bytes(plan, x2.shape[0] * K),
+        work = _dt.work_dtype(plan.compute_dtype).itemsize * x2.size
+        memory.check(5 * x2.nbytes + 2 * work + cpu.work_bytes(plan, x2.shape[0] * K),
                          f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {n} "
                          "values", "transform fewer rows at a time")
         y2 = cpu.scale(_composed(plan, H, x2), factor)

@@ -5,7 +5,10 @@ imports PyTorch; ``import fwht_gpu`` does not.
 ``fwht(x, dim)`` / ``ifwht(x, dim)`` take ``fwht_gpu.fwht``'s ``norm`` and ``order``; every
 length the library supports (powers of two, K * 2**k); float64, float32, float16, bfloat16;
 CPU tensors through the NumPy engine and CUDA tensors through the GPU engine on PyTorch's
-current stream, both without copies of the input (DLPack). ``hadamard_transform(x, scale)``
+current stream, through DLPack (no copy of a contiguous input transformed along its last
+dimension; lengths K * 2**k of CUDA tensors go through host memory in this version; results
+are allocated by the engines: CuPy's memory pool on the GPU, not PyTorch's caching allocator,
+so CUDA-graph capture is not supported). ``hadamard_transform(x, scale)``
 has fast-hadamard-transform's signature and meaning: the last dimension, zero-padded to the
 next power of two and truncated back, times ``scale``.
 
@@ -37,7 +40,7 @@ def _planned(n: int, dtype: torch.dtype, cuda: bool) -> _transform.FWHT:
 @torch.library.custom_op("fwht_gpu::transform", mutates_args=())
 def _op(x: torch.Tensor, scale: float, inverse: bool, order: str) -> torch.Tensor:
     t = _planned(x.shape[-1], x.dtype, x.is_cuda)
-    a, back, stream = frameworks.to_engine(x.contiguous())
+    a, back, stream = frameworks.to_engine(x.detach().contiguous())
     with stream():
         y = t._ordered(a, a.ndim - 1, float(scale), None, bool(inverse), order)
     return back(y).contiguous()

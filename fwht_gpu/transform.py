@@ -155,18 +155,23 @@ class FWHT:
         coefficients' order, as :func:`fwht`."""
         workers = cpu.check_workers(workers)
         _check_order(order, self.K)
+        foreign = frameworks.is_foreign(x)
         x, back, stream = frameworks.to_engine(x)
-        given, out = out, frameworks.to_engine(out)[0] if out is not None else None
+        given, out = out, frameworks.to_engine(out, True)[0] if out is not None else None
         with stream():
-            y = self._call(x, axis, norm, inverse, out, overwrite_x, workers, order)
-        return given if given is not None else back(y) if back else y
+            y = self._call(x, axis, norm, inverse, out, overwrite_x and not foreign, workers,
+                           order)
+            y = given if given is not None else back(y) if back else y
+        if given is not None:
+            frameworks.written(given)
+        return y
 
     def _call(self, x, axis, norm, inverse, out, overwrite_x, workers, order):
         x = _as_array(x)
         on_gpu = _is_cupy(x)
         if on_gpu and self.device != "cuda":
-            raise ValueError("a CuPy array given to an FWHT planned for device='cpu'; plan it "
-                             "with device='cuda'")
+            raise ValueError("a GPU array (CuPy, or a CUDA tensor) given to an FWHT planned for "
+                             "device='cpu'; plan it with device='cuda'")
         axis = _check_args(x, axis, out, gpu_device.cupy() if on_gpu else np)
         length = x.shape[axis]
         if length != self.n or x.dtype != self.dtype:
@@ -235,11 +240,14 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
     """The transform of another framework's array (:mod:`fwht_gpu.frameworks`) through its
     NumPy or CuPy view, given back in its type; NumPy and CuPy arrays as they are."""
     x, back, stream = frameworks.to_engine(x)
-    given, out = out, frameworks.to_engine(out)[0] if out is not None else None
+    given, out = out, frameworks.to_engine(out, True)[0] if out is not None else None
     with stream():
         y = _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
                               inverse, tuning, workers, order)
-    return given if given is not None else back(y) if back else y
+        y = given if given is not None else back(y) if back else y
+    if given is not None:
+        frameworks.written(given)
+    return y
 
 
 def _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse,

@@ -130,11 +130,12 @@ class _Source:
         factor (at most the largest chunk's non-zeros); [] for factors on a GPU."""
         if self.gpu:
             return []
+        n = self.M.shape[1] if self.which == 1 else self.M.shape[0]
+        c = min(c, n)                           # (a chunk larger than the inner dimension)
         if not self.sparse:
             return [(self.dtype, math.prod(self.shape(0, c)))]
         ptr = np.asarray(self.M.indptr)
-        n = len(ptr) - 1
-        k0 = np.arange(0, n, c)
+        k0 = np.arange(0, n, max(c, 1))
         nnz = int((ptr[np.minimum(k0 + c, n)] - ptr[k0]).max()) if n else 0
         idx = self.M.indices.dtype
         return [(self.dtype, nnz), (idx, nnz), (idx, c + 1)]
@@ -272,6 +273,12 @@ class _Worker:
             staged = {i: s.staged(self.c) for i, s in enumerate(self.sources) if not s.gpu}
             pinned = {i: [[cupyx.empty_pinned(size, dt) for dt, size in parts] for _ in (0, 1)]
                       for i, parts in staged.items() if not self.sources[i].pinned}
+
+            def staging(i, slot):               # (a page-locked slab _dma cannot copy: made
+                if i not in pinned:             # on first need)
+                    pinned[i] = [[cupyx.empty_pinned(size, dt) for dt, size in staged[i]]
+                                 for _ in (0, 1)]
+                return pinned[i][slot]
             buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts] for _ in (0, 1)]
                        for i, parts in staged.items()}
             free = [None, None]
@@ -291,7 +298,7 @@ class _Worker:
                             buf = buffers[i][slot][0]
                             view = _dma(buf, slab, copy) if s.pinned else None
                             if view is None:          # staged: a parallel copy, then DMA
-                                host = pinned[i][slot][0][:math.prod(slab.shape)].reshape(
+                                host = staging(i, slot)[0][:math.prod(slab.shape)].reshape(
                                     slab.shape)
                                 t0 = time.perf_counter()
                                 _copy_into(host, slab, copier)

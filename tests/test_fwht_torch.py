@@ -47,6 +47,32 @@ def test_tensors_through_dlpack_give_the_engine_bits(tdt, ndt):
     assert isinstance(t(x[..., :64], order="dyadic"), torch.Tensor)
 
 
+def test_autograd_state_is_respected():
+    """fwht_gpu.fwht records no autograd history: tensors that need it are refused, writes
+    through out= bump the version counter (autograd notices), lazy negation is applied."""
+    g = torch.randn(2, 16, requires_grad=True)
+    with pytest.raises(TypeError, match="fwht_gpu.torch"):
+        F.fwht(g)
+    with torch.no_grad():
+        assert torch.equal(F.fwht(g), FT.fwht(g.detach()))
+    a = torch.randn(4, requires_grad=True)
+    out = torch.ones(4)
+    y = (a * out).sum()
+    v = out._version
+    F.fwht(torch.arange(4.0), out=out)
+    assert out._version > v
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    with pytest.raises(TypeError, match="out requires grad"):
+        F.fwht(torch.ones(4), out=torch.ones(4, requires_grad=True))
+    w = torch.randn(8, dtype=torch.complex128).conj().imag       # a lazily negated view
+    assert torch.equal(F.fwht(w), FT.fwht(w.clone()))
+    x = torch.randn(3, 32)
+    keep = x.clone()
+    F.FWHT(32, np.float32)(x, overwrite_x=True)
+    assert torch.equal(x, keep)                                   # never written through
+
+
 def test_the_operator_matches_the_engine_and_the_definition():
     x = torch.randn(4, 20 * 8, dtype=torch.float64)
     for norm in ("backward", "ortho", "forward"):
