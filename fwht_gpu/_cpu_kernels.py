@@ -392,13 +392,14 @@ def row_finite(w, n, fin, shift):
         fin[r] |= numba.uint8(_finite(w[r * n:(r + 1) * n])) << numba.uint8(shift)
 
 
-@numba.njit(nogil=True, cache=True, parallel=True)
-def k_stage(w, signs, mode, out):
+@numba.njit(nogil=True, cache=True)
+def k_stage(w, signs, mode, out, t0, t1):
     """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` on (rows, K, M) work values:
     out[r, i] = +-w[r, 0], then + or - w[r, c] for c = 1 .. K - 1 in order, each sum rounded
-    per ``mode``; a task per (row, output block)."""
-    rows, K, M = w.shape
-    for t in numba.prange(rows * K):
+    per ``mode``, for the tasks (row, output block) t0 .. t1 - 1 (t = r K + i; serial: the
+    caller's threads share the tasks, and a serial kernel compiles in seconds)."""
+    K, M = w.shape[1], w.shape[2]
+    for t in range(t0, t1):
         r, i = t // K, t % K
         neg = signs[i, 0] < 0
         for j in range(M):

@@ -165,6 +165,12 @@ def k_stage(signs: np.ndarray, w: np.ndarray, compute_dtype) -> np.ndarray:
     """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` compiled: ``w`` (rows, K, M)
     in the work dtype of ``compute_dtype``, each sum rounded to it; the same operations in the
     same order per element as the array path (the same bits, tested)."""
+    from .cpu import _pool
+    w = np.ascontiguousarray(w)
     out = np.empty_like(w)
-    _kernels().k_stage(np.ascontiguousarray(w), signs, _mode(compute_dtype), out)
+    tasks, threads = w.shape[0] * w.shape[1], _threads()
+    step = max(1, -(-tasks // threads))
+    run = functools.partial(_kernels().k_stage, w, np.ascontiguousarray(signs),
+                            _mode(compute_dtype), out)
+    list(_pool(threads).map(lambda t0: run(t0, min(tasks, t0 + step)), range(0, tasks, step)))
     return out
