@@ -46,12 +46,26 @@ def _torch_view(x, written: bool):
     return (x.view(torch.int16), True) if x.dtype == torch.bfloat16 else (x, False)
 
 
-def written(out) -> None:
+def _written(out) -> None:
     """Tell the framework that ``out`` was written through its engine view (PyTorch: the
     tensor's version counter, so that autograd sees the change)."""
     if is_foreign(out) and _module(out) == "torch":
         import torch
         torch.autograd.graph.increment_version(out)
+
+
+def through(x, out, fn):
+    """``fn(array, out_array)`` on the engine's views of ``x`` and ``out`` (any framework's),
+    on ``x``'s device and stream; the result in ``x``'s type, or ``out`` itself when given
+    (its framework told of the write)."""
+    a, back, stream = to_engine(x)
+    o = to_engine(out, True)[0] if out is not None else None
+    with stream():
+        y = fn(a, o)
+        y = out if out is not None else back(y) if back else y
+    if out is not None:
+        _written(out)
+    return y
 
 
 def to_engine(x, written: bool = False):

@@ -41,8 +41,8 @@ import numpy as np
 
 from . import compiled, cpu, memory
 from . import dtypes as _dt
-from .overflow import overflow_error, overflowed_rows
-from .plan import Plan, make_plan
+from .overflow import overflowed_rows, recompute_rows
+from .plan import Plan
 
 #: The shipped orders: K -> (construction, q).
 ORDERS = {12: ("paley1", 11), 20: ("paley1", 19), 28: ("paley2", 13), 36: ("paley2", 17),
@@ -175,21 +175,14 @@ def transform(plan: Plan, K: int, x: np.ndarray, axis: int, factor: float = 1.0,
     else:
         work = _dt.work_dtype(plan.compute_dtype).itemsize * x2.size
         memory.check(5 * x2.nbytes + 2 * work + cpu.work_bytes(plan, x2.shape[0] * K),
-                         f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {n} "
-                         "values", "transform fewer rows at a time")
+                     f"the {_dt.short_name(plan.dtype)} transform of {x2.shape[0]} x {n} values",
+                     "transform fewer rows at a time")
         y2 = cpu.scale(_composed(plan, H, x2), factor)
         bad = overflowed_rows(x2, y2, np)
-        if bad is not None:
-            if factor >= 1.0 or plan.dtype == np.float64:
-                raise overflow_error(plan.dtype)
-            wide = make_plan(plan.n, np.float64, plan.algorithm, plan.stabilizer, "cpu",
-                             tuning=plan.tuning)
-            y64 = cpu.scale(_composed(wide, H, x2[bad].astype(np.float64)), factor)
-            with np.errstate(over="ignore"):
-                y = y64.astype(np.float32).astype(plan.dtype)
-            if not bool(np.isfinite(y).all()):
-                raise overflow_error(plan.dtype)
-            y2[bad] = y
+        if bad is not None:             # the power-of-two engine's rule and steps
+            y2[bad] = recompute_rows(plan, x2[bad], factor,
+                                     lambda wide, x64, f: cpu.scale(_composed(wide, H, x64), f),
+                                     np)
     y = np.moveaxis(y2.reshape(shape), -1, axis % x.ndim)
     if out is None:
         return np.ascontiguousarray(y)

@@ -40,10 +40,10 @@ def _planned(n: int, dtype: torch.dtype, cuda: bool) -> _transform.FWHT:
 @torch.library.custom_op("fwht_gpu::transform", mutates_args=())
 def _op(x: torch.Tensor, scale: float, inverse: bool, order: str) -> torch.Tensor:
     t = _planned(x.shape[-1], x.dtype, x.is_cuda)
-    a, back, stream = frameworks.to_engine(x.detach().contiguous())
-    with stream():
-        y = t._ordered(a, a.ndim - 1, float(scale), None, bool(inverse), order)
-    return back(y).contiguous()
+    y = frameworks.through(x.detach().contiguous(), None,
+                           lambda a, _: t._ordered(a, a.ndim - 1, float(scale), None,
+                                                   bool(inverse), order))
+    return y.contiguous()
 
 
 @_op.register_fake

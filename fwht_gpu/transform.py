@@ -155,16 +155,10 @@ class FWHT:
         coefficients' order, as :func:`fwht`."""
         workers = cpu.check_workers(workers)
         _check_order(order, self.K)
-        foreign = frameworks.is_foreign(x)
-        x, back, stream = frameworks.to_engine(x)
-        given, out = out, frameworks.to_engine(out, True)[0] if out is not None else None
-        with stream():
-            y = self._call(x, axis, norm, inverse, out, overwrite_x and not foreign, workers,
-                           order)
-            y = given if given is not None else back(y) if back else y
-        if given is not None:
-            frameworks.written(given)
-        return y
+        overwrite_x = overwrite_x and not frameworks.is_foreign(x)   # never write a caller's
+        return frameworks.through(                                    # tensor through its view
+            x, out, lambda a, o: self._call(a, axis, norm, inverse, o, overwrite_x, workers,
+                                            order))
 
     def _call(self, x, axis, norm, inverse, out, overwrite_x, workers, order):
         x = _as_array(x)
@@ -239,15 +233,10 @@ def _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
                workers=None, order="natural"):
     """The transform of another framework's array (:mod:`fwht_gpu.frameworks`) through its
     NumPy or CuPy view, given back in its type; NumPy and CuPy arrays as they are."""
-    x, back, stream = frameworks.to_engine(x)
-    given, out = out, frameworks.to_engine(out, True)[0] if out is not None else None
-    with stream():
-        y = _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device,
-                              inverse, tuning, workers, order)
-        y = given if given is not None else back(y) if back else y
-    if given is not None:
-        frameworks.written(given)
-    return y
+    return frameworks.through(
+        x, out, lambda a, o: _transform_engine(a, axis, norm, algorithm, stabilizer,
+                                               compute_dtype, o, device, inverse, tuning,
+                                               workers, order))
 
 
 def _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, inverse,

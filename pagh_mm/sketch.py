@@ -188,8 +188,8 @@ class Side:
         stored values, and per repetition the bucket h and signed value w (d, stored values)
         of each."""
         xp = self.be.xp
-        ptr = self._host_ptr()
-        lo, hi = int(ptr[k0]), int(ptr[k1])
+        host = self._host_ptr()
+        lo, hi = int(host[k0]), int(host[k1])
         keys = self.M.indices[lo:hi].astype(xp.int64)
         vals = self.M.data[lo:hi].astype(xp.float64)
         ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)

@@ -271,11 +271,10 @@ class _Worker:
             compute = cp.cuda.Stream(non_blocking=True)
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
             staged = {i: s.staged(self.c) for i, s in enumerate(self.sources) if not s.gpu}
-            pinned = {i: [[cupyx.empty_pinned(size, dt) for dt, size in parts] for _ in (0, 1)]
-                      for i, parts in staged.items() if not self.sources[i].pinned}
+            pinned = {}
 
-            def staging(i, slot):               # (a page-locked slab _dma cannot copy: made
-                if i not in pinned:             # on first need)
+            def staging(i, slot):               # page-locked slots, made on first need (none
+                if i not in pinned:             # for page-locked slabs that go by DMA)
                     pinned[i] = [[cupyx.empty_pinned(size, dt) for dt, size in staged[i]]
                                  for _ in (0, 1)]
                 return pinned[i][slot]
@@ -314,7 +313,7 @@ class _Worker:
                                         csp.csr_matrix)(slab.get()))
                         else:                         # SciPy sparse: its arrays' ranges
                             t0 = time.perf_counter()
-                            out.append(_sparse_slab(csp, s, k0, k1, pinned[i][slot],
+                            out.append(_sparse_slab(csp, s, k0, k1, staging(i, slot),
                                                     buffers[i][slot], copy, copier))
                             self.times["host_copy"] += time.perf_counter() - t0
                     ready = copy.record()
