@@ -39,26 +39,35 @@ def main() -> None:
     ap.add_argument("--per", type=int, nargs="*", default=[16])
     ap.add_argument("--out", default=None)
     ap.add_argument("--cprofile", action="store_true",
-                    help="print the host profile of one compression (fixed buckets) per size")
+                    help="print the host profile of one compression (automatic buckets for k=100) per size")
     ap.add_argument("--no-spgemm", action="store_true")
+    ap.add_argument("--buckets", type=int, nargs="*", default=[16384, 1 << 18],
+                    help="fixed bucket counts to time (besides the automatic ones for k=100)")
+    ap.add_argument("--decode", choices=["auto", "on", "off"], default="auto")
+    ap.add_argument("--no-query", action="store_true", help="time the compressions only")
     args = ap.parse_args()
     rows = []
     for n in args.n:
         for per in args.per:
             d = synthetic.sparse_planted(n, per, 100, 256, seed=0)
             A, B = csp.csr_matrix(d.A), csp.csr_matrix(d.B)
-            for kw in (dict(buckets=16384, reps=5), dict(buckets=1 << 18, reps=5), dict(k=100)):
+            decode = {"auto": "auto", "on": True, "off": False}[args.decode]
+            for kw in [dict(buckets=b, reps=5) for b in args.buckets] + [dict(k=100)]:
+                kw["decode"] = decode
                 prof = {}
                 t, sk = timed(lambda: pagh_mm.compress(A, B, seed=1, **kw))
                 pagh_mm.compress(A, B, seed=1, profile=prof, **kw)
-                tq, top = timed(lambda: sk.top_k(100, verify=True), 1)
-                rec = synthetic.recall(d.rows, d.cols, top.rows.get(), top.cols.get())
+                tq, rec, cert = None, None, None
+                if not args.no_query:
+                    tq, top = timed(lambda: sk.top_k(100, verify=True), 1)
+                    rec = synthetic.recall(d.rows, d.cols, top.rows.get(), top.cols.get())
+                    cert = bool(top.certified)
                 row = {"n": n, "per": per, "buckets": sk.buckets, "compress_s": t,
                        "stages": prof, "query_s": tq, "recall": rec,
-                       "certified": bool(top.certified), "kw": str(kw)}
+                       "certified": cert, "kw": str(kw), "decode": sk.bits is not None}
                 rows.append(row)
-                print(f"n={n} per={per} b={sk.buckets:>8} compress {t:.4f} s query {tq:.4f} s "
-                      f"recall {rec:.3f} cert {top.certified} stages "
+                print(f"n={n} per={per} b={sk.buckets:>8} decode {row['decode']} compress {t:.4f} s "
+                      f"query {tq} s recall {rec} cert {cert} stages "
                       + ", ".join(f"{k} {v:.4f}" for k, v in prof.items()), flush=True)
                 sk = top = None
             if args.cprofile:
@@ -66,10 +75,10 @@ def main() -> None:
                 import pstats
                 pr = cProfile.Profile()
                 pr.enable()
-                pagh_mm.compress(A, B, seed=1, buckets=1 << 18, reps=5)
+                pagh_mm.compress(A, B, seed=1, k=100)
                 sync()
                 pr.disable()
-                pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+                pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
             if args.no_spgemm:
                 continue
             try:

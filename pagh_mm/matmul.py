@@ -361,18 +361,29 @@ def _inverse_exact(sketch, direct, xp) -> bool:
     0 .. s - 1 the inverse's values are 2^s sum_{w_hi} +-c[w_hi, w_lo] (c the time-domain sums,
     w_lo the low s bits), bounded by 2^s times the largest sum of |c| over the buckets sharing
     their low s bits: O(b) per repetition, checked against INVERSE_EXACT_LIMIT on |sketch| +
-    |direct| (which also bounds a part that went through the transforms)."""
+    |direct| (which also bounds a part that went through the transforms).  Rows are folded
+    INVERSE_EXACT_BYTES at a time (the sketch may fill the device), with one synchronisation."""
+    rows, b = sketch.shape
+    group = max(1, INVERSE_EXACT_BYTES // (8 * max(1, b)))
     worst = []
-    for r in range(sketch.shape[0]):          # a row at a time: the sketch may fill the device
-        a = xp.abs(sketch[r])
+    for r in range(0, rows, group):
+        a = xp.abs(sketch[r:r + group])
         if direct is not sketch:
-            a += xp.abs(direct[r])
+            a += xp.abs(direct[r:r + group])
+        w = None
         while True:
-            worst.append(a.max() * float(a.size))              # 2^s x the largest fold
-            if a.size == 1:
+            top = a.max(axis=1) * float(a.shape[1])              # 2^s x the largest fold
+            w = top if w is None else xp.maximum(w, top)
+            if a.shape[1] == 1:
                 break
-            a = a[:a.size // 2] + a[a.size // 2:]
-    return bool((xp.stack(worst) < INVERSE_EXACT_LIMIT).all())
+            h = a.shape[1] // 2
+            a = a[:, :h] + a[:, h:]
+        worst.append(w)
+    return not worst or bool((xp.concatenate(worst) < INVERSE_EXACT_LIMIT).all())
+
+
+#: Bytes of |sketch| folded at a time by :func:`_inverse_exact`.
+INVERSE_EXACT_BYTES = 64 << 20
 
 
 def _abs_product_bound(sides) -> float:

@@ -8,7 +8,7 @@ import scipy.sparse as sps
 
 import fwht_gpu.compiled
 import pagh_mm
-from pagh_mm import compiled
+from pagh_mm import compiled, matmul
 
 
 def _specification(*args, **kw):
@@ -347,3 +347,33 @@ def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
     C = (X.T @ X).toarray()
     np.fill_diagonal(C, -1)
     assert np.sort(got.exact)[::-1][-1] >= np.sort(C.ravel())[::-1][39]   # the true top 20 x 2
+
+
+def _inverse_exact_rows(sketch, direct):
+    """The check's definition, a row at a time (the implementation folds groups of rows)."""
+    worst = []
+    for r in range(sketch.shape[0]):
+        a = np.abs(sketch[r]) + (0 if direct is sketch else np.abs(direct[r]))
+        while True:
+            worst.append(a.max() * float(a.size))
+            if a.size == 1:
+                break
+            a = a[:a.size // 2] + a[a.size // 2:]
+    return bool((np.array(worst) < matmul.INVERSE_EXACT_LIMIT).all())
+
+
+@pytest.mark.parametrize("group_bytes", [8, 8 * 64, 64 << 20])
+def test_inverse_exactness_check_folds_groups_of_rows_as_its_definition(monkeypatch, group_bytes):
+    monkeypatch.setattr(matmul, "INVERSE_EXACT_BYTES", group_bytes)
+    rng = np.random.default_rng(3)
+    for rows, b in ((1, 2), (5, 64), (7, 256), (25, 1024)):
+        for scale in (1.0, 2.0 ** 40, 2.0 ** 43, 2.0 ** 44, 2.0 ** 50):
+            sketch = np.round(rng.standard_normal((rows, b)) * scale / b)
+            direct = np.round(rng.standard_normal((rows, b)) * scale / b)
+            for d in (sketch, direct):
+                assert matmul._inverse_exact(sketch, d, np) == _inverse_exact_rows(sketch, d)
+        sketch = np.zeros((rows, b))
+        sketch[-1, -1] = matmul.INVERSE_EXACT_LIMIT / b           # the last row decides
+        assert not matmul._inverse_exact(sketch, sketch, np)
+        sketch[-1, -1] = np.nextafter(matmul.INVERSE_EXACT_LIMIT / b, 0)
+        assert matmul._inverse_exact(sketch, sketch, np)

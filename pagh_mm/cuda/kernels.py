@@ -18,6 +18,8 @@ FUSED = KernelModule(os.path.join(HERE, "fused.cu"))
 MAXDS = (5, 7, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
+#: Inner indices per block of ``pairs_direct`` (scatter.cu's PAIRS_K).
+PAIRS_K = 32
 
 #: The parameters of ``scan_tile`` in order (C types), for the instantiation text.
 SCAN_PARAMS = ("const i64*", "const double*", "i64", "const i64*", "const double*", "i64",
@@ -441,5 +443,6 @@ def pairs_direct(va, vb, d: int, b: int, tab) -> None:
     if nb <= 0:
         return
     SCATTER.function("pairs_direct")(
-        (nb,), (THREADS,), (ptrA, hA, wA, np.int64(hA.shape[1]), ptrB, hB, wB,
-                            np.int64(hB.shape[1]), np.int32(d), np.int64(b), tab))
+        (-(-nb // PAIRS_K), d), (THREADS,), (ptrA, hA, wA, np.int64(hA.shape[1]), ptrB, hB, wB,
+                                             np.int64(hB.shape[1]), np.int64(nb), np.int64(b),
+                                             tab))

@@ -44,28 +44,73 @@ extern "C" __global__ void scatter_sparse(const i64* __restrict__ ptr, const i64
     }
 }
 
-// Direct pairs of sparse inner indices (exact integer products only): for inner index k
-// (blockIdx.x) and every repetition t, each pair of a stored value i of A's vector k and
-// a stored value j of B's vector k adds wA[t, i] wB[t, j] (signed values) to the
-// time-domain table tab[t, hA[t, i] ^ hB[t, j]] - the XOR convolution of the two sketches
-// without transforms, the SpGEMM's multiplications without its output.  The products and
-// sums are integers below 2^53 (the caller checks), so they are exact in any order: the
-// same bits as the transform route and as the CPU.  h, w: (d, nnz) arrays; ptr: the nb + 1
-// bounds of the vectors' stored values.
+// Direct pairs of sparse inner indices (exact integer products only): for every inner index
+// k and repetition t, each pair of a stored value i of A's vector k and a stored value j of
+// B's vector k adds wA[t, i] wB[t, j] (signed values) to the time-domain table
+// tab[t, hA[t, i] ^ hB[t, j]] - the XOR convolution of the two sketches without transforms,
+// the SpGEMM's multiplications without its output.  The products and sums are integers below
+// 2^53 (the caller checks), so they are exact in any order: the same bits as the transform
+// route and as the CPU.  h, w: (d, nnz) arrays; ptr: the nb + 1 bounds of the vectors' stored
+// values.
+//
+// Block (x, y) takes repetition t = y and the PAIRS_K inner indices x PAIRS_K .. + PAIRS_K - 1,
+// their pairs numbered one after the other (a prefix sum in shared memory), the threads
+// striding over them: balanced whatever the vectors' lengths.  The grid runs every block of
+// repetition 0 first, then of 1, ...: the atomic additions of a launch go to one repetition's
+// row of the table at a time, which stays in L2 (16 MiB at b = 2^21) where the whole table
+// would not.
+constexpr int PAIRS_K = 32;
+
 extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64* __restrict__ hA,
                                         const double* __restrict__ wA, i64 nnzA,
                                         const i64* __restrict__ ptrB, const i64* __restrict__ hB,
-                                        const double* __restrict__ wB, i64 nnzB, int d, i64 b,
+                                        const double* __restrict__ wB, i64 nnzB, i64 nb, i64 b,
                                         double* __restrict__ tab)
 {
-    const i64 k = blockIdx.x;
-    const i64 a0 = ptrA[k], na = ptrA[k + 1] - a0, b0 = ptrB[k], nv = ptrB[k + 1] - b0;
-    const i64 per = na * nv, total = per * d;
+    __shared__ i64 first[PAIRS_K + 1];       // pairs before inner index k0 + c
+    __shared__ i64 a0[PAIRS_K], b0[PAIRS_K], nv[PAIRS_K];
+    const i64 t = blockIdx.y, k0 = (i64)blockIdx.x * PAIRS_K;
+    const int count = (int)min((i64)PAIRS_K, nb - k0);
+    if (threadIdx.x < 32) {                  // one warp: the counts and their prefix sum
+        const int c = threadIdx.x;
+        i64 pairs = 0;
+        if (c < count) {
+            const i64 k = k0 + c;
+            a0[c] = ptrA[k];
+            b0[c] = ptrB[k];
+            nv[c] = ptrB[k + 1] - b0[c];
+            pairs = (ptrA[k + 1] - a0[c]) * nv[c];
+        }
+        for (int off = 1; off < 32; off <<= 1) {     // inclusive scan over the warp
+            const i64 v = __shfl_up_sync(0xffffffffu, pairs, off);
+            if (c >= off) pairs += v;
+        }
+        first[c + 1] = pairs;
+        if (c == 0) first[0] = 0;
+    }
+    __syncthreads();
+    const i64 total = first[count];
+    const double* wa = wA + t * nnzA;
+    const double* wb = wB + t * nnzB;
+    const i64* ha = hA + t * nnzA;
+    const i64* hb = hB + t * nnzB;
+    double* row = tab + t * b;
+    int c = 0;
     for (i64 q = threadIdx.x; q < total; q += blockDim.x) {
-        const i64 t = q / per, r = q - t * per, i = r / nv, j = r - i * nv;
-        const i64 ia = t * nnzA + a0 + i, jb = t * nnzB + b0 + j;
-        const double w = wA[ia];
+        while (first[c + 1] <= q) ++c;       // q only grows: the vector only moves on
+        const i64 r = q - first[c], n = nv[c];
+        i64 i, j;
+        if (r < 0x7fffffff && n < 0x7fffffff) {      // 32-bit division where it fits
+            const unsigned ri = (unsigned)r, ni = (unsigned)n;
+            i = ri / ni;
+            j = ri - (unsigned)i * ni;
+        } else {
+            i = r / n;
+            j = r - i * n;
+        }
+        const i64 ia = a0[c] + i, jb = b0[c] + j;
+        const double w = wa[ia];
         if (w != 0.0)            // rows a bit sketch leaves out add nothing (skipped: same bits)
-            atomicAdd(tab + t * b + (hA[ia] ^ hB[jb]), __dmul_rn(w, wB[jb]));
+            atomicAdd(row + (ha[ia] ^ hb[jb]), __dmul_rn(w, wb[jb]));
     }
 }
