@@ -5,9 +5,12 @@ indices (the last may be shorter) are aligned nodes of the pairwise tree of
 :mod:`pagh_mm.reduction`, so a chunk's sum can be formed anywhere (a dask task, another GPU,
 a block streamed from the host) and the chunks' sums added in the tree give the bits of
 :func:`pagh_mm.compress` of the whole arrays. :func:`compress` is that flow: the chunks'
-statistics when the plan needs them (integrality and the pair bound of sparse factors, the
-shares of the ||AB||_F estimate for automatic buckets), the choice of the sketch, the chunks'
-sums, and the finish (the inverse transform, its exactness check, the Gram diagonal).
+statistics (integrality and the pair bound of sparse factors, the shares of the ||AB||_F
+estimate for automatic buckets), the choice of the sketch, the chunks' sums, and the finish
+(the inverse transform, its exactness check, the Gram diagonal). The statistics are a pass
+of their own only where the choice of the sketch needs them (automatic buckets for a stated
+query); otherwise the sums pass gathers them, adding pairs speculatively, and is made again
+without pairs only when the gathered statistics forbid the pairs some chunk added.
 :mod:`pagh_mm.dask` and :mod:`pagh_mm.stream` give it the chunks' work to run where they
 run it.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable
 
@@ -58,15 +61,31 @@ def _pair(a, b, gram: bool):
     return (a.T, a) if gram else (a, b)
 
 
+def _pair_statistics(sides) -> tuple:
+    """(every stored value an integer, sum_k |a_k|_1 |b_k|_1) of one chunk's sides: what
+    decides, over all chunks, whether pairs may be added (False, inf unless all sparse)."""
+    sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
+    integral = sparse and compiled.exact_integers(sides, 0.0)
+    bound = matmul._abs_product_bound(sides) if sparse else math.inf
+    return integral, bound
+
+
+def pairs_allowed(stats) -> bool:
+    """Whether the chunks' statistics ``stats`` [(integral, bound)], in chunk order, let pairs
+    be added: every value an integer and the bounds' sum (in that order) below 2**53, so that
+    pair sums are exact and any mix of routes gives the specification's bits."""
+    integral = bool(stats) and all(s[0] for s in stats)
+    bound = sum(s[1] for s in stats) if stats else 0.0
+    return integral and bound < 2.0 ** 53
+
+
 def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
     unless ``gram``)) of one inner chunk."""
     a, b, be = matrices(*_pair(a, b, gram), check_finite)
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
-    sparse = all(s.sparse for s in sides)        # pairs (and so these two) need sparse sides
-    integral = sparse and compiled.exact_integers(sides, 0.0)
-    bound = matmul._abs_product_bound(sides) if sparse else math.inf
+    integral, bound = _pair_statistics(sides)
     with _lock(be):
         part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
         diagonal = exact.gram_diagonal(be, a) if gram else None
@@ -88,18 +107,24 @@ class Plan:
     gram: bool
     check_finite: bool      # the statistics pass did not check the values: check them here
     diagonal: bool          # ... nor form the Gram diagonal: form its share here
+    stats: bool = False     # ... nor gather the pair statistics: gather them here
 
 
 def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or None,
-    its share of the Gram diagonal or None): what :func:`pagh_mm.compress` adds for these
-    inner indices. ``pairs`` False: no route adds pairs. ``cache``: a dict kept across the
+    its share of the Gram diagonal or None, [its pair statistics (:func:`chunk_stats`'s
+    first two)] or None): what :func:`pagh_mm.compress` adds for these inner indices (the
+    statistics where ``plan.stats``). ``pairs`` False: no route adds pairs; True: the routes
+    that add pairs where this chunk's own values allow (the chunks' statistics decide
+    afterwards whether the sums stand). ``cache``: a dict kept across the
     chunks of one plan on one device, where dense sides leave their per-key hash tables for
     the next chunk (they do not depend on the inner indices), and the GPU's pair route its
     time-domain table: the next chunks add to it (then the returned table is that one)."""
     a, b, be = matrices(*_pair(a, b, plan.gram), plan.check_finite)
     sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
         (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
+    # (before the sums' buffers: its temporaries are those of the routes' own check)
+    stats = [_pair_statistics(sides)] if plan.stats else None
     dense = [s for s in sides if not s.sparse] if cache is not None else []
     for s in dense:
         if (s.which, s.keys) in cache:
@@ -116,12 +141,13 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
         cache[s.which, s.keys] = s
     if cache is not None and be.gpu and direct is not None:
         cache["direct"] = direct            # the next chunks' pairs go into the same table
-    return acc.sum.total(), direct, diagonal
+    return acc.sum.total(), direct, diagonal, stats
 
 
 def plus_parts(left, right):
     """Two adjacent nodes of the tree: Hadamard-domain sums added (absent ones skipped), the
-    exact time-domain pair sums in any order, the diagonal shares added."""
+    exact time-domain pair sums in any order, the diagonal shares added, the lists of the
+    chunks' statistics joined (left first: chunk order)."""
     return tuple(reduction._plus(x, y) for x, y in zip(left, right))
 
 
@@ -162,21 +188,29 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
 
     ``stats(fn)``: [fn(a, b) for every chunk (a, b)], fn a partial of :func:`chunk_stats`;
     ``sums(plan, pairs)``: the tree sum (:func:`plus_parts`) of :func:`chunk_sums` over the
-    chunks, (None, None, None) for none; ``exact_of(r, c)``: exact entries of the product
-    (the Gram diagonal's large integers). The statistics pass runs only where the plan needs
-    it: automatic buckets for a stated query, sparse factors (pairs); otherwise the sums
-    pass checks the values and forms the Gram diagonal, and the factors are read once."""
+    chunks (its statistics in chunk order), (None, None, None, None) for none;
+    ``exact_of(r, c)``: exact entries of the product (the Gram diagonal's large integers).
+
+    The statistics pass runs only where the choice of the sketch needs it: automatic buckets
+    for a stated query. Otherwise the sums pass checks the values, forms the Gram diagonal
+    and, for sparse factors, gathers the pair statistics while it adds pairs where each
+    chunk's own values allow them. The gathered statistics then decide as the statistics
+    pass would have; where they forbid pairs that some chunk added (values not all integers,
+    or the bound at 2**53 or more), the sums pass is made again without pairs, as it would
+    have been. Where no chunk added pairs, the sums are those of a pass without pairs. So
+    the factors are read once, but in that rare case."""
     m, p = A.shape[0], B.shape[1]
     bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
     estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
     diagonal = None
-    integral, bound, F = False, math.inf, None
-    ran = estimate or sparse
+    integral, allowed, F = False, False, None
+    ran = estimate                  # the statistics pass; otherwise the sums pass gathers them
+    fold = sparse and not ran       # (the choice below needs neither integral nor F then)
     if ran:
         parts = stats(partial(chunk_stats, seed=seed, check_finite=check_finite,
                               estimate=estimate, gram=gram))
         integral = bool(parts) and all(s[0] for s in parts)
-        bound = sum(s[1] for s in parts) if parts else 0.0
+        allowed = pairs_allowed(parts)
         if gram:
             diagonal = gram_diagonal(be, A, tree([be.xp.asarray(s[3]) for s in parts],
                                                  lambda x, y: x + y) if parts else None, exact_of)
@@ -190,16 +224,26 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = matmul._draw(chosen, bits, hash, seed, be)
     plan = Plan(made, log2b, every, method, dt, algorithm, stabilizer, memory_budget, gram,
-                check_finite and not ran, gram and not ran)
+                check_finite and not ran, gram and not ran, fold)
     # pair sums are exact, so any mix of routes gives the specification's bits, only when
     # every value is an integer and every sum before the inverse transform stays below 2**53
-    total, direct, share = sums(plan, integral and bound < 2.0 ** 53)
+    # (pairs_allowed); a pass in which no chunk added pairs is a pass without pairs
+    if fold:                        # pairs where each chunk allows them; then the decision
+        total, direct, share, seen = sums(plan, True)
+        if direct is not None and not pairs_allowed(seen or []):
+            # some chunk added pairs that the whole forbids: the pass without pairs (the
+            # values checked, the diagonal formed already)
+            total, direct, _, _ = sums(replace(plan, check_finite=False, diagonal=False,
+                                               stats=False), False)
+    else:
+        total, direct, share, _ = sums(plan, allowed)
     if gram and not ran:
         diagonal = gram_diagonal(be, A, share, exact_of)
     acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
     sketch = acc.finish(direct, total=total)
     if direct is not None and not matmul._inverse_exact(sketch, direct, be.xp):
-        total, _, _ = sums(plan, False)     # the transforms' own sums would round: theirs
+        total, _, _, _ = sums(replace(plan, check_finite=False, diagonal=False, stats=False),
+                              False)        # the transforms' own sums would round: theirs
         sketch = acc.finish(None, total=total)
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),

@@ -140,7 +140,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
     def sums(plan, pairs):
         parts = [dask.delayed(chunks.chunk_sums)(a, b, plan, pairs) for a, b in slabs]
         if not parts:
-            return None, None, None
+            return None, None, None, None
         return dask.compute(chunks.tree(parts, dask.delayed(chunks.plus_parts)))[0]
 
     return chunks.compress(

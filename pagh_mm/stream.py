@@ -11,10 +11,12 @@ are then merged on the first device in chunk order. So the sketch has the bits o
 ``pagh_mm.compress`` of the whole arrays on one GPU, and on the CPU, for the same seed, buckets
 and repetitions, whatever the devices, their number and the chunk size.
 
-Each factor is read once when the plan allows: a second pass (the chunks' statistics) is made
-only for automatic buckets sized for a stated query (``k`` or ``threshold``) and for sparse
-factors (whether integer pairs can be added exactly). ``devices`` may also name the host
-(``"cpu"``, several for several threads): the same chunked flow without transfers.
+Each factor is read once but in two cases: a first pass (the chunks' statistics) is made for
+automatic buckets sized for a stated query (``k`` or ``threshold``), and a second sums pass
+for sparse factors whose pairs, added where each chunk allowed them, the whole forbids
+(values not all integers in some chunk while others added pairs, or sums that could reach
+2**53: :func:`pagh_mm.chunks.compress`). ``devices`` may also name the host (``"cpu"``,
+several for several threads): the same chunked flow without transfers.
 """
 from __future__ import annotations
 
@@ -453,6 +455,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
         begin()
         node = plan.every * (1 << plan.log2b) * 8
         parts = [None] * len(workers)
+        seen = {}                       # chunk start: its statistics (plan.stats)
 
         def task(worker, run):
             levels = max(1, len(run)).bit_length() + 1
@@ -462,7 +465,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             direct = [None]
 
             def each(k0, r):
-                t, d, g = r
+                t, d, g, s = r
+                seen[k0] = s
                 tot.add_node(k0, t)
                 diag.add_node(k0, g)
                 if d is not direct[0]:          # (a chunk may add into the worker's table)
@@ -477,7 +481,8 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
         _together(workers, runs, task)
         parts = [p for p, r in zip(parts, runs) if r]
         if not parts:
-            return None, None, None
+            return None, None, None, None
+        stats = [x for k0 in sorted(seen) for x in seen[k0]] if plan.stats else None
         ctx = fwht_gpu.gpu.cupy().cuda.Device(home) if gpus else contextlib.nullcontext()
         with ctx:
             tot, diag, direct = parts[0]
@@ -485,7 +490,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
                 tot.merge(t, partial(_move, device=home))
                 diag.merge(g, partial(_move, device=home))
                 direct = _plus(direct, _move(d, home))
-            return tot.total(), direct, diag.total()
+            return tot.total(), direct, diag.total(), stats
 
     ctx = fwht_gpu.gpu.cupy().cuda.Device(home) if gpus else contextlib.nullcontext()
     with ctx:

@@ -51,6 +51,45 @@ def test_chunks_give_the_single_process_bits(kind, chunks):
         assert got.shape == want.shape and got.dtype == want.dtype
 
 
+def test_sparse_chunks_are_read_once_with_given_buckets(monkeypatch):
+    """Given buckets: the pair statistics come from the sums' tasks (no statistics tasks) and
+    integer or float factors are read once; pairs some chunks added that the whole forbids
+    (values integer in some chunks only, sums that could reach 2**53) are dropped by a second
+    pass of sums without pairs: the single-process bits every time."""
+    from pagh_mm import chunks
+    calls = {"stats": 0, "sums": 0}
+    real_stats, real_sums = chunks.chunk_stats, chunks.chunk_sums
+
+    def stats(*a, **kw):
+        calls["stats"] += 1
+        return real_stats(*a, **kw)
+
+    def sums(*a, **kw):
+        calls["sums"] += 1
+        return real_sums(*a, **kw)
+    monkeypatch.setattr(chunks, "chunk_stats", stats)
+    monkeypatch.setattr(chunks, "chunk_sums", sums)
+    n, c = 512, 64
+    A, B = _sparse_int(300, n, 0.03, 1).tocsc(), _sparse_int(n, 250, 0.03, 2)
+    rng = np.random.default_rng(0)
+    floats = A.copy()
+    floats.data = floats.data + rng.random(floats.nnz)
+    mixed = A.copy()
+    late = np.repeat(np.arange(n), np.diff(mixed.indptr)) >= 5 * c
+    mixed.data[late] += rng.random(int(late.sum()))
+    big_A, big_B = A.tolil(), B.tolil()             # 2**54 in chunk 0, cancelled in chunk 3
+    big_A[5, 9], big_B[9, 4] = 2 ** 27, 2 ** 27
+    big_A[5, 200], big_B[200, 4] = 2 ** 27, -2 ** 27
+    kw = dict(buckets=1 << 10, reps=3, seed=5)
+    for X, Y, passes in ((A, B, 1), (floats, B, 1), (mixed, B, 2),
+                         (big_A.tocsc(), big_B.tocsr(), 2)):
+        want = pagh_mm.compress(X, Y, **kw)
+        calls.update(stats=0, sums=0)
+        got = pdask.compress(da.from_array(X, chunks=(100, c), asarray=False),
+                             da.from_array(Y, chunks=(c, 125), asarray=False), **kw)
+        assert _same(got.sketch, want.sketch) and calls == {"stats": 0, "sums": passes * n // c}
+
+
 def test_bit_sketches_come_from_the_same_tasks():
     A, B = _sparse_int(200, 256, 0.05, 3), _sparse_int(256, 180, 0.05, 4)
     dA = da.from_array(A, chunks=(200, 64), asarray=False)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import pagh_mm
 from fwht_gpu import gpu
-from pagh_mm import reduction, stream
+from pagh_mm import chunks, reduction, stream
 from pagh_mm.cli import main
 
 
@@ -116,6 +116,89 @@ def test_gram_products_and_their_diagonal():
     sk = stream.compress(S.T, S, k=5, seed=3, devices=["cpu"] * 2, chunk=512)
     assert sk.gram and sk.buckets == ref.buckets
     assert _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+
+
+def _passes(monkeypatch):
+    """Counts of the chunks' statistics and sums computed (a chunk read each), and the sums'
+    results (whether a chunk added pairs)."""
+    seen = {"stats": 0, "sums": 0, "pairs": 0}
+    real_stats, real_sums = chunks.chunk_stats, chunks.chunk_sums
+
+    def stats(*a, **kw):
+        seen["stats"] += 1
+        return real_stats(*a, **kw)
+
+    def sums(*a, **kw):
+        seen["sums"] += 1
+        out = real_sums(*a, **kw)
+        seen["pairs"] += out[1] is not None
+        return out
+    monkeypatch.setattr(chunks, "chunk_stats", stats)
+    monkeypatch.setattr(chunks, "chunk_sums", sums)
+    return seen
+
+
+def _bound(A, B):
+    """sum_k |A[:, k]|_1 |B[k, :]|_1 per inner index."""
+    return np.asarray(abs(A).sum(axis=0)).ravel() * np.asarray(abs(B).sum(axis=1)).ravel()
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_sparse_statistics_fold_into_the_sums_pass(monkeypatch, workers):
+    """Given buckets (or automatic ones without a query): integer sparse factors are read once,
+    the pairs added and kept; float values are read once too (no chunk adds pairs); values
+    integer in some chunks only, sums that could reach 2**53 in the whole though not in any
+    chunk, or an inverse transform that would round: the pairs some chunks added are
+    forbidden, and the second pass without them gives the bits of pagh_mm.compress."""
+    n, c = 1024, 128
+    kw = dict(buckets=1024, reps=3, seed=7)
+    A, B = _sparse_int(300, n, 0.02, 1, "csc"), _sparse_int(n, 200, 0.02, 2)
+    mixed_A = A.copy()
+    mixed_A.data = mixed_A.data.astype(float)
+    cols = np.repeat(np.arange(n), np.diff(mixed_A.indptr))
+    late = cols >= 3 * c                        # chunks 0 .. 2 integer, the others not
+    mixed_A.data[late] += np.random.default_rng(0).random(int(late.sum()))
+    big_A, big_B = A.copy(), B.copy()
+    big_A.data = big_A.data * 2 ** 18 + np.sign(big_A.data)
+    big_B.data = big_B.data * 2 ** 18 + np.sign(big_B.data)
+    per = _bound(big_A, big_B)                  # each chunk's bound below 2**53, not the sum
+    assert per.sum() >= 2 ** 53 and max(per[k:k + c].sum() for k in range(0, n, c)) < 2 ** 53
+    cancel_A, cancel_B = A.tolil(), B.tolil()   # 2**54 in chunk 0, cancelled in chunk 2: the
+    cancel_A[5, 9], cancel_B[9, 4] = 2 ** 27, 2 ** 27       # pairs of the other chunks give
+    cancel_A[5, 300], cancel_B[300, 4] = 2 ** 27, -2 ** 27  # other bits than the transforms
+    cancel_A, cancel_B = cancel_A.tocsc(), cancel_B.tocsr()
+    floats = A.copy()
+    floats.data = floats.data * 0.25 + 0.125
+    huge_A, huge_B = A.tolil(), B.tolil()       # one product of 2**45 in one bucket
+    huge_A[5, 9], huge_B[9, 4] = 2 ** 22, 2 ** 23
+    huge_A, huge_B = huge_A.tocsc(), huge_B.tocsr()
+    assert _bound(huge_A, huge_B).sum() < 2 ** 53
+    cases = [  # (A, B, options, sums passes, pairs kept)
+        (A, B, kw, 1, True),
+        (A, B, dict(seed=7, reps=3), 1, True),                   # automatic, no query
+        (floats, B, kw, 1, False),                               # no chunk adds pairs
+        (mixed_A, B, kw, 2, False),
+        (big_A, big_B, kw, 2, False),
+        (cancel_A, cancel_B, kw, 2, False),
+        (huge_A, huge_B, kw, 2, False),                          # the inverse's check
+    ]
+    for i, (X, Y, opts, passes, kept) in enumerate(cases):
+        ref = pagh_mm.compress(X, Y, **opts)
+        seen = _passes(monkeypatch)
+        sk = stream.compress(X, Y, devices=["cpu"] * workers, chunk=c, **opts)
+        assert _same(sk.sketch, ref.sketch), i
+        assert seen["stats"] == 0 and seen["sums"] == passes * (n // c), (i, seen)
+        assert (seen["pairs"] > 0) == (kept or passes == 2), (i, seen)
+    S = _sparse_int(n, 120, 0.05, 4)             # a sparse Gram product: its diagonal too
+    ref = pagh_mm.compress_gram(S, buckets=1024, seed=3)
+    seen = _passes(monkeypatch)
+    sk = stream.compress(S.T, S, buckets=1024, seed=3, devices=["cpu"] * workers, chunk=c)
+    assert sk.gram and _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+    assert seen["stats"] == 0 and seen["sums"] == n // c and seen["pairs"] > 0
+    bad = floats.copy()                         # the sums pass checks the values now
+    bad.data[-1] = np.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        stream.compress(bad, B, devices=["cpu"] * workers, chunk=c, **kw)
 
 
 def test_memory_mapped_factors_are_read_a_chunk_at_a_time(tmp_path):
