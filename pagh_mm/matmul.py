@@ -316,16 +316,15 @@ def _pair_settings(be, method, dt, algorithm, stabilizer) -> bool:
         and algorithm == "folklore" and not stabilizer
 
 
-def _pair_accumulated(A, B, be, method, dt, algorithm, stabilizer) -> bool:
+def _pair_accumulated(sides, be, method, dt, algorithm, stabilizer) -> bool:
     """Whether the compression will add the inner indices pair by pair (both factors sparse
     with integer values, FP64 plain Folklore transforms; the compiled CPU engine or the GPU's
     pair kernel): then more buckets cost no compression time (:func:`pagh_mm.auto.choose`'s
     ``cheap``), on either device alike."""
     if not _pair_settings(be, method, dt, algorithm, stabilizer) or \
-            not (_be.is_sparse(A) and _be.is_sparse(B)):
+            not all(s.sparse for s in sides):
         return False
-    xp = be.xp
-    return all(bool((xp.trunc(M.data) == M.data).all()) for M in (A, B))
+    return all(s.integral() for s in sides)
 
 
 def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
@@ -391,12 +390,8 @@ def _abs_product_bound(sides) -> float:
     a bound on every sum the compression forms before its inverse transform (the pairs' sums
     in a bucket, the forward transforms, their products and every Hadamard-domain partial
     sum); the inverse transform's own sums are checked on the result (:func:`_inverse_exact`)."""
-    norms = []
-    for s in sides:
-        v = abs(s.M).astype(np.float64)
-        norms.append(s.be.xp.asarray(v.sum(axis=0 if s.which == 1 else 1)).ravel())
-    a = norms[0]
-    return float(a @ (norms[1] if len(norms) == 2 else a))
+    a = sides[0].norms()
+    return float(a @ (sides[1].norms() if len(sides) == 2 else a))
 
 
 def _block_cost(sides, B, per_index, d) -> int:
@@ -574,15 +569,16 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     p = B.shape[1]
     bits = _decode.row_bits(m) if _decode.wanted(decode, _be.is_sparse(A) and _be.is_sparse(B),
                                                   gram, m, p, be.gpu) else 0
+    sides = (Side(A, 1, None, 0, be),) if gram else (Side(A, 1, None, 0, be), Side(B, 2, None, 0, be))
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal,
-                         cheap=_pair_accumulated(A, B, be, method, dt, algorithm, stabilizer),
+                         cheap=_pair_accumulated(sides, be, method, dt, algorithm, stabilizer),
                          decoding=bits > 0)
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = _draw(chosen, bits, hash, seed, be)
-    sides = (Side(A, 1, made, log2b, be),) if gram else \
-        (Side(A, 1, made, log2b, be), Side(B, 2, made, log2b, be))
+    for s in sides:
+        s.hash_with(made, log2b)
     clock("sides")
 
     def one_pass(pairs: bool):

@@ -39,6 +39,39 @@ class Side:
         self._hs = None
         self._ptr = None
         self._most: dict[int, int] = {}     # most_values per block size
+        self._norms = None                   # sparse: |v|_1 of every vector
+        self._integral = None                # sparse: every stored value an integer
+
+    def hash_with(self, params: hashing.HashParams, log2b: int) -> "Side":
+        """This side with the hash functions ``params`` into 2**log2b buckets (a side made
+        with none, for the statistics that do not depend on them, keeps what it computed)."""
+        self.params, self.log2b = params, log2b
+        self._table = self._positions = self._hs = None
+        return self
+
+    def norms(self):
+        """|v|_1 of every vector along the inner dimension of a sparse side (float64, on its
+        device; on the GPU added in stored order by one kernel that also counts the values
+        that are not integers), computed once."""
+        if self._norms is None:
+            if self.be.gpu:
+                from .cuda import kernels
+                self._norms, self._fractional = kernels.vector_norms(self.M.indptr, self.M.data)
+            else:
+                v = abs(self.M).astype(np.float64)
+                self._norms = np.asarray(v.sum(axis=0 if self.which == 1 else 1)).ravel()
+        return self._norms
+
+    def integral(self) -> bool:
+        """Whether every stored value of a sparse side is an integer (computed once)."""
+        if self._integral is None:
+            if self.be.gpu:
+                self.norms()
+                self._integral = int(self._fractional[0]) == 0
+            else:
+                data = self.M.data.astype(np.float64)
+                self._integral = bool((np.trunc(data) == data).all())
+        return self._integral
 
     def adopt(self, other: "Side") -> None:
         """Take the per-key hash tables ``other`` (a dense side of another chunk of the same

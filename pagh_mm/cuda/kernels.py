@@ -332,6 +332,22 @@ def scatter_sparse(ptr, h, w, nb: int, b: int):
     return out
 
 
+def vector_norms(ptr, values):
+    """(|v|_1 of every sparse vector (float64, stored order), a 1-element uint64 count of the
+    stored values that are not integers) of vectors with stored-value bounds ``ptr``: see
+    ``scatter.cu``."""
+    cp = cupy()
+    ptr = cp.ascontiguousarray(ptr, dtype=cp.int64)
+    values = cp.ascontiguousarray(values, dtype=cp.float64)
+    nb = int(ptr.size) - 1
+    norm = cp.empty(max(nb, 0), dtype=cp.float64)
+    fractional = cp.zeros(1, dtype=cp.uint64)
+    if nb > 0:
+        SCATTER.function("vector_norms")((_grid(nb),), (THREADS,),
+                                         (ptr, values, np.int64(nb), norm, fractional))
+    return norm, fractional
+
+
 def poly61(keys, coef):
     """(r, n) uint64 values << 3 of the degree-3 polynomials ``coef`` ((r, 4) uint64, powers
     0..3) over GF(2^61 - 1) at the uint64 ``keys`` (n): see ``hash.cu``."""

@@ -114,3 +114,24 @@ extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64*
             atomicAdd(row + (ha[ia] ^ hb[jb]), __dmul_rn(w, wb[jb]));
     }
 }
+
+// The 1-norm of every sparse vector k (stored values q in [ptr[k], ptr[k + 1])), |v_q| added
+// in stored order in float64, and the number of stored values that are not integers (NaN
+// included) added to *fractional: what decides whether pairs are exact (pagh_mm.matmul).
+extern "C" __global__ void vector_norms(const i64* __restrict__ ptr, const double* __restrict__ v,
+                                        i64 nb, double* __restrict__ norm,
+                                        unsigned long long* __restrict__ fractional)
+{
+    unsigned long long f = 0;
+    for (i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x; k < nb;
+         k += (i64)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (i64 q = ptr[k]; q < ptr[k + 1]; ++q) {
+            const double x = v[q];
+            s = __dadd_rn(s, fabs(x));
+            f += trunc(x) != x;
+        }
+        norm[k] = s;
+    }
+    if (f) atomicAdd(fractional, f);
+}
