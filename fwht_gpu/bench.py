@@ -5,6 +5,10 @@ median of many runs, inputs rotated over enough buffers that the L2 cache does
 not flatter), next to the physical floor - a device-to-device copy of the same
 bytes (read + write; the faster of cudaMemcpy and a copy kernel) - and, for FP32/FP64
 single transforms, ``cupy.fft.rfft`` of the same length, all measured in the same process.
+With ``peer_sizes``, the peers a user would choose instead (fast-hadamard-transform and
+PyTorch baselines, when importable) are timed on the same batched rows in the same run, next
+to ``fwht_gpu`` on CuPy arrays and PyTorch tensors (:mod:`fwht_gpu.peers`, rows of kind
+``peer``).
 
 :func:`run` returns a result record of :mod:`fwht_gpu.provenance` (kind ``fwht-bench``):
 the rows with the commit, device, versions and the :class:`~fwht_gpu.Tuning` they ran under.
@@ -19,7 +23,7 @@ import time
 import numpy as np
 
 from . import dtypes as _dt
-from . import gpu, provenance
+from . import gpu, peers, provenance
 from . import variants as _variants
 from .cuda import engine
 from .cuda import host as cuda_host
@@ -283,9 +287,13 @@ def _echo_case(echo, kind: str, shape, r: dict) -> None:
 
 def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=range(8, 16),
         batch_bytes=256 << 20, fft=True, max_bytes=None, host=True, variants=(), echo=print,
-        tuning: Tuning | None = None, command: str | None = None) -> dict:
+        tuning: Tuning | None = None, command: str | None = None, peer_sizes=(),
+        peer_bytes: int = peers.BATCH_BYTES) -> dict:
     """Benchmark single transforms 2**single and batched rows 2**batched under ``tuning``
-    (default: ``Tuning()``); returns the result record (:mod:`fwht_gpu.provenance`)."""
+    (default: ``Tuning()``), and with ``peer_sizes`` (lengths, e.g. :data:`peers.SIZES`) the
+    peer rows (:mod:`fwht_gpu.peers`: fast-hadamard-transform and PyTorch baselines when
+    importable, rows of ``peer_bytes``); returns the result record (:mod:`fwht_gpu.provenance`;
+    with peers, its versions name PyTorch and fast_hadamard_transform, null when absent)."""
     cp = gpu.cupy()
     t = Tuning() if tuning is None else tuning
     free = cp.cuda.runtime.memGetInfo()[0]
@@ -305,6 +313,12 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
             r["kind"] = kind
             rows.append(r)
             _echo_case(echo, kind, shape, r)
+    peer_versions, peer_settings = {}, {}
+    if peer_sizes:
+        prows, peer_versions, peer_settings = peers.bench(
+            cp, dtypes, peer_sizes, peer_bytes, echo=echo, tuning=t,
+            plan_for=lambda n, dt, b: cuda_plan(n, dt, b, tuning=t))
+        rows += prows
     if variants:
         rows += bench_variants(cp, dtypes=dtypes, sizes=variants, echo=echo, tuning=t)
     rows += bench_axis(cp, echo=echo, tuning=t)
@@ -318,8 +332,13 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
     settings = {"tuning": t, "dtypes": list(dtypes), "single": list(single),
                 "batched": list(batched), "batch_bytes": batch_bytes, "fft": bool(fft),
                 "max_bytes": cap, "host": bool(host), "variants": list(variants),
-                "rotate_bytes": ROTATE_BYTES, "method": METHOD}
-    return provenance.record("fwht-bench", rows, settings, command, device="gpu")
+                "rotate_bytes": ROTATE_BYTES, "method": METHOD, "peers": bool(peer_sizes),
+                **peer_settings}
+    rec = provenance.record("fwht-bench", rows, settings, command, device="gpu")
+    if peer_versions:
+        rec["versions"].update(peer_versions)
+        provenance.validate(rec)
+    return rec
 
 
 def main(out_json: str | None = None, **kw) -> dict:

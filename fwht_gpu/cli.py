@@ -21,6 +21,7 @@ from . import bench as _bench
 from . import cpubench as _cpubench
 from . import dtypes as _dt
 from . import matrixio as io
+from . import peers as _peers
 from .clitools import check_outputs, debug_option, first_line, force_option, guarded
 from .files import write_json
 from .plan import make_plan
@@ -121,8 +122,18 @@ def _workers(ctx, param, value) -> tuple:
         raise click.BadParameter(str(exc)) from None
 
 
+def _peer_sizes(ctx, param, value) -> tuple:
+    """--peer-size values (N, 2^k or K*2^k) as lengths the transform takes."""
+    try:
+        return tuple(dict.fromkeys(_peers.parse_length(v) for v in value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 #: The device of each ``fwht bench`` option that applies to one device only.
-_BENCH_ONLY = {"workers": "cpu", "variant_sizes": "gpu", "no_variants": "gpu", "no_host": "gpu"}
+_BENCH_ONLY = {"workers": "cpu", "variant_sizes": "gpu", "no_variants": "gpu", "no_host": "gpu",
+               "peers": "gpu", "peer_sizes": "gpu", "peer_mb": "gpu"}
+_DEFAULT_PEER_SIZES = ", ".join(_peers.length_label(n) for n in _peers.SIZES)
 
 
 def _only_on(dev: str) -> None:
@@ -132,7 +143,8 @@ def _only_on(dev: str) -> None:
         only = _BENCH_ONLY.get(p.name, dev)
         if only != dev and \
                 ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE:
-            raise click.UsageError(f"{p.opts[0]} applies to the {only.upper()} benchmark only; "
+            raise click.UsageError(f"{'/'.join(p.opts + p.secondary_opts)} applies to the "
+                                   f"{only.upper()} benchmark only; "
                                    f"this run times the {dev.upper()} (pass --device {only})")
 
 
@@ -160,19 +172,32 @@ def _only_on(dev: str) -> None:
                    "dtype) is timed against Folklore; repeatable.")
 @click.option("--no-variants", is_flag=True, help="GPU only: skip the variant table.")
 @click.option("--no-host", is_flag=True, help="GPU only: skip the host-array (device='cuda') timing.")
+@click.option("--peers/--no-peers", default=True, show_default=True,
+              help="GPU only: also time, on the same data in the same run, what a user would "
+                   "take instead - fast-hadamard-transform and PyTorch baselines (butterfly, "
+                   "two GEMMs, x@H) where importable - next to fwht_gpu on CuPy arrays and "
+                   "PyTorch tensors, in FP32, FP16 and BF16 (of --dtype).")
+@click.option("--peer-size", "peer_sizes", multiple=True, callback=_peer_sizes, metavar="N",
+              help="GPU only: a row length of the peer table, repeatable: N, 2^k or K*2^k "
+                   f"[default: {_DEFAULT_PEER_SIZES}].")
+@click.option("--peer-mb", default=_peers.BATCH_BYTES >> 20, show_default=True,
+              type=click.IntRange(1, 1 << 16), help="GPU only: MB of rows in each peer case.")
 @click.option("--json", "out_json", type=click.Path(dir_okay=False), default="fwht-bench.json",
               show_default=True, help="Where to write the results.")
 @force_option
 @debug_option
 @guarded
 def bench(device, dtypes, min_log2n, max_log2n, batched, no_fft, workers, variant_sizes,
-          no_variants, no_host, out_json, force, debug) -> None:
+          no_variants, no_host, peers, peer_sizes, peer_mb, out_json, force, debug) -> None:
     """Time transforms on the GPU or the CPU against a memory copy and an FFT.
 
-    GPU: a device-to-device copy and cupy.fft.rfft, the variants and host arrays.  CPU
-    (fwht_gpu.cpubench): np.copyto and scipy.fft.rfft, with 1 thread and all cores."""
+    GPU: a device-to-device copy and cupy.fft.rfft, the variants and host arrays, and the
+    peers (fast-hadamard-transform, PyTorch) on batched rows.  CPU (fwht_gpu.cpubench):
+    np.copyto and scipy.fft.rfft, with 1 thread and all cores."""
     dev = _device(device)
     _only_on(dev)
+    if peer_sizes and not peers:
+        raise click.UsageError("--peer-size times the peer table, which --no-peers turns off")
     hi = max_log2n or (30 if dev == "gpu" else max(_cpubench.SINGLE))
     _check_range(min_log2n, hi, "log2n")
     check_outputs([out_json], force=force)
@@ -185,7 +210,8 @@ def bench(device, dtypes, min_log2n, max_log2n, batched, no_fft, workers, varian
         res = _bench.main(None, dtypes=dtypes, single=range(min_log2n, hi + 1),
                           batched=range(8, 16) if batched else (), fft=not no_fft,
                           variants=() if no_variants else variant_sizes, host=not no_host,
-                          echo=click.echo, command=command)
+                          peer_sizes=(peer_sizes or _peers.SIZES) if peers else (),
+                          peer_bytes=peer_mb << 20, echo=click.echo, command=command)
     _write_json(out_json, res)
     click.echo(f"wrote {out_json}")
 
