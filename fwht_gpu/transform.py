@@ -15,6 +15,7 @@ from .cuda import device as gpu_device
 from .cuda import engine as gpu_engine
 from .cuda import host as gpu_host
 from .overflow import TransformOverflowError  # noqa: F401  (re-exported)
+from .overflow import recompute_rows
 from .plan import Plan, make_plan
 from .tuning import Tuning
 
@@ -74,8 +75,8 @@ class FWHT:
     """A planned Walsh-Hadamard transform of length ``n`` and ``dtype``, reusable across calls.
 
     ``n``: a power of two, or K * 2**k with a shipped Hadamard matrix of order K
-    (:mod:`fwht_gpu.hadamard`: 12, 20, 28, 36, 44; such lengths run on the NumPy engine,
-    CuPy arrays through host memory).
+    (:mod:`fwht_gpu.hadamard`: 12, 20, 28, 36, 44; NumPy arrays of such lengths run on the
+    NumPy engine, CuPy arrays on their GPU with the same bits).
 
     ``device="cpu"`` runs the NumPy engine; ``"cuda"`` the GPU engine (CuPy arrays in place
     on their device, NumPy arrays through device memory).  ``plan`` is the plan of one
@@ -116,6 +117,15 @@ class FWHT:
             self._plans[key] = plan
         return plan
 
+    def _k_plan(self) -> Plan:
+        """n = K * 2**k on the GPU: the plan of the power-of-two stage of each block (the
+        NumPy engine's passes: the grouping depends on (2**k, dtype, variant) alone)."""
+        plan = self._plans.get(("k-cuda",))
+        if plan is None:
+            plan = make_plan(self._plans[("base",)].n, self.dtype, device="cuda", **self._kw)
+            self._plans[("k-cuda",)] = plan
+        return plan
+
     @property
     def plan(self) -> Plan:
         """The plan of one contiguous transform (for n = K * 2**k: of the 2**k-point stage)."""
@@ -130,7 +140,8 @@ class FWHT:
             kind, q = hadamard.ORDERS[self.K]
             name = {"paley1": "Paley I", "paley2": "Paley II"}[kind]
             return (text + f"\nthen the {self.K}-point stage across {self.K} blocks of {plan.n} "
-                    f"(H_{self.K}: {name}, q = {q}; NumPy engine)")
+                    f"(H_{self.K}: {name}, q = {q}; NumPy engine, or the GPU's for CuPy "
+                    "arrays)")
         if self.device == "cuda":
             lim = gpu_device.limits() if gpu_device.available() else gpu_device.H100
             cfgs = gpu_config.configs_for(plan, batch * plan.n, lim)
@@ -142,8 +153,11 @@ class FWHT:
     def precompile(self, batches=(1,), workers: int | None = None) -> int:
         """Compile the GPU kernels of contiguous calls on ``batches`` transforms, in parallel
         threads (kept in CuPy's disk cache); returns how many kernels were queued."""
-        if self.device != "cuda" or self.K > 1:
+        if self.device != "cuda":
             return 0
+        if self.K > 1:
+            return gpu_engine.precompile_k([(self._k_plan(), self.K, b, inverse) for b in batches
+                                            for inverse in (False, True)], workers)
         return gpu_engine.precompile([(self.plan_for(b), b * self.n) for b in batches], workers)
 
     def __call__(self, x, axis: int = -1, *, norm: str = "backward", inverse: bool = False, out=None,
@@ -197,17 +211,11 @@ class FWHT:
     def _execute(self, x, axis: int, factor: float, out, overwrite_x: bool = False,
                  inverse: bool = False):
         """The engine call on checked arguments (``axis`` non-negative)."""
-        if self.K > 1:              # K * 2**k: the NumPy engine (CuPy arrays through the host)
-            plan = self._plans[("base",)]
+        if self.K > 1:              # K * 2**k: the NumPy engine, or the GPU's for CuPy arrays
             if not _is_cupy(x):
-                return hadamard.transform(plan, self.K, x, axis, factor, out, inverse)
-            cp = gpu_device.cupy()
-            y = cp.asarray(hadamard.transform(plan, self.K, cp.asnumpy(x), axis, factor, None,
-                                              inverse))
-            if out is None:
-                return y
-            out[...] = y
-            return out
+                return hadamard.transform(self._plans[("base",)], self.K, x, axis, factor, out,
+                                          inverse)
+            return _gpu_k_transform(self._k_plan(), self.K, x, axis, factor, out, inverse)
         if _is_cupy(x):
             batch, interleave = gpu_arrays.layout(x, axis, out)
             return gpu_arrays.transform(self.plan_for(batch, interleave), x, axis, factor, out)
@@ -221,6 +229,60 @@ def _cached(n, dtype, algorithm, stabilizer, compute_dtype, device, tuning) -> F
     """The per-process cache of planned transforms (each caches its plans per GPU)."""
     return FWHT(n, dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=compute_dtype,
                 device=device, tuning=tuning)
+
+
+def _gpu_k_transform(plan: Plan, K: int, x, axis: int, factor: float, out, inverse: bool):
+    """The transform of length K * plan.n along ``axis`` of the CuPy array ``x`` on its GPU
+    (:func:`fwht_gpu.cuda.engine.run_k`), times ``factor``, into ``out`` (or a new array): the
+    NumPy engine's bits (:func:`fwht_gpu.hadamard.transform`), its overflow rule included
+    (rows of finite input whose result is not finite: recomputed in float64 when scaled,
+    else TransformOverflowError).  The axis is made contiguous (one transpose copy unless it
+    already is); ``x`` is never modified unless it is ``out``."""
+    cp = gpu_device.cupy()
+    n = x.shape[axis]
+    if x.size == 0:
+        return out if out is not None else cp.empty_like(x)
+
+    def usable(a):
+        return a.flags.c_contiguous and a.data.ptr % 16 == 0
+
+    xm = cp.moveaxis(x, axis, -1)
+    om = None if out is None else cp.moveaxis(out, axis, -1)
+    direct = om is not None and usable(om) and not cp.may_share_memory(out, x)
+    gpu_device.check_memory((0 if usable(xm) else x.nbytes) + (0 if direct else x.nbytes),
+                            "the work buffers")
+    if usable(xm):
+        src = xm
+    else:
+        src = cp.empty(xm.shape, dtype=x.dtype)
+        src[...] = xm                                   # explicit transpose / realignment
+    dst = om if direct else (src if src is not xm else cp.empty(xm.shape, dtype=x.dtype))
+    src2, dst2 = src.reshape(-1, n), dst.reshape(-1, n)
+    if gpu_engine.run_k(plan, K, src2, dst2, factor, inverse):
+        # the input rows: src, or x itself when src (a private copy) was transformed in place
+        kept = src2 if src is not dst else cp.ascontiguousarray(xm).reshape(-1, n)
+        bad = gpu_engine.nonfinite_rows(dst2) & ~gpu_engine.nonfinite_rows(kept)
+        if bool(bad.any()):         # the NumPy engine's rule and steps (fwht_gpu.overflow)
+            idx = cp.nonzero(bad)[0]
+            dst2[idx] = recompute_rows(plan, kept[idx], factor,
+                                       lambda wide, x64, f: _gpu_k_rows(wide, K, x64, f, inverse),
+                                       cp)
+    res = cp.moveaxis(dst, -1, axis)
+    if out is not None:
+        if not direct:
+            out[...] = res
+        return out
+    return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
+
+
+def _gpu_k_rows(plan: Plan, K: int, x2, factor: float, inverse: bool):
+    """The transforms of the rows of the (rows, K * plan.n) CuPy array ``x2`` (float64
+    recomputations of overflowed rows)."""
+    cp = gpu_device.cupy()
+    x2 = cp.ascontiguousarray(x2)
+    y2 = cp.empty_like(x2)
+    gpu_engine.run_k(plan, K, x2, y2, factor, inverse)
+    return y2
 
 
 def _check_order(order, K: int) -> None:
@@ -275,8 +337,8 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     ----------
     x : numpy.ndarray or cupy.ndarray
         float64, float32, float16 or ml_dtypes.bfloat16; the length along ``axis``
-        must be a power of two or K * 2**k (K a shipped order; these lengths run on the NumPy
-        engine, CuPy arrays through host memory).  The array decides the device (NumPy:
+        must be a power of two or K * 2**k (K a shipped order; ``device="cuda"`` with a
+        NumPy array of these lengths runs on the NumPy engine).  The array decides the device (NumPy:
         CPU, CuPy: GPU); the result has the input's type, dtype and shape.
     axis : int
         Axis to transform (default last); any other axes are batch axes.

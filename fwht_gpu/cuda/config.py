@@ -293,3 +293,166 @@ def all_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
 def instantiation_source(configs, entry: str) -> str:
     """A .cu translation unit that includes ``entry`` and explicitly instantiates ``configs``."""
     return "\n".join([f'#include "{entry}"'] + [c.declaration() for c in configs]) + "\n"
+
+
+# --- lengths n = K * 2**k (kernels/k_stage.cuh) ------------------------------------------------
+
+#: Parameters of ``fwht_k_rows`` in order.
+K_ROWS_PARAMS = (("src", "const T*"), ("dst", "T*"), ("ntiles", "i64"), ("log_mu", "int"),
+                 ("log_rows", "int"), ("scale", "double"), ("flags", "unsigned int*"))
+#: Parameters of ``fwht_k_stage`` in order.
+K_STAGE_PARAMS = (("src", "const T*"), ("dst", "T*"), ("npos", "i64"), ("log_m", "int"),
+                  ("scale", "double"), ("flags", "unsigned int*"))
+#: Threads per block of ``fwht_k_stage``.
+K_STAGE_THREADS = 256
+
+
+class _Declared:
+    """Explicit instantiation text and launch arguments from ``PARAMS`` (as PassGeometry)."""
+
+    declaration = PassGeometry.declaration
+    arguments = PassGeometry.arguments
+
+
+@dataclass(frozen=True)
+class KRowsConfig(_Declared):
+    """Template arguments of one ``fwht_k_rows`` instantiation: storage ``ctype``, compute
+    ``wtype`` (the plan's compute dtype), order K, ``transpose`` (the inverse's H_K^T),
+    ``paired`` (16-bit data as pairs of adjacent positions)."""
+
+    ctype: str
+    wtype: str
+    itemsize: int
+    witem: int
+    K: int
+    transpose: bool
+    paired: bool
+
+    PARAMS = K_ROWS_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_k_rows", self.ctype, self.wtype, self.K, self.transpose, self.paired)
+
+    @property
+    def unit_bytes(self) -> int:
+        """Bytes of a compute unit in shared memory and registers (a pair: two values)."""
+        return self.witem * (2 if self.paired else 1)
+
+    @property
+    def max_threads(self) -> int:
+        """The launch bound (``k_rows_max_threads`` in the kernel)."""
+        regs = self.K * (self.unit_bytes // 4)
+        return 1024 if regs <= 20 else 512 if regs <= 44 else 256
+
+    def smem_bytes(self, tile_units: int) -> int:
+        """Dynamic shared memory of a tile of ``tile_units`` units (padded as tile.cuh)."""
+        return (_padded_units(tile_units - 1, self.unit_bytes) + 1) * self.unit_bytes
+
+
+@dataclass(frozen=True)
+class KStageConfig(_Declared):
+    """Template arguments of one ``fwht_k_stage`` instantiation."""
+
+    ctype: str
+    wtype: str
+    K: int
+    transpose: bool
+
+    PARAMS = K_STAGE_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_k_stage", self.ctype, self.wtype, self.K, self.transpose)
+
+
+def k_transpose(K: int, inverse: bool) -> bool:
+    """The ``transpose`` template flag: the inverse uses H_K^T, which is H_K itself for the
+    symmetric (Paley II) orders (one instantiation for both directions)."""
+    from ..hadamard import matrix
+    H = matrix(K)
+    return bool(inverse) and not (H == H.T).all()
+
+
+@dataclass(frozen=True)
+class KLaunch:
+    """How the GPU runs a K * 2**k transform of ``rows`` rows: ``rows_cfg`` set (one
+    ``fwht_k_rows`` pass: tiles of 2**log_rows rows, ``threads`` per block, ``smem`` bytes), or
+    the power-of-two plan's passes (fwht_pass) and then ``stage_cfg``."""
+
+    rows_cfg: KRowsConfig | None
+    stage_cfg: KStageConfig
+    log_mu: int = 0
+    log_rows: int = 0
+    ntiles: int = 0
+    threads: int = 0
+    smem: int = 0
+
+    @property
+    def fused(self) -> bool:
+        return self.rows_cfg is not None
+
+
+def k_fusable(plan: Plan) -> bool:
+    """Whether ``fwht_k_rows`` computes the power-of-two stage of ``plan`` (the plan of one block
+    of 2**k): Folklore without a stabilizer, every operation rounded to the dtype (any grouping
+    of the stages gives the same bits), or computed in a wider type in one pass (rounded to
+    the dtype once, after the last stage, as the kernel does)."""
+    return (plan.algorithm == "folklore" and plan.stabilizer is None
+            and (plan.plain or len(plan.passes) <= 1)
+            and not (plan.dtype.itemsize == 2 and plan.n == 1))    # 16-bit: pairs of positions
+
+
+def k_rows_config(plan: Plan, K: int, inverse: bool) -> KRowsConfig:
+    dt, cdt = plan.dtype, plan.compute_dtype
+    return KRowsConfig(CTYPES[dt], CTYPES[cdt], dt.itemsize, cdt.itemsize, int(K),
+                       k_transpose(K, inverse), dt.itemsize == 2)
+
+
+def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
+    return KStageConfig(CTYPES[plan.dtype], CTYPES[plan.compute_dtype], int(K),
+                        k_transpose(K, inverse))
+
+
+def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100) -> KLaunch:
+    """The launch of a K * plan.n transform of ``rows`` contiguous rows on a device of
+    ``limits``: ``fwht_k_rows`` when :func:`k_fusable` and a row fits in shared memory (tiles
+    of several short rows, up to ``tuning.min_tile_bytes`` of data, the rows per tile dividing
+    ``rows``), else the power-of-two passes and ``fwht_k_stage``."""
+    stage = k_stage_config(plan, K, inverse)
+    if not k_fusable(plan) or rows < 1:
+        return KLaunch(None, stage)
+    cfg = k_rows_config(plan, K, inverse)
+    log_mu = plan.log2n - (1 if cfg.paired else 0)
+    row_units = K << log_mu
+    if cfg.smem_bytes(row_units) > limits.smem_per_block:
+        return KLaunch(None, stage)
+    row_bytes = K * plan.n * plan.dtype.itemsize
+    log_rows = 0
+    while ((row_bytes << (log_rows + 1)) <= plan.tuning.min_tile_bytes and rows % (2 << log_rows) == 0
+           and cfg.smem_bytes(row_units << (log_rows + 1)) <= limits.smem_per_block):
+        log_rows += 1
+    tile_units = row_units << log_rows
+    # threads: about 8 units each per round (at least a warp), within the launch bound
+    threads = max(32, min(cfg.max_threads, 1 << max(0, (tile_units // 8).bit_length() - 1)))
+    return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads,
+                   cfg.smem_bytes(tile_units))
+
+
+def all_k_configs():
+    """Every ``fwht_k_rows`` and ``fwht_k_stage`` instantiation the K * 2**k launcher can choose
+    (for the nvcc check in CI), each once: every dtype with its compute dtypes, every shipped
+    order, both directions."""
+    from ..hadamard import ORDERS
+    seen = set()
+    for dt in _dt.SUPPORTED:
+        for cdt in (dt, variants.wide_dtype(dt)):
+            if cdt is None:
+                continue
+            for K in ORDERS:
+                for inverse in (False, True):
+                    plan = make_plan(8, dt, compute_dtype=None if cdt == dt else cdt, device="cuda")
+                    for c in (k_rows_config(plan, K, inverse), k_stage_config(plan, K, inverse)):
+                        if c not in seen:
+                            seen.add(c)
+                            yield c

@@ -20,12 +20,18 @@ from .modules import KernelModule
 #: The entry translation unit of the transform kernels.
 SOURCE = os.path.join(os.path.dirname(__file__), "kernels", "fwht.cu")
 KERNELS = KernelModule(SOURCE)
+#: The translation unit of the K * 2**k kernels (kernels/k_stage.cuh), compiled on its own.
+K_SOURCE = os.path.join(os.path.dirname(__file__), "kernels", "fwht_k.cu")
+K_KERNELS = KernelModule(K_SOURCE)
 
 
 def compile_unit() -> tuple[str, int]:
-    """The translation unit instantiating every configuration (the CI nvcc check)."""
+    """The translation unit instantiating every configuration (the CI nvcc check): the
+    power-of-two passes and the K * 2**k kernels (:data:`K_SOURCE`)."""
     configs = list(config.all_configs())
-    return config.instantiation_source(configs, SOURCE), len(configs)
+    kconfigs = list(config.all_k_configs())
+    text = config.instantiation_source(configs, SOURCE) + config.instantiation_source(kconfigs, K_SOURCE)
+    return text, len(configs) + len(kconfigs)
 
 
 def kernel(cfg: config.PassGeometry):
@@ -147,3 +153,71 @@ def _resident_blocks(cfg: config.KernelConfig, smem_per_sm: int) -> int:
 @functools.lru_cache(maxsize=None)
 def _scratch_flags(device_id: int):
     return cupy().zeros(1, dtype=cupy().uint32)
+
+
+# --- lengths n = K * 2**k -----------------------------------------------------------------------
+
+def k_kernel_names(plan: Plan, K: int, rows: int, inverse: bool) -> tuple[list[str], list[str]]:
+    """(names in :data:`K_KERNELS`, names in :data:`KERNELS`) that :func:`run_k` launches."""
+    launch = config.k_launch(plan, K, rows, inverse, limits())
+    if launch.fused:
+        return [launch.rows_cfg.name], []
+    passes = []
+    for cfg in config.configs_for(plan, rows * K * plan.n, limits()):
+        passes += [cfg.name, config.unpipelined(cfg).name]
+    return [launch.stage_cfg.name], list(dict.fromkeys(passes))
+
+
+def precompile_k(items, workers: int | None = None, wait: bool = True) -> int:
+    """Compile, in parallel threads, the kernels :func:`run_k` launches for the (plan of a block,
+    K, rows, inverse) items; returns how many were queued."""
+    knames, pnames = {}, {}
+    for plan, K, rows, inverse in items:
+        a, b = k_kernel_names(plan, K, rows, inverse)
+        knames.update(dict.fromkeys(a))
+        pnames.update(dict.fromkeys(b))
+    return K_KERNELS.precompile(knames, workers, wait) + KERNELS.precompile(pnames, workers, wait)
+
+
+def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = False,
+          check: bool = True) -> bool:
+    """The transform of length K * plan.n (``plan``: the power-of-two transform of each block of
+    plan.n; ``inverse``: H_K^T in the K-point stage) of the rows of ``src`` into ``dst``
+    (C-contiguous (rows, K * plan.n) CuPy arrays of plan.dtype, 16-byte aligned; ``src`` may
+    be ``dst``), multiplied by ``factor``: the NumPy engine's operations in its order
+    (:func:`fwht_gpu.hadamard.transform`), so the same bits.  With ``check`` the call waits
+    for the result and returns whether some output value is not finite (the caller judges
+    overflow per row); without, it only launches (capturable in a CUDA graph) and returns
+    False."""
+    cp = cupy()
+    rows = int(src.shape[0])
+    if rows == 0 or src.size == 0:
+        return False
+    flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
+    launch = config.k_launch(plan, K, rows, inverse, limits())
+    if launch.fused:
+        cfg = launch.rows_cfg
+        grid = min(launch.ntiles, 2**31 - 1)
+        args = cfg.arguments(src=src, dst=dst, ntiles=launch.ntiles, log_mu=launch.log_mu,
+                             log_rows=launch.log_rows, scale=factor, flags=flags)
+        K_KERNELS.function(cfg.name, launch.smem)((grid,), (launch.threads,), args,
+                                                  shared_mem=launch.smem)
+    else:
+        mid = src
+        if plan.passes:     # the power-of-two passes on the (rows * K, plan.n) blocks, unscaled
+            run(plan, src.reshape(-1, plan.n), dst.reshape(-1, plan.n), 1.0, check=False)
+            mid = dst
+        cfg = launch.stage_cfg
+        npos = rows * plan.n
+        threads = config.K_STAGE_THREADS
+        grid = max(1, min(-(-npos // threads), limits().sm_count * 16))
+        args = cfg.arguments(src=mid, dst=dst, npos=npos, log_m=plan.log2n, scale=factor,
+                             flags=flags)
+        K_KERNELS.function(cfg.name)((grid,), (threads,), args)
+    return check and bool(int(flags.get()[0]) & 2)
+
+
+def nonfinite_rows(a2):
+    """Per row of the 2-d CuPy array ``a2``: holds a non-finite value (on the bit patterns, any
+    of the four dtypes)."""
+    return _nonfinite_transforms(a2, a2.shape[1], 0)

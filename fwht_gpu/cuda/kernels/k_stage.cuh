@@ -1,0 +1,245 @@
+// Transforms of length n = K * M (M = 2^k) that are not powers of two: H_K (x) H_M
+// (fwht_gpu/hadamard.py is the specification).  A row is K blocks of M contiguous
+// elements; the transform is the power-of-two transform of each block, then the K-point
+// stage across the blocks: output block i = sum_c H_K[i, c] * block c, added left to
+// right from c = 0 (H_K is normalized: its first column is all +1), every operation
+// rounded to the compute type, the sum rounded once to the storage type, then the scale.
+// The inverse uses H_K^T (TRANSPOSE).
+//
+// Two kernels, both built from the blocks of this folder (numeric.cuh: Num<>, Units<>,
+// to<>; tile.cuh: Vec<>, pad<>(); butterflies.cuh: radix2_stages):
+//  * fwht_k_rows: the whole transform of 2^log_rows rows per tile in one pass: the tile
+//    is loaded into shared memory with 16-byte vectors (the stages on the bits inside a
+//    vector fused with the load, as fwht_pass's round 0), the remaining power-of-two
+//    stages in rounds of up to 2^K_LOG_E units per thread through shared memory (as
+//    fwht_pass's middle rounds), then the K-point round: each thread reads the K values
+//    of one position of the K blocks into registers, forms the K signed sums, scales and
+//    writes (consecutive threads: consecutive positions, so the stores coalesce).  A
+//    pass over memory, like a single-pass power-of-two transform.  16-bit data moves and
+//    computes as pairs of adjacent positions (PAIRED; stage 0 inside the pairs).  For plain
+//    Folklore and for plans of one pass with a wider compute type (rounded to storage
+//    after the power-of-two stages, where the NumPy engine's pass writes back).
+//  * fwht_k_stage: the K-point stage alone, on rows whose blocks the power-of-two engine
+//    (fwht_pass, any variant and any number of passes) has already transformed: rows too
+//    long for shared memory, Alman-Rao, the stabilizers, wide plans of several passes.
+// Both set bit 1 of flags when an output is not finite (the caller then judges overflow
+// per row).  src may equal dst.
+#pragma once
+
+#include "numeric.cuh"
+#include "tile.cuh"
+#include "butterflies.cuh"
+#include "hadamard_signs.cuh"
+
+// Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
+template <int K, bool TRANSPOSE>
+__host__ __device__ constexpr bool k_negative(int i, int c) {
+    return TRANSPOSE ? ((HadamardSigns<K>::row(c) >> i) & 1ULL) != 0
+                     : ((HadamardSigns<K>::row(i) >> c) & 1ULL) != 0;
+}
+
+// H_K is normalized: first row and first column all +1 (the K-point sums start with +v[0]).
+template <int K>
+__host__ __device__ constexpr bool k_normalized() {
+    for (int i = 0; i < K; ++i)
+        if ((HadamardSigns<K>::row(i) & 1ULL) || (HadamardSigns<K>::row(0) >> i) & 1ULL) return false;
+    return true;
+}
+
+// A copy the compiler cannot merge with another (volatile asm): each output's chain of sums
+// starts from its own value, so common prefixes of two outputs are not kept alive in
+// registers (the values are the same).
+__device__ __forceinline__ float k_opaque(float v) { asm volatile("mov.b32 %0, %0;" : "+f"(v)); return v; }
+__device__ __forceinline__ double k_opaque(double v) { asm volatile("mov.b64 %0, %0;" : "+d"(v)); return v; }
+__device__ __forceinline__ float2 k_opaque(float2 v) { v.x = k_opaque(v.x); v.y = k_opaque(v.y); return v; }
+__device__ __forceinline__ unsigned short k_opaque_u16(unsigned short u) { asm volatile("mov.b16 %0, %0;" : "+h"(u)); return u; }
+template <typename P>
+__device__ __forceinline__ P k_opaque_bits(P v) {
+    unsigned int u = *reinterpret_cast<unsigned int*>(&v);
+    asm volatile("mov.b32 %0, %0;" : "+r"(u));
+    return *reinterpret_cast<P*>(&u);
+}
+__device__ __forceinline__ __half2 k_opaque(__half2 v) { return k_opaque_bits(v); }
+__device__ __forceinline__ __nv_bfloat162 k_opaque(__nv_bfloat162 v) { return k_opaque_bits(v); }
+__device__ __forceinline__ __half k_opaque(__half v) { return __ushort_as_half(k_opaque_u16(__half_as_ushort(v))); }
+__device__ __forceinline__ __nv_bfloat16 k_opaque(__nv_bfloat16 v) { return __ushort_as_bfloat16(k_opaque_u16(__bfloat16_as_ushort(v))); }
+
+// Output i of the K-point stage on v[0 .. K): +v[0], then +- v[c] for c = 1 .. K - 1 in order.
+template <typename W, int K, bool TRANSPOSE>
+__device__ __forceinline__ W k_point_sum(const W* v, int i) {
+    typedef Num<W> N;
+    W acc = k_opaque(v[0]);       // a fresh chain per output: no prefix shared between outputs       // a fresh chain per output: no prefix shared between outputs
+#pragma unroll
+    for (int c = 1; c < K; ++c) acc = k_negative<K, TRANSPOSE>(i, c) ? N::sub(acc, v[c]) : N::add(acc, v[c]);
+    return acc;
+}
+
+// a + b for the addresses of unrolled loops (shared-memory slots, element indices), opaque
+// to the compiler: each address is the previous one plus the stride, so no table of
+// loop-invariant offsets (c * stride for every c) is hoisted into registers.
+__device__ __forceinline__ int k_step(int a, int b) {
+    int r;
+    asm("add.s32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ i64 k_step(i64 a, i64 b) {
+    i64 r;
+    asm("add.s64 %0, %1, %2;" : "=l"(r) : "l"(a), "l"(b));
+    return r;
+}
+
+// Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
+// registers per thread): 1024 (64 registers) up to 20 registers of values, 512 (128) up to
+// 44, else 256 (config.py's k_rows_max_threads; no spills with nvcc 13 for sm_90).
+template <typename U, int K>
+__host__ __device__ constexpr int k_rows_max_threads() {
+    return K * (int)(sizeof(U) / 4) <= 20 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
+}
+
+// log2 units per thread per round of the power-of-two stages through shared memory (3: no
+// spills at 64 registers).
+constexpr int K_LOG_E = 3;
+
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
+struct KRowsTraits {
+    typedef typename Units<T, C, PAIRED>::S S;    // storage unit
+    typedef typename Units<T, C, PAIRED>::U U;    // compute unit (shared memory, registers)
+    static constexpr int UNITS_PER_VEC = 16 / (int)sizeof(S);
+    static constexpr int LOG_UNITS_PER_VEC = UNITS_PER_VEC == 8 ? 3 : UNITS_PER_VEC == 4 ? 2 : UNITS_PER_VEC == 2 ? 1 : 0;
+    static constexpr int MAX_THREADS = k_rows_max_threads<U, K>();
+        static constexpr int VECS_IN_FLIGHT = 2;
+    typedef Vec<S, UNITS_PER_VEC> V;
+    static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
+    static_assert(sizeof(T) != 2 || PAIRED, "16-bit data as pairs (M >= 2)");
+    static_assert(UNITS_PER_VEC <= 4, "a vector holds at most 4 units");
+    static_assert(k_normalized<K>(), "H_K normalized");
+};
+
+// One tile = 2^log_rows rows of K blocks of 2^log_mu units; tiles t = blockIdx.x, + gridDim.x, ...
+// Dynamic shared memory: padded_size<U>(tile units) * sizeof(U) (config.py's KRowsConfig).
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
+__global__ void __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(), 1)
+fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double scale, unsigned int* flags)
+{
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED> TR;
+    typedef typename TR::S S;
+    typedef typename TR::U U;
+    typedef typename TR::V V;
+    typedef Num<U> N;
+    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
+    constexpr int E = 1 << K_LOG_E;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    U* sm = reinterpret_cast<U*>(smem_raw);
+    const S* usrc = reinterpret_cast<const S*>(src);
+    S* udst = reinterpret_cast<S*>(dst);
+    const int tid = threadIdx.x, threads = blockDim.x;
+    const int mu = 1 << log_mu;                         // units per block
+    const int blocks = K << log_rows;                    // blocks per tile
+    const int tile_units = blocks << log_mu;
+    const int nvec = tile_units / UPV;
+    // round 0: the bits inside a vector (groups of 2^first units side by side when a block
+    // is shorter than a vector)
+    const int first = log_mu < LOG_UPV ? log_mu : LOG_UPV;
+    bool bad_out = false;
+
+    for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const S* in = usrc + t * (i64)tile_units;
+        __syncthreads();                                 // the previous tile's last round has read sm
+        // ---- round 0, fused with the load: VIF vectors per thread in flight
+        for (int v0 = 0; v0 < nvec; v0 += VIF * threads) {
+            V buf[VIF];
+#pragma unroll
+            for (int i = 0; i < VIF; ++i) {
+                const int vi = v0 + i * threads + tid;
+                if (vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
+            }
+#pragma unroll
+            for (int i = 0; i < VIF; ++i) {
+                const int vi = v0 + i * threads + tid;
+                if (vi < nvec) {
+                    U w[UPV];
+#pragma unroll
+                    for (int k = 0; k < UPV; ++k) {
+                        w[k] = to<U>(buf[i].v[k]);
+                        if constexpr (PAIRED) w[k] = N::intra(w[k]);
+                    }
+                    radix2_stages<U, LOG_UPV, true>(w, first);
+#pragma unroll
+                    for (int k = 0; k < UPV; ++k) sm[pad<U>(vi * UPV + k)] = w[k];
+                }
+            }
+        }
+        __syncthreads();
+        // ---- rounds [b, b + k) of the power-of-two stages through shared memory
+        for (int b = first; b < log_mu; b += K_LOG_E) {
+            const int k = log_mu - b < K_LOG_E ? log_mu - b : K_LOG_E;
+            const int items = tile_units >> k;
+            for (int item = tid; item < items; item += threads) {
+                int g, r0;
+                round_item<false>(item, b, k, mu, 0, g, r0);      // g: block, r0: its first unit
+                const int x0 = (g << log_mu) + r0;      // unit j: x0 + (j << b)
+                U v[E];
+                int x = x0;
+#pragma unroll
+                for (int j = 0; j < E; ++j)
+                    if (j < (1 << k)) { v[j] = sm[pad<U>(x)]; x = k_step(x, 1 << b); }
+                radix2_stages<U, K_LOG_E>(v, k);
+                x = x0;
+#pragma unroll
+                for (int j = 0; j < E; ++j)
+                    if (j < (1 << k)) { sm[pad<U>(x)] = v[j]; x = k_step(x, 1 << b); }
+            }
+            __syncthreads();
+        }
+        // ---- the K-point round: position u of row r of the tile in the K blocks
+        const int positions = mu << log_rows;
+        for (int p = tid; p < positions; p += threads) {
+            const int r = p >> log_mu, u = p & (mu - 1);
+            const int base = r * K * mu + u;
+            U v[K];
+            int x = base;
+#pragma unroll
+            for (int c = 0; c < K; ++c) {
+                v[c] = sm[pad<U>(x)];
+                x = k_step(x, mu);
+                // a wider compute type: the power-of-two stage's result rounded to storage
+                if constexpr (sizeof(C) != sizeof(T)) v[c] = to<U>(to<S>(v[c]));
+            }
+            i64 y = t * (i64)tile_units + base;
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+                S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
+                if (scale != 1.0) o = Num<S>::scale(o, scale);
+                if (!Num<S>::finite(o)) bad_out = true;
+                udst[y] = o;
+                y = k_step(y, (i64)mu);
+            }
+        }
+    }
+    if (bad_out) atomicOr(flags, 2u);
+}
+
+// The K-point stage alone on rows of K blocks of 2^log_m elements already transformed by the
+// power-of-two engine (storage values): position p = (row, j) per thread, grid-stride.
+template <typename T, typename C, int K, bool TRANSPOSE>
+__global__ void __launch_bounds__(256)
+fwht_k_stage(const T* src, T* dst, i64 npos, int log_m, double scale, unsigned int* flags)
+{
+    static_assert(k_normalized<K>(), "H_K normalized");
+    const i64 m = (i64)1 << log_m;
+    bool bad_out = false;
+    for (i64 p = (i64)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (i64)gridDim.x * blockDim.x) {
+        const i64 base = (p >> log_m) * K * m + (p & (m - 1));
+        C v[K];
+#pragma unroll
+        for (int c = 0; c < K; ++c) v[c] = to<C>(src[base + c * m]);
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            T o = to<T>(k_point_sum<C, K, TRANSPOSE>(v, i));
+            if (scale != 1.0) o = Num<T>::scale(o, scale);
+            if (!Num<T>::finite(o)) bad_out = true;
+            dst[base + i * m] = o;
+        }
+    }
+    if (bad_out) atomicOr(flags, 2u);
+}

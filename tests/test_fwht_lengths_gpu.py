@@ -1,0 +1,282 @@
+"""Lengths n = K * 2**k on the GPU (issue 19, item 2): bit-exact against the NumPy engine
+(:func:`fwht_gpu.hadamard.transform`, the specification), every shipped K, every dtype and
+compute dtype, forward and inverse, every norm, batched along any axis, NaN/Inf and FP16
+overflow.  The GPU tests run on a GPU machine (``python -m pytest -q
+tests/test_fwht_lengths_gpu.py -m gpu``); the launcher's choices and the kernels' sign table
+are checked everywhere."""
+import os
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fwht_gpu as F
+from fwht_gpu import dtypes as _dt
+from fwht_gpu import gpu, hadamard, make_plan
+from fwht_gpu.cuda import config
+
+KS = sorted(hadamard.ORDERS)
+DTYPES = [np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), _dt.bfloat16]
+DTYPE_IDS = [_dt.short_name(d) for d in DTYPES]
+KERNELS = os.path.join(os.path.dirname(config.__file__), "kernels")
+
+
+# --- everywhere: the sign table and the launcher's choices ------------------------------------
+
+def test_the_kernels_sign_table_is_the_shipped_matrices():
+    with open(os.path.join(KERNELS, hadamard.CUDA_SIGN_HEADER)) as f:
+        assert f.read() == hadamard.cuda_sign_header()
+    for K in KS:
+        H = hadamard.matrix(K)
+        masks = hadamard.sign_masks(K)
+        for i in range(K):
+            assert [(masks[i] >> c) & 1 for c in range(K)] == list((H[i] < 0).astype(int))
+        assert masks[0] == 0 and all(m & 1 == 0 for m in masks)   # normalized: +v[0] first
+
+
+def _max_fused_log2(dtype, K, compute=None, limits=gpu.H100):
+    """The largest k whose rows of K * 2**k take the one-pass kernel (None: none)."""
+    best = None
+    for L in range(0, 20):
+        plan = make_plan(1 << L, dtype, compute_dtype=compute, device="cuda")
+        if config.k_launch(plan, K, 1, False, limits).fused:
+            best = L
+    return best
+
+
+def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
+    names = {c.name for c in config.all_k_configs()}
+    for dt in DTYPES:
+        for K in KS:
+            for L in range(0, 16):
+                plan = make_plan(1 << L, dt, device="cuda")
+                for rows in (1, 3, 4096):
+                    for inverse in (False, True):
+                        launch = config.k_launch(plan, K, rows, inverse, gpu.H100)
+                        assert launch.stage_cfg.name in names       # compiled by the CI check
+                        if launch.fused:
+                            cfg = launch.rows_cfg
+                            assert cfg.name in names
+                            assert launch.smem <= gpu.H100.smem_per_block
+                            assert launch.ntiles << launch.log_rows == rows
+                            assert 32 <= launch.threads <= cfg.max_threads
+                        else:
+                            assert (dt.itemsize == 2 and L == 0) or \
+                                (K * dt.itemsize << L) * 33 // 32 > gpu.H100.smem_per_block
+    # the issue's sizes: rows of up to 40 * 2**10 in one pass (FP32, FP16, BF16)
+    for dt in DTYPES[1:]:
+        for K, M in ((12, 256), (12, 1024), (20, 1024), (28, 1024), (20, 2048), (44, 1024)):
+            assert config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, gpu.H100).fused
+    assert _max_fused_log2(np.float32, 12) == 12 and _max_fused_log2(np.float64, 44) == 9
+    # the symmetric (Paley II) orders share one kernel for both directions
+    assert not config.k_transpose(28, True) and config.k_transpose(12, True)
+    # variants other than plain Folklore: the power-of-two passes, then the K-point stage
+    for kw in (dict(algorithm="alman"), dict(stabilizer="kahan"), dict(stabilizer="neumaier-pass")):
+        assert not config.k_launch(make_plan(256, np.float32, device="cuda", **kw), 12, 8,
+                                   False, gpu.H100).fused
+    # a wider compute type in one pass: fused (rounded to the dtype once, after the stages)
+    assert config.k_launch(make_plan(1024, np.float16, compute_dtype="float32", device="cuda"),
+                           20, 8, False, gpu.H100).fused
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
+def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
+    """nvcc evaluates, for every fwht_k_rows instantiation, the padded tile and the launch
+    bound the kernel is compiled with against the Python side (a launch with more threads
+    than the bound would fail)."""
+    from fwht_gpu.cuda import engine
+    lines = [f'#include "{engine.K_SOURCE}"']
+    for c in config.all_k_configs():
+        if not isinstance(c, config.KRowsConfig):
+            continue
+        unit = f"typename KRowsTraits<{c.name[len('fwht_k_rows<'):-1]}>::U"
+        lines.append(f"static_assert(k_rows_max_threads<{unit}, {c.K}>() == {c.max_threads}, "
+                     f'"{c.name} threads");')
+        for units in (c.K, c.K << 5, c.K << 11):
+            lines.append(f"static_assert(padded_size<{unit}>({units}) * sizeof({unit}) == "
+                         f'{c.smem_bytes(units)}, "{c.name} {units}");')
+    src = tmp_path / "k.cu"
+    src.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_80", "--ptx", "-o", str(tmp_path / "k.ptx"),
+                        str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# --- on the GPU ----------------------------------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")
+
+
+def _sizes(dtype, K, compute=None):
+    """k = 0, 1, 5, the largest in shared memory and one beyond."""
+    top = _max_fused_log2(dtype, K, compute, gpu.limits())
+    return sorted({0, 1, 5} | ({top, top + 1} if top is not None else {11}))
+
+
+def _rand(rng, shape, dtype, scale=1.0):
+    return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(dtype)
+
+
+def _same(got, want):
+    """Identical bits, NaN where NaN (the GPU's NaN payloads are not the CPU's)."""
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    gn = np.isnan(got.astype(np.float64))
+    wn = np.isnan(want.astype(np.float64))
+    assert np.array_equal(gn, wn), f"{np.count_nonzero(gn != wn)} NaN positions differ"
+    u = {8: np.uint64, 4: np.uint32, 2: np.uint16}[got.dtype.itemsize]
+    diff = (got.view(u) != want.view(u)) & ~gn
+    assert not diff.any(), f"{np.count_nonzero(diff)} of {got.size} values differ"
+
+
+@pytest.fixture(scope="module")
+def _compiled():
+    """Compile every kernel this module launches, in parallel, before the first test."""
+    from fwht_gpu.cuda import engine
+    items = []
+    for dt in DTYPES:
+        for compute in (None, _wide(dt)):
+            for K in KS:
+                for L in _sizes(dt, K, compute):
+                    plan = make_plan(1 << L, dt, compute_dtype=compute, device="cuda")
+                    for rows in (1, 3, 6, 10):
+                        for inverse in (False, True):
+                            items.append((plan, K, rows, inverse))
+    engine.precompile_k(items, workers=len(os.sched_getaffinity(0)))
+
+
+def _wide(dt):
+    from fwht_gpu import variants
+    return variants.wide_dtype(dt)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_rows_are_bit_exact(dtype, rng):
+    cp = gpu.cupy()
+    for K in KS:
+        for L in _sizes(dtype, K):
+            n = K << L
+            x = _rand(rng, (3, n), dtype)
+            g = cp.asarray(x)
+            for fn, norm in ((F.fwht, "backward"), (F.ifwht, "backward"), (F.fwht, "ortho"),
+                             (F.ifwht, "forward")):
+                out = cp.full(x.shape, np.nan, dtype=dtype)          # poisoned
+                res = fn(g, norm=norm, out=out)
+                assert res is out
+                _same(out.get(), fn(x, norm=norm))
+            assert np.array_equal(g.get().view(np.uint8), x.view(np.uint8))    # x untouched
+
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype,compute", [(np.float16, "float32"), (ml_dtypes.bfloat16, "float32"),
+                                           (np.float32, "float64")],
+                         ids=["fp16-fp32", "bf16-fp32", "fp32-fp64"])
+@pytest.mark.usefixtures("_compiled")
+def test_wider_compute_dtypes(dtype, compute, rng):
+    cp = gpu.cupy()
+    for K in (12, 20, 44):
+        for L in _sizes(np.dtype(dtype), K, np.dtype(compute)):
+            x = _rand(rng, (3, K << L), dtype, 4.0)
+            for fn in (F.fwht, F.ifwht):
+                _same(fn(cp.asarray(x), compute_dtype=compute).get(), fn(x, compute_dtype=compute))
+
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("kw", [dict(algorithm="alman"), dict(stabilizer="kahan"),
+                                dict(stabilizer="neumaier-pass")], ids=["alman", "kahan", "neumaier-pass"])
+def test_other_variants_through_the_power_of_two_passes(kw, rng):
+    cp = gpu.cupy()
+    for dtype in (np.float32, np.float16):
+        for K, L in ((12, 3), (28, 9), (20, 12)):
+            x = _rand(rng, (2, K << L), dtype)
+            for fn in (F.fwht, F.ifwht):
+                _same(fn(cp.asarray(x), **kw).get(), fn(x, **kw))
+
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_batched_any_axis_out_and_in_place(dtype, rng):
+    cp = gpu.cupy()
+    cases = [((2, 20 * 64, 3), 1), ((12 * 8, 5), 0), ((4, 3, 44 * 32), -1), ((28 * 4, 2, 3), 0),
+             ((5, 2, 12 * 1024), 2), ((10, 12 * 2), -1), ((12,), 0)]
+    for shape, axis in cases:
+        x = _rand(rng, shape, dtype)
+        g = cp.asarray(x)
+        for fn, norm in ((F.fwht, "backward"), (F.ifwht, "ortho")):
+            want = fn(x, axis, norm=norm)
+            _same(fn(g, axis, norm=norm).get(), want)
+            _same(fn(g.copy(), axis, norm=norm, out=cp.empty_like(g)).get(), want)
+            y = g.copy()
+            assert fn(y, axis, norm=norm, out=y) is y                    # in place
+            _same(y.get(), want)
+        t = F.FWHT(shape[axis], dtype, device="cuda")
+        _same(t(g, axis, inverse=True).get(), F.ifwht(x, axis))
+    # strided views (transposed, reversed)
+    base = _rand(rng, (24, 20 * 16), dtype)
+    gb = cp.asarray(base)
+    _same(F.fwht(gb[::-2], -1).get(), F.fwht(base[::-2], -1))
+    _same(F.fwht(gb.T[:, ::2][:, :12], 1).get(), F.fwht(base.T[:, ::2][:, :12], 1))
+    assert F.fwht(cp.empty((0, 12), dtype=dtype)).shape == (0, 12)
+
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_nan_and_inf_give_the_cpu_values(dtype, rng):
+    cp = gpu.cupy()
+    for K, L in ((12, 0), (20, 1), (28, 6), (44, 9), (12, 13)):
+        x = _rand(rng, (6, K << L), dtype)
+        x[0, 3] = np.nan
+        x[1, -1] = np.inf
+        x[2, 0], x[2, 5 % x.shape[1]] = np.inf, -np.inf
+        x[3, :] = np.inf
+        for fn, norm in ((F.fwht, "backward"), (F.ifwht, "backward"), (F.fwht, "ortho")):
+            _same(fn(cp.asarray(x), norm=norm).get(), fn(x, norm=norm))
+
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.usefixtures("_compiled")
+def test_fp16_overflow_raises_or_is_recomputed_as_on_the_cpu(rng):
+    cp = gpu.cupy()
+    for K, L in ((12, 2), (20, 10), (12, 14)):        # fused, fused (large), beyond shared memory
+        n = K << L
+        big = _rand(rng, (4, n), np.float16)
+        big[1] = np.float16(3000) * np.sign(_rand(rng, n, np.float32)).astype(np.float16) + 3000
+        big[2, 7] = np.nan                             # NaN in one row: not an overflow
+        g = cp.asarray(big)
+        with pytest.raises(F.TransformOverflowError, match="fp16"):
+            F.fwht(g)
+        with pytest.raises(F.TransformOverflowError):
+            F.fwht(g[1:2].copy())
+        want = F.ifwht(big)                            # scaled by 1/n: recomputed in float64
+        assert np.isfinite(want[1]).all()
+        _same(F.ifwht(g).get(), want)
+        y = g.copy()
+        _same(F.ifwht(y, out=y).get(), want)           # in place: the input is kept
+        try:                                           # 1/sqrt(n): fits for the short rows only
+            want = F.fwht(big, norm="ortho")
+        except F.TransformOverflowError:
+            with pytest.raises(F.TransformOverflowError):
+                F.fwht(g, norm="ortho")
+        else:
+            _same(F.fwht(g, norm="ortho").get(), want)
+        _same(F.ifwht(g.T.copy(), axis=0).get(), F.ifwht(big.T.copy(), axis=0))
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(cp.full((1, 12 * 4), 65000, dtype=cp.float16), norm="ortho")
+
