@@ -27,6 +27,8 @@ def _module(x) -> str:
 def is_foreign(x) -> bool:
     """Whether ``x`` is another framework's array: it has ``__dlpack__`` and is neither a
     NumPy nor a CuPy array."""
+    if type(x) is np.ndarray or x is None:
+        return False
     return hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray) and \
         _module(x) not in ("cupy", "cupyx", "numpy")
 
@@ -58,6 +60,13 @@ def through(x, out, fn):
     """``fn(array, out_array)`` on the engine's views of ``x`` and ``out`` (any framework's),
     on ``x``'s device and stream; the result in ``x``'s type, or ``out`` itself when given
     (its framework told of the write)."""
+    if not is_foreign(x) and not is_foreign(out):     # NumPy, CuPy, array-likes: as they are
+        y = fn(x, out)
+        return out if out is not None else y
+    if _module(x) == "torch":
+        done, y = _torch_cuda_through(x, out, fn)
+        if done:
+            return y
     a, back, stream = to_engine(x)
     o = to_engine(out, True)[0] if out is not None else None
     with stream():
@@ -102,15 +111,123 @@ def to_engine(x, written: bool = False):
         ctx = contextlib.ExitStack()
         ctx.enter_context(cp.cuda.Device(int(ordinal)))
         if torch_like:
-            import torch
-            s = torch.cuda.current_stream(int(ordinal))
-            ctx.enter_context(cp.cuda.ExternalStream(s.cuda_stream, int(ordinal)))
+            ctx.enter_context(_cupy_stream(cp, _torch_stream_ptr(int(ordinal)), int(ordinal)))
         return ctx
     with stream():
         a = cp.from_dlpack(x)
     if bf16:
         a = a.view(_dt.bfloat16)
     return a, _back(x, torch_like, bf16, gpu=True), stream
+
+
+# --- PyTorch CUDA tensors: the per-call fast path ------------------------------------------------
+
+#: CuPy wrappers of external streams by (device, stream pointer): a wrapper holds the pointer
+#: only (the stream belongs to PyTorch), so one serves every call on that stream.
+_STREAMS: dict = {}
+#: PyTorch dtypes viewed directly: (the view's dtype, whether it is bfloat16 seen as int16).
+_TORCH_DTYPES: dict = {}
+
+
+class _StreamRef:
+    """A stream pointer under the CUDA stream protocol (``cupy.cuda.Stream.from_external``)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
+def _cupy_stream(cp, ptr: int, device: int):
+    """A CuPy stream object for the external stream ``ptr`` of ``device`` (cached):
+    ``Stream.from_external`` (CuPy >= 14), else ``ExternalStream`` (CuPy 13)."""
+    key = (device, ptr)
+    s = _STREAMS.get(key)
+    if s is None:
+        from_external = getattr(cp.cuda.Stream, "from_external", None)
+        if from_external is not None:
+            with cp.cuda.Device(device):        # from_external takes the current device's id
+                s = from_external(_StreamRef(ptr))
+        else:
+            s = cp.cuda.ExternalStream(ptr, device)
+        if len(_STREAMS) >= 256:
+            _STREAMS.clear()
+        _STREAMS[key] = s
+    return s
+
+
+def _torch_stream_ptr(device: int) -> int:
+    """PyTorch's current stream of ``device`` (its ``cudaStream_t``)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _torch_dtypes():
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update({torch.float64: (np.dtype(np.float64), False),
+                              torch.float32: (np.dtype(np.float32), False),
+                              torch.float16: (np.dtype(np.float16), False),
+                              torch.bfloat16: (np.dtype(np.int16), True)})
+    return _TORCH_DTYPES
+
+
+def _plain_cuda(t) -> bool:
+    """A CUDA tensor of a transform dtype holding elements, recording no autograd history and
+    with no lazy negation or conjugation: its memory is the tensor (as _torch_view sees it)."""
+    return (t.is_cuda and not t.requires_grad and t.dtype in _torch_dtypes() and t.numel() > 0
+            and t.layout is _strided() and not t.is_neg() and not t.is_conj())
+
+
+def _strided():
+    import torch
+    return torch.strided
+
+
+def _cupy_view(cp, t, device: int):
+    """The CuPy array over the memory of the plain CUDA tensor ``t`` (see :func:`_plain_cuda`):
+    what ``cupy.from_dlpack`` gives (bfloat16 through int16, as :func:`_torch_view`), without
+    the DLPack round trip; it keeps ``t`` alive."""
+    dt, bf16 = _TORCH_DTYPES[t.dtype]
+    item = dt.itemsize
+    shape, strides = tuple(t.shape), tuple(s * item for s in t.stride())
+    span = item + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), span, t, device)
+    a = cp.ndarray(shape, dt, cp.cuda.MemoryPointer(mem, 0), strides)
+    return (a.view(_dt.bfloat16), True) if bf16 else (a, False)
+
+
+def _torch_cuda_through(x, out, fn):
+    """:func:`through` for a plain PyTorch CUDA tensor ``x`` (and ``out``: None or a plain CUDA
+    tensor of the same device): the engine's views built from the tensors' pointers, the
+    device and PyTorch's current stream looked up once.  (False, None) when this path does
+    not apply (the general path then handles the call, its errors included)."""
+    import torch
+    if type(x) is not torch.Tensor or not _plain_cuda(x):
+        return False, None
+    device = x.get_device()
+    if out is not None and (type(out) is not torch.Tensor or not _plain_cuda(out)
+                            or out.get_device() != device):
+        return False, None
+    from .cuda.device import cupy
+    cp = cupy()
+    stream = _cupy_stream(cp, _torch_stream_ptr(device), device)
+    a, bf16 = _cupy_view(cp, x, device)
+    o = _cupy_view(cp, out, device)[0] if out is not None else None
+    with cp.cuda.Device(device), stream:
+        y = fn(a, o)
+        if out is None:
+            y = _back(x, True, bf16, gpu=True)(y)
+    if out is not None:
+        _written(out)
+        return True, out
+    return True, y
 
 
 def _back(x, torch_like: bool, bf16: bool, gpu: bool):

@@ -32,9 +32,21 @@ def norm_factor(n: int, norm: str, inverse: bool) -> float:
     return 1.0 / n if scaled else 1.0
 
 
+#: Types seen to be CuPy arrays (the common case answers with one set lookup).
+_CUPY_TYPES: set = set()
+
+
 def _is_cupy(x) -> bool:
-    mod = type(x).__module__
-    return mod.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
+    t = type(x)
+    if t in _CUPY_TYPES:
+        return True
+    if t is np.ndarray:
+        return False
+    if t.__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__"):
+        if t.__module__.startswith("cupy._core") or t.__module__ == "cupy":
+            _CUPY_TYPES.add(t)      # cupy.ndarray (and its own subclasses): always a GPU array
+        return True
+    return False
 
 
 def _check_args(x, axis, out, xp) -> int:
@@ -186,9 +198,11 @@ class FWHT:
             hadamard.split(length, "x")
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
+        factor = norm_factor(self.n, norm, inverse)
+        if workers is None:         # (limited_workers(None) changes nothing)
+            return self._ordered(x, axis, factor, out, inverse, order, bool(overwrite_x))
         with cpu.limited_workers(workers):
-            return self._ordered(x, axis, norm_factor(self.n, norm, inverse), out, inverse, order,
-                                 bool(overwrite_x))
+            return self._ordered(x, axis, factor, out, inverse, order, bool(overwrite_x))
 
     def _ordered(self, x, axis: int, factor: float, out, inverse: bool, order: str,
                  overwrite_x: bool = False):
@@ -320,6 +334,8 @@ def _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, 
             raise
         t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
                  device=dev, tuning=tuning)              # raises the argument's own error
+    if workers is None:             # (limited_workers(None) changes nothing)
+        return t._ordered(x, axis, factor, out, inverse, order)   # arguments checked above
     with cpu.limited_workers(workers):
         return t._ordered(x, axis, factor, out, inverse, order)   # arguments checked above
 

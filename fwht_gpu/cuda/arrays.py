@@ -6,6 +6,8 @@ made, with the same signature as the NumPy engine's ``fwht_gpu.cpu.transform``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as _dt
@@ -27,8 +29,10 @@ def layout(x, axis: int, out) -> tuple[int, int]:
     with strided passes, no transpose)."""
     n = x.shape[axis]
     batch = x.size // n if n else 0
-    inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64))
-    if (axis != x.ndim - 1 and _usable(x) and inner & (inner - 1) == 0
+    if axis == x.ndim - 1:
+        return batch, 0
+    inner = math.prod(x.shape[axis + 1:])
+    if (_usable(x) and inner & (inner - 1) == 0
             and (out is None or _usable(out))):
         return batch, inner.bit_length() - 1
     return batch, 0
@@ -52,13 +56,15 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
         dst = out if out is not None else cp.empty(x.shape, dtype=x.dtype)
         row = plan.n << plan.interleave
         bad = engine.run(plan, x.reshape(-1, row), dst.reshape(-1, row), factor)
-        _settle(bad, plan, factor, source, cp.moveaxis(dst, axis, -1), axis)
+        if bad is not None:
+            _settle(bad, plan, factor, source, cp.moveaxis(dst, axis, -1), axis)
         return dst
-    xm = cp.moveaxis(x, axis, -1)
-    om = None if out is None else cp.moveaxis(out, axis, -1)
+    last = axis == x.ndim - 1       # the axis is already last: the arrays are their own views
+    xm = x if last else cp.moveaxis(x, axis, -1)
+    om = None if out is None else out if last else cp.moveaxis(out, axis, -1)
     need = 0 if (om is not None and _usable(om)) else x.nbytes
     need += 0 if _usable(xm) else x.nbytes
-    check_memory(need, "the work buffers")
+    _check_device_memory(cp, need, "the work buffers")
     if _usable(xm):
         src = xm
     else:
@@ -72,12 +78,27 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
         dst = cp.empty(xm.shape, dtype=x.dtype)
     bad = engine.run(plan, src.reshape(-1, n), dst.reshape(-1, n), factor)
     _settle(bad, plan, factor, source, dst, axis)
-    res = cp.moveaxis(dst, -1, axis)
+    res = dst if last else cp.moveaxis(dst, -1, axis)
     if out is not None:
         if dst is not om:
             out[...] = res
         return out
     return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
+
+
+def _check_device_memory(cp, need: int, what: str) -> None:
+    """:func:`~fwht_gpu.cuda.device.check_memory`, without querying the device when the answer
+    is known: nothing is needed, or CuPy's pool alone holds enough free bytes (the check
+    counts them: device free bytes + pooled free bytes >= need)."""
+    if need <= 0:
+        return
+    try:
+        pooled = cp.get_default_memory_pool().free_bytes()
+    except Exception:
+        pooled = 0
+    if need <= pooled:
+        return
+    check_memory(need, what)
 
 
 def _input_kept(x, axis, out, plan, factor):

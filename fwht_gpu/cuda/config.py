@@ -86,6 +86,40 @@ class PassGeometry:
             raise TypeError(f"{type(self).__name__}.arguments: missing {sorted(missing)} or extra values")
         return tuple(_SCALARS[t](values[n]) if t in _SCALARS else values[n] for n, t in self.PARAMS)
 
+    def bind(self, dynamic: tuple[str, ...], **fixed) -> ArgumentTemplate:
+        """:meth:`arguments` with the ``fixed`` values converted once: the returned template,
+        called with the ``dynamic`` values in that order, gives the same tuple."""
+        return ArgumentTemplate(self.PARAMS, dynamic, fixed)
+
+
+class ArgumentTemplate:
+    """Launch arguments in parameter order whose fixed values (those of a launch geometry)
+    are converted to their C types once; ``template(*dynamic)`` fills in the per-call ones
+    (arrays, the scale, the flags), converting scalars as :meth:`PassGeometry.arguments`."""
+
+    __slots__ = ("_values", "_slots", "dynamic")
+
+    def __init__(self, params, dynamic: tuple[str, ...], fixed: dict):
+        names = [n for n, _ in params]
+        dynamic = tuple(dynamic)
+        if (set(dynamic) & fixed.keys() or set(dynamic) | fixed.keys() != set(names)
+                or len(dynamic) != len(set(dynamic))):
+            raise TypeError(f"bind: fixed {sorted(fixed)} and dynamic {list(dynamic)} must split "
+                            f"the parameters {names}")
+        kinds = dict(params)
+        self._values = [(_SCALARS[t](fixed[n]) if t in _SCALARS else fixed[n]) if n in fixed else None
+                        for n, t in params]
+        self._slots = tuple((names.index(n), _SCALARS.get(kinds[n])) for n in dynamic)
+        self.dynamic = dynamic
+
+    def __call__(self, *values) -> tuple:
+        if len(values) != len(self._slots):
+            raise TypeError(f"expected the values of {list(self.dynamic)}")
+        v = list(self._values)
+        for (i, conv), x in zip(self._slots, values):
+            v[i] = x if conv is None or type(x) is conv else conv(x)
+        return tuple(v)
+
 
 @dataclass(frozen=True)
 class KernelConfig(PassGeometry):
@@ -255,6 +289,90 @@ def unpipelined(cfg: PassGeometry) -> PassGeometry:
     if isinstance(cfg, KernelConfig) and cfg.pipelined:
         return dataclasses.replace(cfg, pipelined=False)
     return cfg
+
+
+#: The per-call launch arguments of ``fwht_pass`` and ``fwht_stabilized_pass`` (the rest depend
+#: on the plan, the number of elements and the device alone: :func:`pass_launches`).
+PASS_DYNAMIC = ("src", "dst", "check_input", "scale", "flags", "rows")
+STABILIZED_DYNAMIC = ("src", "dst", "err", "check_input", "scale", "flags", "rows")
+
+
+@dataclass(frozen=True)
+class PassLaunch:
+    """One pass as launched: its kernel configuration (without pipelining when every block
+    gets one tile), the grid, threads and dynamic shared memory, and its launch arguments
+    with the fixed values bound (call ``args`` with :data:`PASS_DYNAMIC` or, for a
+    :class:`StabilizedConfig`, :data:`STABILIZED_DYNAMIC`)."""
+
+    cfg: PassGeometry
+    grid: int
+    threads: int
+    smem: int
+    args: ArgumentTemplate = dataclasses.field(compare=False)
+
+    @property
+    def stabilized(self) -> bool:
+        return isinstance(self.cfg, StabilizedConfig)
+
+
+def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) -> tuple[PassLaunch, ...]:
+    """The launches of the passes of ``plan`` over ``total`` elements on a device of ``limits``
+    (``resident(cfg)``: blocks of a pipelined ``cfg`` resident on one SM, the occupancy
+    calculator's answer; pipelined kernels loop over tiles in that many blocks per SM, and
+    drop the staging buffer when every block gets one tile).  Depends on (plan, total,
+    limits) alone: the engine caches it."""
+    shift = plan.interleave
+    log2row = plan.log2n + shift
+    cfgs = configs_for(plan, total, limits)
+    last = len(cfgs) - 1
+    out = []
+    for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
+        ntiles = total // cfg.tile
+        grid = min(ntiles, 2**31 - 1)
+        if isinstance(cfg, KernelConfig) and cfg.pipelined:   # resident blocks loop over tiles
+            blocks = limits.sm_count * resident(cfg)
+            if ntiles <= blocks:      # a tile per block: nothing to prefetch
+                cfg = unpipelined(cfg)
+            grid = min(grid, blocks)
+        fixed = dict(ntiles=ntiles, log_inner=p.first_bit + shift, log2n=log2row, last=i == last,
+                     row_shift=shift)
+        if isinstance(cfg, StabilizedConfig):
+            args = cfg.bind(STABILIZED_DYNAMIC, first=i == 0, **fixed)
+        else:           # fbits: Alman-Rao's radix-2 prefix bits (the pre-scaling exponents skip them)
+            args = cfg.bind(PASS_DYNAMIC, fbits=plan.prefix_bits, **fixed)
+        out.append(PassLaunch(cfg, grid, 1 << cfg.log_t, cfg.smem_bytes, args))
+    return tuple(out)
+
+
+class LaunchCache:
+    """A small cache of values computed from (plan, number of elements, device), keyed by the
+    plan's identity (plans are immutable; each entry keeps its plan alive, so an identity is
+    never reused while its entry exists) - a dict lookup instead of hashing a Plan.  At most
+    ``maxsize`` entries (the oldest half is dropped when full).  Safe to share between threads:
+    a race computes a value twice."""
+
+    def __init__(self, maxsize: int = 512):
+        self.maxsize = int(maxsize)
+        self._entries: dict = {}
+
+    def get(self, plan: Plan, total: int, device: int, make):
+        """The cached ``make()`` of (``plan``, ``total``, ``device``)."""
+        key = (id(plan), int(total), int(device))
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        value = make()
+        if len(self._entries) >= self.maxsize:
+            for k in list(self._entries)[: self.maxsize // 2 + 1]:
+                self._entries.pop(k, None)
+        self._entries[key] = (plan, value)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 def plans_for_compile_check(tuning: Tuning = DEFAULT):

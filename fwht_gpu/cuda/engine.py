@@ -60,6 +60,10 @@ def run(plan: Plan, src, dst, factor: float = 1.0, check: bool = True):
     was finite and whose output is not (a boolean CuPy array over the transforms, in the
     order of the rows of the moved-axis input), or None when there are none: overflow is
     judged per transform, so a NaN in one transform never hides an overflow in another.
+
+    The launches (configurations, grids, the fixed launch arguments, the kernels) are
+    computed once per (plan, elements, device) (:func:`launches`); the flags of a checked
+    call live in a reused zeroed buffer (:func:`_take_flags`) read with one synchronization.
     """
     cp = cupy()
     total = int(src.size)
@@ -69,48 +73,134 @@ def run(plan: Plan, src, dst, factor: float = 1.0, check: bool = True):
         if dst.data.ptr != src.data.ptr:
             dst[...] = src
         return None
-    shift = plan.interleave
-    log2row = plan.log2n + shift
+    dev = cp.cuda.runtime.getDevice()
+    steps, errvec = launches(plan, total, dev)
     ntransforms = total >> plan.log2n
-    if check:   # flags[0]: bit 0 non-finite input, bit 1 non-finite output; then a bit per transform
-        buf = cp.zeros(1 + (ntransforms + 31) // 32, dtype=cp.uint32)
-        flags, rows = buf[:1], buf[1:]
-    else:
-        flags = rows = _scratch_flags(cp.cuda.Device().id)
-    lim = limits()
-    cfgs = config.configs_for(plan, total, lim)
-    last = len(cfgs) - 1
     err = None
-    if any(isinstance(c, config.StabilizedConfig) and c.errvec for c in cfgs):
+    if errvec:
         check_memory(src.nbytes, "the error vector of the stabilized transform")
         err = cp.empty_like(dst)                 # written by pass 0 before any pass reads it
-    for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
-        ntiles = total // cfg.tile
-        grid = min(ntiles, 2**31 - 1)
-        if isinstance(cfg, config.KernelConfig) and cfg.pipelined:   # resident blocks loop over tiles
-            resident = lim.sm_count * _resident_blocks(cfg, lim.smem_per_sm)
-            if ntiles <= resident:      # a tile per block: nothing to prefetch
-                cfg = config.unpipelined(cfg)
-            grid = min(grid, resident)
-        common = dict(src=src if i == 0 else dst, dst=dst, ntiles=ntiles, log_inner=p.first_bit + shift,
-                      log2n=log2row, check_input=check and i == 0, last=i == last, scale=factor,
-                      flags=flags, rows=rows, row_shift=shift)
-        if isinstance(cfg, config.StabilizedConfig):
-            args = cfg.arguments(err=err if err is not None else dst, first=i == 0, **common)
-        else:           # fbits: Alman-Rao's radix-2 prefix bits (the pre-scaling exponents skip them)
-            args = cfg.arguments(fbits=plan.prefix_bits, **common)
-        kernel(cfg)((grid,), (1 << cfg.log_t,), args, shared_mem=cfg.smem_bytes)
+    scale = np.float64(factor)
     if not check:
+        flags = rows = _scratch_flags(dev)
+        _launch(steps, src, dst, err, scale, _INT32[False], flags, rows)
         return None
-    f = int(flags.get()[0])
+    # flags[0]: bit 0 non-finite input, bit 1 non-finite output; then a bit per transform
+    slot = _take_flags(cp, dev, 1 + (ntransforms + 31) // 32)
+    stream = cp.cuda.get_current_stream()
+    try:
+        _launch(steps, src, dst, err, scale, _INT32[True], slot.flags, slot.rows)
+        f = slot.read(cp, stream)
+    except BaseException:
+        _quiesce(stream)
+        raise
+    if f == 0:      # nothing was written to the buffer: still all zero, reusable
+        _give_back_flags(dev, slot)
+        return None
     if not f & 2:
         return None
-    bad = _nonfinite_transforms(dst, plan.n, shift)
+    rows = slot.rows
+    bad = _nonfinite_transforms(dst, plan.n, plan.interleave)
     if f & 1:    # some transforms had non-finite input: those are not overflows
         ids = cp.arange(ntransforms, dtype=cp.int64)
         had_bad_input = ((rows[ids >> 5] >> (ids & 31).astype(cp.uint32)) & 1).astype(cp.bool_)
         bad &= ~had_bad_input
     return bad if bool(bad.any()) else None
+
+
+_INT32 = {False: np.int32(0), True: np.int32(1)}
+#: Launches per (plan, elements, device): see :func:`launches`.
+_LAUNCHES = config.LaunchCache()
+
+
+def launches(plan: Plan, total: int, device: int):
+    """((PassLaunch, kernel) per pass, whether an error vector is needed) of ``plan`` over
+    ``total`` elements on ``device`` (the current device), computed once
+    (:func:`fwht_gpu.cuda.config.pass_launches`)."""
+    return _LAUNCHES.get(plan, total, device, lambda: _make_launches(plan, total, device))
+
+
+def _make_launches(plan: Plan, total: int, device: int):
+    lim = limits(device)
+    steps = config.pass_launches(plan, total, lim,
+                                 lambda cfg: _resident_blocks(cfg, lim.smem_per_sm))
+    errvec = any(isinstance(s.cfg, config.StabilizedConfig) and s.cfg.errvec for s in steps)
+    return tuple((s, kernel(s.cfg)) for s in steps), errvec
+
+
+def _launch(steps, src, dst, err, scale, check_input, flags, rows) -> None:
+    """Launch the passes ``steps`` (of :func:`launches`) on the current stream."""
+    no = _INT32[False]
+    for i, (s, fn) in enumerate(steps):
+        if s.stabilized:
+            args = s.args(src if i == 0 else dst, dst, err if err is not None else dst,
+                          check_input if i == 0 else no, scale, flags, rows)
+        else:
+            args = s.args(src if i == 0 else dst, dst, check_input if i == 0 else no, scale, flags,
+                          rows)
+        fn((s.grid,), (s.threads,), args, shared_mem=s.smem)
+
+
+class _Flags:
+    """A zeroed device buffer for the flags of a checked call (word 0: the flags, then a bit
+    per transform) and a page-locked host word to read the flags into."""
+
+    __slots__ = ("buf", "flags", "rows", "words", "host", "_host_mem", "_host_ptr", "_dev_ptr")
+
+    def __init__(self, cp, words: int):
+        self.words = max(int(words), 2)
+        self.buf = cp.zeros(self.words, dtype=cp.uint32)    # zeroed on the current stream
+        self.flags, self.rows = self.buf[:1], self.buf[1:]
+        self._host_mem = cp.cuda.alloc_pinned_memory(4)
+        self.host = np.frombuffer(self._host_mem, dtype=np.uint32, count=1)
+        self._host_ptr = int(self.host.ctypes.data)
+        self._dev_ptr = int(self.buf.data.ptr)
+
+    def read(self, cp, stream) -> int:
+        """The flags word after the work queued on ``stream`` (one synchronization)."""
+        rt = cp.cuda.runtime
+        rt.memcpyAsync(self._host_ptr, self._dev_ptr, 4, rt.memcpyDeviceToHost, stream.ptr)
+        stream.synchronize()
+        return int(self.host[0])
+
+
+#: Zeroed flag buffers with no work pending on them, per device (any thread, any stream may
+#: take one: the call that used it waited for its stream before giving it back).
+_FLAG_POOL: dict[int, list] = {}
+#: Buffers of at most this many words are reused (larger ones: one per call).
+FLAG_POOL_WORDS = 1 << 14
+_FLAG_POOL_KEEP = 32
+
+
+def _take_flags(cp, device: int, words: int) -> _Flags:
+    """A zeroed flags buffer of at least ``words`` words on ``device``, used by one call at a
+    time: taken from the pool (zeroed and idle) or newly allocated."""
+    pool = _FLAG_POOL.get(device)
+    if pool:
+        try:
+            slot = pool.pop()
+        except IndexError:      # another thread took the last one
+            slot = None
+        if slot is not None and slot.words >= words:
+            return slot
+    return _Flags(cp, words if words > 64 else 64)
+
+
+def _give_back_flags(device: int, slot: _Flags) -> None:
+    """Return a buffer whose words are all still zero and whose work is finished."""
+    if slot.words <= FLAG_POOL_WORDS:
+        pool = _FLAG_POOL.setdefault(device, [])
+        if len(pool) < _FLAG_POOL_KEEP:
+            pool.append(slot)
+
+
+def _quiesce(stream) -> None:
+    """After a failed checked call: wait for what it launched (best effort) before its flags
+    buffer is freed."""
+    try:
+        stream.synchronize()
+    except Exception:
+        pass
 
 
 def bits(a):
@@ -193,8 +283,27 @@ def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = Fal
     rows = int(src.shape[0])
     if rows == 0 or src.size == 0:
         return False
-    flags = cp.zeros(1, dtype=cp.uint32) if check else _scratch_flags(cp.cuda.Device().id)
-    launch = config.k_launch(plan, K, rows, inverse, limits())
+    dev = cp.cuda.runtime.getDevice()
+    launch = config.k_launch(plan, K, rows, inverse, limits(dev))
+    if not check:
+        _launch_k(plan, K, launch, src, dst, factor, _scratch_flags(dev))
+        return False
+    slot = _take_flags(cp, dev, 1)
+    stream = cp.cuda.get_current_stream()
+    try:
+        _launch_k(plan, K, launch, src, dst, factor, slot.flags)
+        f = slot.read(cp, stream)
+    except BaseException:
+        _quiesce(stream)
+        raise
+    if f == 0:      # nothing was written to the buffer: reusable
+        _give_back_flags(dev, slot)
+    return bool(f & 2)
+
+
+def _launch_k(plan: Plan, K: int, launch: config.KLaunch, src, dst, factor: float, flags) -> None:
+    """The launches of :func:`run_k` on the current stream."""
+    rows = int(src.shape[0])
     if launch.fused:
         cfg = launch.rows_cfg
         grid = min(launch.ntiles, 2**31 - 1)
@@ -214,7 +323,6 @@ def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = Fal
         args = cfg.arguments(src=mid, dst=dst, npos=npos, log_m=plan.log2n, scale=factor,
                              flags=flags)
         K_KERNELS.function(cfg.name)((grid,), (threads,), args)
-    return check and bool(int(flags.get()[0]) & 2)
 
 
 def nonfinite_rows(a2):
