@@ -68,7 +68,7 @@ __device__ __forceinline__ __nv_bfloat16 k_opaque(__nv_bfloat16 v) { return __us
 template <typename W, int K, bool TRANSPOSE>
 __device__ __forceinline__ W k_point_sum(const W* v, int i) {
     typedef Num<W> N;
-    W acc = k_opaque(v[0]);       // a fresh chain per output: no prefix shared between outputs       // a fresh chain per output: no prefix shared between outputs
+    W acc = k_opaque(v[0]);       // a fresh chain per output: no prefix shared between outputs
 #pragma unroll
     for (int c = 1; c < K; ++c) acc = k_negative<K, TRANSPOSE>(i, c) ? N::sub(acc, v[c]) : N::add(acc, v[c]);
     return acc;
