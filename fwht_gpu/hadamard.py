@@ -140,7 +140,7 @@ def k_stage(H: np.ndarray, z: np.ndarray, compute_dtype, dtype) -> np.ndarray:
         K, M = H.shape[0], z.shape[-1]
         acc = compiled.k_stage(H, w.reshape(-1, K, M), compute_dtype)
         with np.errstate(over="ignore", invalid="ignore"):     # overflow: the caller's
-            return acc.reshape(z.shape).astype(dtype)
+            return acc.reshape(z.shape).astype(dtype, copy=False)
     ar = cpu._Arith(compute_dtype, None)
     out = np.empty(z.shape, dtype=dtype)
     with np.errstate(over="ignore", invalid="ignore"):
