@@ -6,9 +6,8 @@ imports PyTorch; ``import fwht_gpu`` does not.
 length the library supports (powers of two, K * 2**k); float64, float32, float16, bfloat16;
 CPU tensors through the NumPy engine and CUDA tensors through the GPU engine on PyTorch's
 current stream, through DLPack (no copy of a contiguous input transformed along its last
-dimension; lengths K * 2**k of CUDA tensors go through host memory in this version; results
-are allocated by the engines: CuPy's memory pool on the GPU, not PyTorch's caching allocator,
-so CUDA-graph capture is not supported). ``hadamard_transform(x, scale)``
+dimension, lengths K * 2**k included; results are allocated by the engines: CuPy's memory
+pool on the GPU, not PyTorch's caching allocator, so CUDA-graph capture is not supported). ``hadamard_transform(x, scale)``
 has fast-hadamard-transform's signature and meaning: the last dimension, zero-padded to the
 next power of two and truncated back, times ``scale``.
 

@@ -103,7 +103,9 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
             # B^T as CSR: cuSPARSE's product with a transposed CSR matrix took 2.5x as long
             # as converting B and multiplying (H200, 2^20 x 2^20, 16 or 64 values per row)
             memory.check(8 * (B.shape[1] + 1) + 16 * int(B.nnz),
-                         "the CSC copy of B for the ||AB||_F estimate", "pass B as CSC",
+                         "the CSC copy of B for the ||AB||_F estimate",
+                         "pass buckets= (the estimate only sizes automatic buckets) or free "
+                         "GPU memory",
                          device="gpu")
             B = B.tocsc()
         return xp.asarray((B.T.astype(np.float64) @ GA.T).T)

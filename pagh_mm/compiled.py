@@ -323,7 +323,7 @@ def exact_integers(sides, bound: float) -> bool:
     """Whether every stored value of the sparse ``sides`` is an integer and every sum the
     compression forms is an integer below 2^53 (``bound``: an upper bound on them), so that
     it is exact in float64 in any order."""
-    if bound >= 2.0 ** 53:
+    if not bound < 2.0 ** 53:          # (a NaN bound, from inf values, is no bound)
         return False
     return all(s.integral() for s in sides)
 

@@ -58,7 +58,7 @@ class Side:
                 from .cuda import kernels
                 self._norms, self._fractional = kernels.vector_norms(self.M.indptr, self.M.data)
             else:
-                v = abs(self.M).astype(np.float64)
+                v = abs(self.M.astype(np.float64))  # (float first: |int min| wraps in its dtype)
                 self._norms = np.asarray(v.sum(axis=0 if self.which == 1 else 1)).ravel()
         return self._norms
 

@@ -377,3 +377,18 @@ def test_inverse_exactness_check_folds_groups_of_rows_as_its_definition(monkeypa
         assert not matmul._inverse_exact(sketch, sketch, np)
         sketch[-1, -1] = np.nextafter(matmul.INVERSE_EXACT_LIMIT / b, 0)
         assert matmul._inverse_exact(sketch, sketch, np)
+
+
+def test_pair_bound_of_the_smallest_integer_is_its_magnitude():
+    """|int32 min| wraps in int32: the 1-norms (the pairs' bound) are taken in float64, so
+    products near 2**62 that cancel are not added pair by pair (the specification's bits)."""
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    A, B = np.zeros((2, 3), dtype=np.int32), np.zeros((3, 1), dtype=np.int32)
+    A[0, 0], B[0, 0], A[1, 1], B[1, 0], A[0, 2], B[2, 0] = lo, hi, 1, 1, hi, hi
+    A, B = sps.csc_matrix(A), sps.csr_matrix(B)
+    from pagh_mm.backend import for_arrays
+    from pagh_mm.sketch import Side
+    assert Side(A, 1, None, 0, for_arrays(A, B)).norms()[0] == 2.0 ** 31
+    kw = dict(buckets=4, reps=3, seed=1)
+    got = pagh_mm.compress(A, B, **kw).sketch
+    assert np.array_equal(got.view(np.uint64), _specification(A, B, **kw).view(np.uint64))
