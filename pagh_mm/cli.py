@@ -104,7 +104,8 @@ def sketch_options(fn):
     opts = [
         click.option("--buckets", "-b", type=int, callback=_pow2, default=None,
                      help="Buckets per repetition, a power of two (default: automatic, sized for "
-                          "a certified answer to the query asked; see pagh_mm.auto)."),
+                          "a certified answer to the query asked: top's -k or --threshold, "
+                          "compress's own; 8 (m + p) without a query; see pagh_mm.auto)."),
         click.option("--reps", "-d", type=click.IntRange(1, None), default=None,
                      help="Independent repetitions (odd: the median is one of them; default 5)."),
         click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP),
@@ -399,15 +400,23 @@ def multiply(a_path, b_path, output, force, **o) -> None:
 
 @main.command("compress")
 @files_to_output("Sketch file to write (.npz).")
+@click.option("-k", "k", type=click.IntRange(1, None), default=None,
+              help="Size the automatic buckets for a certified top-k query of the sketch.")
+@click.option("--threshold", type=float, default=None,
+              help="Size the automatic buckets for a certified query of the entries above this "
+                   "value (instead of -k).")
 @sketch_options
 @guarded
-def compress_cmd(a_path, b_path, output, force, **o) -> None:
-    """Compress A @ B into a sketch file (query it with `top --sketch` and `query`)."""
+def compress_cmd(a_path, b_path, output, force, k, threshold, **o) -> None:
+    """Compress A @ B into a sketch file (query it with `top --sketch` and `query`).  Without
+    -b, the buckets are sized for the query -k or --threshold names (8 (m + p) without one)."""
     if not output.endswith(".npz"):
         raise click.UsageError(f"{output}: a sketch is written as .npz; name the output *.npz")
+    if k is not None and threshold is not None:
+        raise click.UsageError("-k and --threshold size the sketch for one query: give one")
     check_outputs([output], force=force)
     _check_settings(o)
-    sk = _compress_from_files(a_path, b_path, o)
+    sk = _compress_from_files(a_path, b_path, o, k=k, threshold=threshold)
     sk.save(output)
     if not o["quiet"]:
         click.echo(f"wrote {output}: {sk.shape[0]} x {sk.shape[1]} product, {sk.buckets} buckets x "
@@ -503,7 +512,9 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     if sketch_path is not None:
         sk = CompressedProduct.load(sketch_path, device=_device(o["device"]))
         if files:
-            A, B = _load_pair(files[0], files[1], o["fmt"], o["transpose_a"],
+            # a Gram sketch of X^T X records it: the file X given twice is read as (X^T, X)
+            transpose = o["transpose_a"] or (sk.gram and _same_file(files[0], files[1]))
+            A, B = _load_pair(files[0], files[1], o["fmt"], transpose,
                               "gpu" if sk.backend.gpu else "cpu")
             sk.attach(A, B)
     else:

@@ -551,6 +551,39 @@ def test_progress_lines_in_batch_jobs(tmp_path):
         assert code == 0 and "inner dimension" not in err and "row tiles" not in err
 
 
+def test_gram_sketch_file_verifies_with_its_one_matrix_file(tmp_path):
+    """A sketch of X^T X (compress X X --transpose-a) records that it is a Gram sketch: top
+    --sketch with X given twice verifies against X^T X without repeating --transpose-a, and
+    gives the answer of the flag given again."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 40))
+    X[:, 7] += 3 * X[:, 30]
+    np.save(tmp_path / "X.npy", X)
+    sk = tmp_path / "g.npz"
+    code, text = run(pagh_main, ["compress", tmp_path / "X.npy", tmp_path / "X.npy",
+                                 "--transpose-a", "-o", sk, "-q"])
+    assert code == 0, text
+    outs = []
+    for flag in ([], ["--transpose-a"]):
+        code, out, err = run_split(pagh_main, ["top", "--sketch", sk, tmp_path / "X.npy",
+                                               tmp_path / "X.npy", "-k", 2, "--verify",
+                                               "--exclude-diagonal", "-q",
+                                               "--output-format", "csv"] + flag)
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1] and "7" in outs[0] and "30" in outs[0]
+    sized = tmp_path / "k.npz"                 # compress -k: sized for that query
+    code, text = run(pagh_main, ["compress", tmp_path / "X.npy", tmp_path / "X.npy",
+                                 "--transpose-a", "-o", sized, "--threshold", 50, "--seed", 1,
+                                 "-q"])
+    assert code == 0, text
+    want = pagh_mm.compress_gram(X, threshold=50.0, seed=1).buckets
+    assert pagh_mm.CompressedProduct.load(sized).buckets == want > pagh_mm.compress_gram(X, seed=1).buckets
+    code, text = run(pagh_main, ["compress", tmp_path / "X.npy", tmp_path / "X.npy", "-o",
+                                 tmp_path / "bad.npz", "-k", 2, "--threshold", 1.0])
+    assert code == 2 and "one query" in text
+
+
 def test_decoding_from_the_command_line(files):
     """--decode yes makes the bit sketches (kept by the sketch file), --search decode gives
     the scan's certified answer; bad combinations are usage errors, a sketch without bit
