@@ -44,6 +44,11 @@ def cooccurrence(echo, k: int = 100, max_terms: int = 16384, lines_per_doc: int 
     echo(f"task: the {k} largest co-occurrence counts C[i, j] = (X^T X)[i, j], i != j "
          "(pairs of identifiers used together)")
 
+    el = _clock()                         # a warm-up on a slice: the compiled CPU kernels load
+    warm = compress_gram(X[: min(n, 2048)], k=min(k, 4), seed=seed)   # (numba's disk cache)
+    warm.top_k(min(k, 4), verify=True, exclude_diagonal=True)
+    echo(f"(warm-up on 2048 documents: the compiled kernels loaded in {el():.1f} s, not counted; "
+         "a first run compiles them first)")
     echo("compressing X^T X (Gram sketch: one hash on both sides, the diagonal exact) ...")
     el = _clock()
     sk = compress_gram(X, k=k, seed=seed, progress=progress)
