@@ -122,13 +122,18 @@ def check_workers(workers) -> int | None:
     return n
 
 
-@contextlib.contextmanager
+#: limited_workers(None): nothing to change, and no generator per call (the GPU's hot path).
+_UNLIMITED = contextlib.nullcontext()
+
+
 def limited_workers(workers: int | None):
     """Run the CPU engine (its thread pool and the compiled kernels' threads) on at most
-    ``workers`` threads in this thread; threads never change results."""
-    if workers is None:
-        yield
-        return
+    ``workers`` threads in this thread (None: as it is); threads never change results."""
+    return _UNLIMITED if workers is None else _limited(workers)
+
+
+@contextlib.contextmanager
+def _limited(workers: int):
     import numba
     before, before_numba = getattr(_LIMIT, "workers", None), numba.get_num_threads()
     _LIMIT.workers = workers

@@ -199,8 +199,6 @@ class FWHT:
             raise ValueError(f"x has length {length} and dtype {x.dtype} along axis {axis}; this "
                              f"FWHT is planned for n={self.n}, {self.dtype}")
         factor = norm_factor(self.n, norm, inverse)
-        if workers is None:         # (limited_workers(None) changes nothing)
-            return self._ordered(x, axis, factor, out, inverse, order, bool(overwrite_x))
         with cpu.limited_workers(workers):
             return self._ordered(x, axis, factor, out, inverse, order, bool(overwrite_x))
 
@@ -334,8 +332,6 @@ def _transform_engine(x, axis, norm, algorithm, stabilizer, compute_dtype, out, 
             raise
         t = FWHT(n, x.dtype, algorithm=algorithm, stabilizer=stabilizer, compute_dtype=cdt,
                  device=dev, tuning=tuning)              # raises the argument's own error
-    if workers is None:             # (limited_workers(None) changes nothing)
-        return t._ordered(x, axis, factor, out, inverse, order)   # arguments checked above
     with cpu.limited_workers(workers):
         return t._ordered(x, axis, factor, out, inverse, order)   # arguments checked above
 
