@@ -79,6 +79,7 @@ def main() -> None:
                 sync()
                 pr.disable()
                 pstats.Stats(pr).sort_stats("cumulative").print_stats(45)
+                pstats.Stats(pr).sort_stats("tottime").print_stats(30)
             if args.no_spgemm:
                 continue
             try:

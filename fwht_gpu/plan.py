@@ -23,6 +23,7 @@ Plan exactly this way, so the GPU result equals the NumPy result bit for bit.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -293,6 +294,17 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
                              "use float32 for float16/bfloat16 data, float64 for float32 data")
         if stabilizer is not None:
             raise ValueError("compute_dtype and stabilizer are alternatives; choose one")
+    if split is None:
+        split = (sms is not None and batch < sms and n * dt.itemsize >= t.split_bytes)
+    return _plan(int(n), log2n, dt, algorithm, stabilizer, device, cdt, int(interleave),
+                 bool(split), t)
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, interleave: int,
+          split: bool, t: Tuning) -> Plan:
+    """make_plan's plan for its checked arguments (a Plan is immutable: one object per
+    distinct request, planned once)."""
     stages = _stages(log2n, algorithm)
     plain = algorithm == "folklore" and stabilizer is None and cdt == dt
     if interleave and plain and stages:
@@ -301,8 +313,6 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
                     cdt, interleave=int(interleave), tuning=t)
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
     passes = _group(stages, log2n, dt, foot, t)
-    if split is None:
-        split = (sms is not None and batch < sms and n * dt.itemsize >= t.split_bytes)
     if split and plain and len(passes) == 1 and log2n >= 2:
         lo = (log2n + 1) // 2
         passes = (Pass(0, lo, tuple(stages[:lo])), Pass(lo, log2n - lo, tuple(stages[lo:])))

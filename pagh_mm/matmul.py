@@ -28,6 +28,9 @@ GPU_MAX_REPS = 127
 #: Bytes of temporaries per stored value of a sparse block and repetition (hashes, signed
 #: values, bin indices).
 SPARSE_BYTES = 40
+#: The GPU pair route's temporaries per stored value of a block: per distinct repetition a
+#: uint32 bucket and a float64 signed value, and once its float64 value and int64 key.
+PAIR_BYTES, PAIR_BYTES_PER_REP = 16, 12
 #: Whether dense GPU compressions use the fused kernel where it applies (False: the
 #: staged path, scatter / transform / product as separate kernels; for comparisons).
 GPU_FUSED = True
@@ -153,13 +156,13 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
 
 # --- memory plan ----------------------------------------------------------------------------
 
-def _block_size(sides, per_index: int, n: int, reps: int, budget: int) -> int:
+def _block_size(sides, per_index: int, n: int, value_bytes: int, budget: int) -> int:
     """The largest power of two B such that every aligned block of B inner indices (with its
     sparse stored values) keeps its temporaries within ``budget``; 0 if not even one fits."""
     B = 1 << max(0, (max(n, 1) - 1).bit_length())
     if per_index > 0:           # no larger block fits its per-index bytes alone
         B = min(B, 1 << (max(1, budget // per_index).bit_length() - 1))
-    while B >= 1 and _block_cost(sides, B, per_index, reps) > budget:
+    while B >= 1 and _block_cost(sides, B, per_index, value_bytes) > budget:
         B //= 2
     return B
 
@@ -173,6 +176,8 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
     d, b = acc.reps, acc.b
     per_index = 0 if pairs else \
         acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
+    value_bytes = PAIR_BYTES + PAIR_BYTES_PER_REP * \
+        len(hashing.distinct_rows(sides[0].params)[0]) if pairs else SPARSE_BYTES * d
     term = d * b * acc.value_dtype.itemsize
     hint = (f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})"
             + ("" if memory_budget is None else " or memory_budget"))
@@ -182,14 +187,14 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
         base = MEMORY_BUDGET
         if be.gpu:
             base = max(MEMORY_BUDGET, min(2 << 30, (have or 0) // 8))
-        budget = max(base, _block_cost(sides, 1, per_index, d))
+        budget = max(base, _block_cost(sides, 1, per_index, value_bytes))
         if have is not None:
             budget = min(budget, max(have // 2, 1))
     else:
         budget = memory_budget
-    B = _block_size(sides, per_index, n, d, budget)
+    B = _block_size(sides, per_index, n, value_bytes, budget)
     if B == 0:
-        one = _block_cost(sides, 1, per_index, d)
+        one = _block_cost(sides, 1, per_index, value_bytes)
         if memory_budget is not None:
             raise memory.InsufficientMemoryError(
                 f"memory_budget={memory.gib(memory_budget)} is below what one inner index needs "
@@ -202,7 +207,7 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
     # pairs' time-domain table (finished in place) and the exactness check's row temporaries
     fixed = (term + 4 * b * 8 if pairs else (levels + 4) * term) + \
         sum(s.table_bytes() for s in sides)
-    need = fixed + _block_cost(sides, B, per_index, d)
+    need = fixed + _block_cost(sides, B, per_index, value_bytes)
     memory.check(need, f"compressing a {m} x {n} by {n} x {p} product into {d} x {b} buckets",
                  hint, device=device)
     return B, budget
@@ -277,9 +282,9 @@ def _gpu_fused(sides, acc: Accumulator, be) -> bool:
 
 def _gpu_pairs_add(sides, k0: int, k1: int, tab) -> None:
     from .cuda import kernels
-    va = sides[0].sparse_values(k0, k1)
-    vb = sides[1].sparse_values(k0, k1) if len(sides) == 2 else None
-    kernels.pairs_direct(va, vb, sides[0].params.reps, tab.shape[1], tab)
+    va = sides[0].hashed_values(k0, k1)
+    vb = sides[1].hashed_values(k0, k1) if len(sides) == 2 else None
+    kernels.pairs_direct(va, vb, sides[0].distinct_rows()[1], tab.shape[1], tab)
 
 
 def _gpu_tree_sum(nodes):
@@ -394,9 +399,10 @@ def _abs_product_bound(sides) -> float:
     return float(a @ (sides[1].norms() if len(sides) == 2 else a))
 
 
-def _block_cost(sides, B, per_index, d) -> int:
-    """Bytes of temporaries of the largest aligned block of B inner indices."""
-    return B * per_index + sum(s.most_values(B) for s in sides) * SPARSE_BYTES * d
+def _block_cost(sides, B, per_index, value_bytes) -> int:
+    """Bytes of temporaries of the largest aligned block of B inner indices (``value_bytes``
+    per stored value)."""
+    return B * per_index + sum(s.most_values(B) for s in sides) * value_bytes
 
 
 # --- compression ----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class Side:
         self._table = None
         self._positions = None
         self._hs = None
+        self._distinct = None               # GPU pairs: the distinct repetitions' functions
         self._ptr = None
         self._most: dict[int, int] = {}     # most_values per block size
         self._norms = None                   # sparse: |v|_1 of every vector
@@ -46,7 +47,7 @@ class Side:
         """This side with the hash functions ``params`` into 2**log2b buckets (a side made
         with none, for the statistics that do not depend on them, keeps what it computed)."""
         self.params, self.log2b = params, log2b
-        self._table = self._positions = self._hs = None
+        self._table = self._positions = self._hs = self._distinct = None
         return self
 
     def norms(self):
@@ -229,6 +230,35 @@ class Side:
         h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
         w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
         return ptr, h, w
+
+    def distinct_rows(self):
+        """((a, c, tables, coef) of the distinct repetitions, (base, bit)) on the GPU: see
+        :func:`pagh_mm.hashing.distinct_rows` (made once per hash functions)."""
+        if self._distinct is None:
+            xp, p = self.be.xp, self.params
+            rows, base, bit = hashing.distinct_rows(p)
+            fns = tuple(None if x is None else xp.asarray(np.ascontiguousarray(x[rows]))
+                        for x in (p.a, p.c, p.tables, p.coefficients))
+            self._distinct = (fns, (xp.asarray(base), xp.asarray(bit)))
+        return self._distinct
+
+    def hashed_values(self, k0: int, k1: int):
+        """(ptr, keys, h, w) of the sparse vectors k0 .. k1 - 1 on the GPU: the bounds
+        (k1 - k0 + 1, int64) of their stored values, their keys (the index array's slice), and
+        per distinct repetition (:meth:`distinct_rows`) the uint32 bucket h and signed value w
+        (float64) of each, made by one kernel (``hash_values``, hash.cu)."""
+        from .cuda import kernels
+        xp = self.be.xp
+        host = self._host_ptr()
+        lo, hi = int(host[k0]), int(host[k1])
+        keys = self.M.indices[lo:hi]
+        if keys.dtype not in (xp.int32, xp.int64):
+            keys = keys.astype(xp.int64)
+        vals = self.M.data[lo:hi].astype(xp.float64, copy=False)
+        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        h, w = kernels.hash_values(keys, vals, self.params.family, self.distinct_rows()[0],
+                                   self.which, self.log2b)
+        return ptr, keys, h, w
 
     def _sparse_block(self, k0: int, k1: int, ks=None):
         be, xp = self.be, self.be.xp

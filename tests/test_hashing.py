@@ -147,3 +147,29 @@ def test_seeds_of_any_size():
     for bad, err in ((-1, ValueError), (1.5, TypeError), (True, TypeError), ("3", TypeError)):
         with pytest.raises(err, match="seed"):
             hashing.check_seed(bad)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_distinct_rows_map_decoding_repetitions_to_their_functions(family):
+    """distinct_rows: the GPU pair kernel hashes each distinct repetition once and derives the
+    decoding pseudo-repetitions (with_row_bits) from it by their row bit; the functions it
+    maps a repetition to are that repetition's, for every family."""
+    p = hashing.HashParams.draw(family, 11, 4)
+    rows, base, bit = hashing.distinct_rows(p)
+    assert rows.tolist() == [0, 1, 2, 3] and base.tolist() == [0, 1, 2, 3] and (bit == -1).all()
+    d = hashing.with_row_bits(p, 3, 5)
+    rows, base, bit = hashing.distinct_rows(d)
+    assert rows.tolist() == [0, 1, 2, 3] and base.dtype == np.int32
+    assert bit.tolist() == [-1] * 4 + [b for _ in range(3) for b in range(5)]
+    keys = np.array([0, 1, 5, 1023, 4096, 2 ** 32 - 1], dtype=np.uint64)
+    for which in (1, 2):
+        h = hashing.bucket_table(d, which, keys, 12)
+        s = hashing.sign_table(d, which, keys)
+        for r in range(d.reps):
+            q = rows[base[r]]
+            assert (h[r] == h[q]).all()
+            on = np.ones(keys.size) if bit[r] < 0 or which == 2 else (keys >> np.uint64(bit[r])) & np.uint64(1)
+            assert (s[r] == s[q] * on).all()
+    only = hashing.with_row_bits(p, 2, 3, main=False)       # no main rows: the first of each
+    rows, base, bit = hashing.distinct_rows(only)
+    assert rows.tolist() == [0, 3] and base.tolist() == [0, 0, 0, 1, 1, 1]

@@ -400,6 +400,34 @@ def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
                                                    **kw).sketch).all(), extra
 
 
+@pytest.mark.parametrize("family", hashing.FAMILIES)
+def test_gpu_pairs_hash_in_one_kernel_with_the_cpu_bits_for_every_family_and_bit_sketch(family):
+    """The pair route hashes each block's stored values in one kernel (hash_values) for the
+    distinct repetitions only, and derives the decoding bit sketches from them by their row
+    bit: the CPU's sketch and bit sketches, bit for bit, for every family, with int32 and
+    int64 index arrays, stored zeros and a block size that splits the inner dimension."""
+    cp = _cp()
+    csp = cupyx_sparse()
+    rng = np.random.default_rng(22)
+    A, B = sparse_int_product(rng, m=700, n=300, p=350, density=0.03)
+    A[3, :40] = 0.0                                   # rows of A with no value,
+    As, Bs = sps.csc_matrix(A), sps.csr_matrix(B)
+    As.data[::7] = 0.0                                # and stored zeros
+    kw = dict(buckets=1 << 11, reps=5, seed=9, hash=family, decode=True)
+    want = pagh_mm.compress(As, Bs, **kw)
+    assert want.bits is not None and want.bits.bits == 10
+    for wide in (False, True):
+        ga, gb = csp.csc_matrix(As), csp.csr_matrix(Bs)
+        if wide:
+            for M in (ga, gb):
+                M.indices = M.indices.astype(cp.int64)
+        prof = {}
+        got = pagh_mm.compress(ga, gb, profile=prof, memory_budget=1 << 16, **kw)
+        assert "pairs" in prof
+        assert (got.sketch.get() == want.sketch).all(), wide
+        assert (got.bits.sketch.get() == want.bits.sketch).all(), wide
+
+
 # --- issue 16 item 3: the selecting query kernel --------------------------------------------
 
 def _selection(D, window, by, lim, cut, skip_diagonal, upper):

@@ -448,17 +448,43 @@ def tree_sum(nodes):
     return out
 
 
-def pairs_direct(va, vb, d: int, b: int, tab) -> None:
-    """Add the direct pairs of the sparse vectors ``va``, ``vb`` ((ptr, h, w) of
-    :meth:`pagh_mm.sketch.Side.sparse_values`; ``vb`` None: a Gram product, A's with
-    itself) to the (d, b) float64 time-domain table ``tab``: see ``scatter.cu``."""
-    cp = cupy()
-    ptrA, hA, wA = (cp.ascontiguousarray(x) for x in va)
-    ptrB, hB, wB = (ptrA, hA, wA) if vb is None else (cp.ascontiguousarray(x) for x in vb)
+def pairs_direct(va, vb, rows, b: int, tab) -> None:
+    """Add the direct pairs of the sparse vectors ``va``, ``vb`` ((ptr, keys, h, w) of
+    :meth:`pagh_mm.sketch.Side.hashed_values`; ``vb`` None: a Gram product, A's with itself)
+    to the (reps, b) float64 time-domain table ``tab``; ``rows``: (base, bit) int32 device
+    arrays of :func:`pagh_mm.hashing.distinct_rows`. See ``scatter.cu``."""
+    ptrA, kA, hA, wA = va
+    ptrB, kB, hB, wB = va if vb is None else vb
     nb = int(ptrA.size) - 1
     if nb <= 0:
         return
+    base, bit = rows
     SCATTER.function("pairs_direct")(
-        (-(-nb // PAIRS_K), d), (THREADS,), (ptrA, hA, wA, np.int64(hA.shape[1]), ptrB, hB, wB,
-                                             np.int64(hB.shape[1]), np.int64(nb), np.int64(b),
-                                             tab))
+        (-(-nb // PAIRS_K), int(tab.shape[0])), (THREADS,),
+        (ptrA, kA, np.int32(kA.dtype.itemsize == 8), hA, wA, np.int64(hA.shape[1]),
+         ptrB, kB, np.int32(kB.dtype.itemsize == 8), hB, wB, np.int64(hB.shape[1]),
+         np.int64(nb), np.int64(b), base, bit, np.int32(vb is None), tab))
+
+
+#: pagh_mm.hashing's families as hash.cu's ``raw_hash`` numbers them.
+HASH_FAMILIES = {"multiply-add-shift": 0, "multiply-shift": 0, "tabulation": 1, "polynomial": 2}
+
+
+def hash_values(keys, values, family: str, params, which: int, log2b: int):
+    """(h, w): uint32 buckets and float64 signed values (reps, n) of the stored values
+    ``values`` (float64) at ``keys`` (int32 or int64, below 2^32) under the functions of side
+    ``which`` (1: h1, s1; 2: h2, s2) of each repetition of ``params`` ((a, c, tables, coef)
+    device arrays; tables/coef None unless the family uses them): see ``hash.cu``."""
+    cp = cupy()
+    a, c, tables, coef = params
+    reps, n = int(a.shape[0]), int(keys.size)
+    h = cp.empty((reps, n), dtype=cp.uint32)
+    w = cp.empty((reps, n), dtype=cp.float64)
+    if h.size:
+        HASH.function("hash_values")(
+            (_grid(reps * n),), (THREADS,),
+            (keys, np.int32(keys.dtype.itemsize == 8), values, np.int64(n), np.int32(reps),
+             np.int32(HASH_FAMILIES[family]), np.int32(family != "multiply-shift"),
+             np.int32(which - 1), np.int32(1 + which), np.int32(log2b), a, c,
+             a if tables is None else tables, a if coef is None else coef, h, w))
+    return h, w

@@ -45,15 +45,18 @@ extern "C" __global__ void scatter_sparse(const i64* __restrict__ ptr, const i64
 }
 
 // Direct pairs of sparse inner indices (exact integer products only): for every inner index
-// k and repetition t, each pair of a stored value i of A's vector k and a stored value j of
-// B's vector k adds wA[t, i] wB[t, j] (signed values) to the time-domain table
-// tab[t, hA[t, i] ^ hB[t, j]] - the XOR convolution of the two sketches without transforms,
-// the SpGEMM's multiplications without its output.  The products and sums are integers below
+// k and repetition r, each pair of a stored value i of A's vector k and a stored value j of
+// B's vector k adds wA[i] wB[j] (signed values) to the time-domain table
+// tab[r, hA[i] ^ hB[j]] - the XOR convolution of the two sketches without transforms, the
+// SpGEMM's multiplications without its output.  The products and sums are integers below
 // 2^53 (the caller checks), so they are exact in any order: the same bits as the transform
-// route and as the CPU.  h, w: (d, nnz) arrays; ptr: the nb + 1 bounds of the vectors' stored
-// values.
+// route and as the CPU.  h, w: (distinct repetitions, nnz) from hash_values (hash.cu);
+// repetition r reads row base[r] of them and, when bit[r] >= 0 (a decoding repetition,
+// pagh_mm.hashing.with_row_bits), leaves out A's keys (a Gram product: either key) whose bit
+// bit[r] is 0, as its masked s1 (an added zero) would; keys: int32 or int64 (key64).  ptr:
+// the nb + 1 bounds of the vectors' stored values.
 //
-// Block (x, y) takes repetition t = y and the PAIRS_K inner indices x PAIRS_K .. + PAIRS_K - 1,
+// Block (x, y) takes repetition r = y and the PAIRS_K inner indices x PAIRS_K .. + PAIRS_K - 1,
 // their pairs numbered one after the other (a prefix sum in shared memory), the threads
 // striding over them: balanced whatever the vectors' lengths.  The grid runs every block of
 // repetition 0 first, then of 1, ...: the atomic additions of a launch go to one repetition's
@@ -61,15 +64,24 @@ extern "C" __global__ void scatter_sparse(const i64* __restrict__ ptr, const i64
 // would not.
 constexpr int PAIRS_K = 32;
 
-extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64* __restrict__ hA,
+__device__ __forceinline__ long long key_at(const void* keys, int key64, i64 q)
+{
+    return key64 ? ((const i64*)keys)[q] : (i64)((const int*)keys)[q];
+}
+
+extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const void* __restrict__ keysA,
+                                        int keyA64, const unsigned* __restrict__ hA,
                                         const double* __restrict__ wA, i64 nnzA,
-                                        const i64* __restrict__ ptrB, const i64* __restrict__ hB,
+                                        const i64* __restrict__ ptrB, const void* __restrict__ keysB,
+                                        int keyB64, const unsigned* __restrict__ hB,
                                         const double* __restrict__ wB, i64 nnzB, i64 nb, i64 b,
-                                        double* __restrict__ tab)
+                                        const int* __restrict__ base, const int* __restrict__ bit,
+                                        int gram, double* __restrict__ tab)
 {
     __shared__ i64 first[PAIRS_K + 1];       // pairs before inner index k0 + c
     __shared__ i64 a0[PAIRS_K], b0[PAIRS_K], nv[PAIRS_K];
-    const i64 t = blockIdx.y, k0 = (i64)blockIdx.x * PAIRS_K;
+    const int r = blockIdx.y, m = base[r], l = bit[r];
+    const i64 k0 = (i64)blockIdx.x * PAIRS_K;
     const int count = (int)min((i64)PAIRS_K, nb - k0);
     if (threadIdx.x < 32) {                  // one warp: the counts and their prefix sum
         const int c = threadIdx.x;
@@ -90,27 +102,30 @@ extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const i64*
     }
     __syncthreads();
     const i64 total = first[count];
-    const double* wa = wA + t * nnzA;
-    const double* wb = wB + t * nnzB;
-    const i64* ha = hA + t * nnzA;
-    const i64* hb = hB + t * nnzB;
-    double* row = tab + t * b;
+    const double* wa = wA + m * nnzA;
+    const double* wb = wB + m * nnzB;
+    const unsigned* ha = hA + m * nnzA;
+    const unsigned* hb = hB + m * nnzB;
+    double* row = tab + r * b;
     int c = 0;
     for (i64 q = threadIdx.x; q < total; q += blockDim.x) {
         while (first[c + 1] <= q) ++c;       // q only grows: the vector only moves on
-        const i64 r = q - first[c], n = nv[c];
+        const i64 e = q - first[c], n = nv[c];
         i64 i, j;
-        if (r < 0x7fffffff && n < 0x7fffffff) {      // 32-bit division where it fits
-            const unsigned ri = (unsigned)r, ni = (unsigned)n;
-            i = ri / ni;
-            j = ri - (unsigned)i * ni;
+        if (e < 0x7fffffff && n < 0x7fffffff) {      // 32-bit division where it fits
+            const unsigned ei = (unsigned)e, ni = (unsigned)n;
+            i = ei / ni;
+            j = ei - (unsigned)i * ni;
         } else {
-            i = r / n;
-            j = r - i * n;
+            i = e / n;
+            j = e - i * n;
         }
         const i64 ia = a0[c] + i, jb = b0[c] + j;
+        if (l >= 0 && (!((key_at(keysA, keyA64, ia) >> l) & 1) ||
+                       (gram && !((key_at(keysB, keyB64, jb) >> l) & 1))))
+            continue;            // rows a bit sketch leaves out add nothing
         const double w = wa[ia];
-        if (w != 0.0)            // rows a bit sketch leaves out add nothing (skipped: same bits)
+        if (w != 0.0)            // (a stored zero adds nothing either: skipped, same bits)
             atomicAdd(row + (ha[ia] ^ hb[jb]), __dmul_rn(w, wb[jb]));
     }
 }
