@@ -22,6 +22,10 @@ from fwht_gpu import memory
 from . import compiled, hashing
 from .backend import Backend
 
+#: Above this many aligned blocks a GPU side finds its largest block on the device (one
+#: reduction) instead of copying the block bounds to the host.
+DEVICE_BLOCKS = 4096
+
 
 class Side:
     """One factor seen as vectors along the inner dimension: the columns of A
@@ -38,7 +42,7 @@ class Side:
         self._positions = None
         self._hs = None
         self._distinct = None               # GPU pairs: the distinct repetitions' functions
-        self._ptr = None
+        self._bnd: dict[int, object] = {}   # host index pointer at block bounds, per size
         self._most: dict[int, int] = {}     # most_values per block size
         self._norms = None                   # sparse: |v|_1 of every vector
         self._integral = None                # sparse: every stored value an integer
@@ -83,21 +87,37 @@ class Side:
         """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
         if not self.sparse:
             return 0
-        n = self._host_ptr().size - 1
+        n = int(self.M.indptr.size) - 1
         if n == 0:
             return 0
-        if block not in self._most:             # aligned blocks: strided views, no gathers
-            ptr = self._ptr
-            ends = np.concatenate([ptr[block:n:block], ptr[n:]])
-            self._most[block] = int((ends - ptr[0:n:block]).max())
+        if block not in self._most:
+            if self.be.gpu and n // block > DEVICE_BLOCKS:      # many blocks: on the device
+                ptr = self.M.indptr
+                ends = self.be.xp.concatenate([ptr[block:n:block], ptr[n:]])
+                self._most[block] = int((ends - ptr[0:n:block]).max())
+            else:
+                self._most[block] = int(np.diff(self._bounds(block)).max())
         return self._most[block]
 
-    def _host_ptr(self):
-        """The sparse index pointer on the host, int64: one copy for every block (on the
-        GPU, no synchronisation per block)."""
-        if self._ptr is None:
-            self._ptr = self.be.asnumpy(self.M.indptr).astype(np.int64)
-        return self._ptr
+    def _bounds(self, block: int):
+        """The sparse index pointer at the aligned block bounds 0, block, 2 block, ..., n, on
+        the host (int64): one small copy per block size, no synchronisation per block."""
+        if block not in self._bnd:
+            ptr, n = self.M.indptr, int(self.M.indptr.size) - 1
+            ends = self.be.xp.concatenate([ptr[0:n:block], ptr[n:]])
+            self._bnd[block] = self.be.asnumpy(ends).astype(np.int64)
+        return self._bnd[block]
+
+    def _bound(self, k: int) -> int:
+        """indptr[k] on the host: from the bounds of a block size that k is a multiple of (or
+        the end), else read."""
+        n = int(self.M.indptr.size) - 1
+        for block, v in self._bnd.items():
+            if k == n:
+                return int(v[-1])
+            if k % block == 0:
+                return int(v[k // block])
+        return int(self.M.indptr[k])
 
     def nonempty(self):
         """Per inner index: whether its vector has a stored value (None: dense, all)."""
@@ -222,8 +242,7 @@ class Side:
         stored values, and per repetition the bucket h and signed value w (d, stored values)
         of each."""
         xp = self.be.xp
-        host = self._host_ptr()
-        lo, hi = int(host[k0]), int(host[k1])
+        lo, hi = self._bound(k0), self._bound(k1)
         keys = self.M.indices[lo:hi].astype(xp.int64)
         vals = self.M.data[lo:hi].astype(xp.float64)
         ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
@@ -249,8 +268,7 @@ class Side:
         (float64) of each, made by one kernel (``hash_values``, hash.cu)."""
         from .cuda import kernels
         xp = self.be.xp
-        host = self._host_ptr()
-        lo, hi = int(host[k0]), int(host[k1])
+        lo, hi = self._bound(k0), self._bound(k1)
         keys = self.M.indices[lo:hi]
         if keys.dtype not in (xp.int32, xp.int64):
             keys = keys.astype(xp.int64)

@@ -5,7 +5,7 @@ import scipy.sparse as sps
 
 import pagh_mm
 from fwht_gpu import gpu
-from pagh_mm import hashing
+from pagh_mm import backend, hashing
 from tests.test_pagh_cpu import sparse_int_product
 
 pytestmark = [pytest.mark.gpu,
@@ -404,10 +404,12 @@ def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
 def test_gpu_pairs_hash_in_one_kernel_with_the_cpu_bits_for_every_family_and_bit_sketch(family):
     """The pair route hashes each block's stored values in one kernel (hash_values) for the
     distinct repetitions only, and derives the decoding bit sketches from them by their row
-    bit: the CPU's sketch and bit sketches, bit for bit, for every family, with int32 and
-    int64 index arrays, stored zeros and a block size that splits the inner dimension."""
+    bit: the CPU's sketch and bit sketches, bit for bit, for every family, with stored zeros
+    and a block size that splits the inner dimension; the kernels give the same values for
+    int64 index arrays as for int32 ones."""
     cp = _cp()
     csp = cupyx_sparse()
+    from pagh_mm.cuda import kernels
     rng = np.random.default_rng(22)
     A, B = sparse_int_product(rng, m=700, n=300, p=350, density=0.03)
     A[3, :40] = 0.0                                   # rows of A with no value,
@@ -416,16 +418,30 @@ def test_gpu_pairs_hash_in_one_kernel_with_the_cpu_bits_for_every_family_and_bit
     kw = dict(buckets=1 << 11, reps=5, seed=9, hash=family, decode=True)
     want = pagh_mm.compress(As, Bs, **kw)
     assert want.bits is not None and want.bits.bits == 10
+    prof = {}
+    got = pagh_mm.compress(csp.csc_matrix(As), csp.csr_matrix(Bs), profile=prof,
+                           memory_budget=1 << 16, **kw)
+    assert "pairs" in prof
+    assert (got.sketch.get() == want.sketch).all()
+    assert (got.bits.sketch.get() == want.bits.sketch).all()
+    # the kernels on int64 keys: the same hashes and pair sums as on int32 keys
+    params = hashing.with_row_bits(hashing.HashParams.draw(family, 9, 5), 3, 10)
+    sides = [pagh_mm.sketch.Side(M, w, None, 0, backend.gpu()).hash_with(params, 11)
+             for M, w in ((csp.csc_matrix(As), 1), (csp.csr_matrix(Bs), 2))]
+    tabs = []
     for wide in (False, True):
-        ga, gb = csp.csc_matrix(As), csp.csr_matrix(Bs)
-        if wide:
-            for M in (ga, gb):
-                M.indices = M.indices.astype(cp.int64)
-        prof = {}
-        got = pagh_mm.compress(ga, gb, profile=prof, memory_budget=1 << 16, **kw)
-        assert "pairs" in prof
-        assert (got.sketch.get() == want.sketch).all(), wide
-        assert (got.bits.sketch.get() == want.bits.sketch).all(), wide
+        vals = []
+        for s in sides:
+            ptr, keys, h, w = s.hashed_values(0, 300)
+            if wide:
+                keys = keys.astype(cp.int64)
+                h, w = kernels.hash_values(keys, s.M.data.astype(cp.float64), family,
+                                           s.distinct_rows()[0], s.which, 11)
+            vals.append((ptr, keys, h, w))
+        tab = cp.zeros((params.reps, 1 << 11))
+        kernels.pairs_direct(vals[0], vals[1], sides[0].distinct_rows()[1], 1 << 11, tab)
+        tabs.append((tab, vals[0][2], vals[0][3]))
+    assert all((x == y).all() for x, y in zip(*tabs))
 
 
 # --- issue 16 item 3: the selecting query kernel --------------------------------------------
