@@ -187,23 +187,20 @@ def with_row_bits(params: HashParams, reps: int, bits: int, main: bool = True) -
 
 
 def distinct_rows(params: HashParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, base, bit): the repetitions whose functions differ (``rows``, increasing), and
-    for every repetition r the index ``base[r]`` in ``rows`` of the one with r's functions and
-    the row bit ``bit[r]`` (-1: none) that masks r's s1 (:func:`with_row_bits`): a kernel
-    hashes the distinct repetitions once and derives the decoding ones (int32 arrays)."""
+    """(rows, base, bit): the repetitions whose functions differ (``rows``, increasing, int64),
+    and for every repetition r the index ``base[r]`` in ``rows`` of the one with r's functions
+    and the row bit ``bit[r]`` (-1: none) that masks r's s1 (:func:`with_row_bits`) (int32):
+    a kernel hashes the distinct repetitions once and derives the decoding ones."""
     rows: list[int] = []
+    seen: dict[bytes, int] = {}
     base = np.empty(params.reps, np.int32)
-
-    def same(x, r, q):
-        return x is None or np.array_equal(x[r], x[q])
+    parts = [x for x in (params.a, params.c, params.tables, params.coefficients) if x is not None]
     for r in range(params.reps):
-        for i, q in enumerate(rows):
-            if all(same(x, r, q) for x in (params.a, params.c, params.tables, params.coefficients)):
-                base[r] = i
-                break
-        else:
-            base[r] = len(rows)
+        key = b"".join(np.ascontiguousarray(x[r]).tobytes() for x in parts)
+        if key not in seen:
+            seen[key] = len(rows)
             rows.append(r)
+        base[r] = seen[key]
     bit = np.full(params.reps, -1, np.int32) if params.row_bits is None else \
         np.asarray(params.row_bits, np.int32)
     return np.asarray(rows, np.int64), base, bit

@@ -29,8 +29,9 @@ GPU_MAX_REPS = 127
 #: values, bin indices).
 SPARSE_BYTES = 40
 #: The GPU pair route's temporaries per stored value of a block: per distinct repetition a
-#: uint32 bucket and a float64 signed value, and once its float64 value and int64 key.
-PAIR_BYTES, PAIR_BYTES_PER_REP = 16, 12
+#: uint32 bucket and a float64 signed value, and once its float64 value and int64 key; per
+#: inner index and side, its int64 bounds and their temporary.
+PAIR_BYTES, PAIR_BYTES_PER_REP, PAIR_BYTES_PER_INDEX = 16, 12, 20
 #: Whether dense GPU compressions use the fused kernel where it applies (False: the
 #: staged path, scatter / transform / product as separate kernels; for comparisons).
 GPU_FUSED = True
@@ -174,10 +175,10 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
     ``pairs``: every inner index is added pair by pair (the GPU's pair route): blocks hold
     only their stored values' hashes, and the sums one time-domain table."""
     d, b = acc.reps, acc.b
-    per_index = 0 if pairs else \
+    per_index = PAIR_BYTES_PER_INDEX * len(sides) if pairs else \
         acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
-    value_bytes = PAIR_BYTES + PAIR_BYTES_PER_REP * \
-        len(hashing.distinct_rows(sides[0].params)[0]) if pairs else SPARSE_BYTES * d
+    value_bytes = PAIR_BYTES + PAIR_BYTES_PER_REP * sides[0].distinct_count() if pairs else \
+        SPARSE_BYTES * d
     term = d * b * acc.value_dtype.itemsize
     hint = (f"lower buckets (now 2**{b.bit_length() - 1}) or reps (now {d})"
             + ("" if memory_budget is None else " or memory_budget"))
@@ -436,6 +437,8 @@ def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
         block = fused.block
     else:                       # pairs: blocks hold only their stored values' hashes
         block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs)
+        for s in sides:
+            s.block_bounds(block)       # each block's stored-value range: no reads per block
     clock("plan")
     gpu_fused = _gpu_fused(sides, acc, be)
     clock("route")

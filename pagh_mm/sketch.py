@@ -99,6 +99,12 @@ class Side:
                 self._most[block] = int(np.diff(self._bounds(block)).max())
         return self._most[block]
 
+    def block_bounds(self, block: int) -> None:
+        """Keep the index pointer at the bounds of aligned blocks of ``block`` inner indices on
+        the host (a sparse side), for the blocks' stored-value ranges."""
+        if self.sparse:
+            self._bounds(block)
+
     def _bounds(self, block: int):
         """The sparse index pointer at the aligned block bounds 0, block, 2 block, ..., n, on
         the host (int64): one small copy per block size, no synchronisation per block."""
@@ -260,6 +266,12 @@ class Side:
                         for x in (p.a, p.c, p.tables, p.coefficients))
             self._distinct = (fns, (xp.asarray(base), xp.asarray(bit)))
         return self._distinct
+
+    def distinct_count(self) -> int:
+        """How many repetitions have functions of their own (the rest decode with them)."""
+        if self._distinct is not None:
+            return int(self._distinct[0][0].shape[0])
+        return len(hashing.distinct_rows(self.params)[0])
 
     def hashed_values(self, k0: int, k1: int):
         """(ptr, keys, h, w) of the sparse vectors k0 .. k1 - 1 on the GPU: the bounds
