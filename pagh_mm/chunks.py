@@ -129,6 +129,9 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     for s in dense:
         if (s.which, s.keys) in cache:
             s.adopt(cache[s.which, s.keys])
+    if cache is not None and be.gpu:
+        for s in sides:
+            s.share_distinct(cache)
     acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
                       plan.stabilizer, be.xp)
     with _lock(be):
@@ -139,6 +142,9 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
         diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
     for s in dense:
         cache[s.which, s.keys] = s
+    if cache is not None and be.gpu:
+        for s in sides:
+            s.share_distinct(cache)
     if cache is not None and be.gpu and direct is not None:
         cache["direct"] = direct            # the next chunks' pairs go into the same table
     return acc.sum.total(), direct, diagonal, stats

@@ -267,6 +267,16 @@ class Side:
             self._distinct = (fns, (xp.asarray(base), xp.asarray(bit)))
         return self._distinct
 
+    def share_distinct(self, cache: dict) -> None:
+        """Take the distinct repetitions' functions on the device that a side of an earlier
+        chunk left in ``cache`` (the same hash functions, the same device), or leave this
+        side's there: a chunk's sides upload them once, not every chunk (an upload from
+        pageable memory waits for the stream's work)."""
+        if self._distinct is None:
+            self._distinct = cache.get("distinct")
+        elif "distinct" not in cache:
+            cache["distinct"] = self._distinct
+
     def distinct_count(self) -> int:
         """How many repetitions have functions of their own (the rest decode with them)."""
         if self._distinct is not None:

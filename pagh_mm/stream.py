@@ -208,8 +208,12 @@ def _sparse_slab(csp, src: "_Source", k0: int, k1: int, host, dev, stream, pool)
         if count:
             rt.memcpyAsync(d.data.ptr, h.ctypes.data, count * h.itemsize,
                            rt.memcpyHostToDevice, stream.ptr)
-    out = (csp.csc_matrix if src.which == 1 else csp.csr_matrix)(
-        (dev[0][:nnz], dev[1][:nnz], dev[2][:rows]), shape=src.shape(k0, k1))
+    cls = csp.csc_matrix if src.which == 1 else csp.csr_matrix
+    parts = (dev[0][:nnz], dev[1][:nnz], dev[2][:rows])
+    if hasattr(cls, "_from_parts"):         # no checks of the contents: no synchronisation
+        return cls._from_parts(*parts, src.shape(k0, k1), has_canonical_format=True,
+                               has_sorted_indices=True)
+    out = cls(parts, shape=src.shape(k0, k1))
     out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
     out._has_sorted_indices = True
     return out
