@@ -250,7 +250,7 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
-    "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session14-sparse-decode-16.json",
+    "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session19-sparse-16.json",
                                         "h100/session14-sparse-decode-64.json",
                                         "h100/session15-sparse-64.json",
                                         "h100/session15-sparse-64-1048576.json",

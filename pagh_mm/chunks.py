@@ -209,7 +209,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     bits = _decode.row_bits(m) if _decode.wanted(decode, sparse, gram, m, p, be.gpu) else 0
     estimate = matmul._is_auto(buckets) and (k is not None or threshold is not None)
     diagonal = None
-    integral, allowed, F = False, False, None
+    integral, allowed, F, bound = False, False, None, None
     ran = estimate                  # the statistics pass; otherwise the sums pass gathers them
     fold = sparse and not ran       # (the choice below needs neither integral nor F then)
     if ran:
@@ -217,6 +217,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
                               estimate=estimate, gram=gram))
         integral = bool(parts) and all(s[0] for s in parts)
         allowed = pairs_allowed(parts)
+        bound = sum(s[1] for s in parts)
         if gram:
             diagonal = gram_diagonal(be, A, tree([be.xp.asarray(s[3]) for s in parts],
                                                  lambda x, y: x + y) if parts else None, exact_of)
@@ -236,6 +237,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     # (pairs_allowed); a pass in which no chunk added pairs is a pass without pairs
     if fold:                        # pairs where each chunk allows them; then the decision
         total, direct, share, seen = sums(plan, True)
+        bound = sum(s[1] for s in seen or [])
         if direct is not None and not pairs_allowed(seen or []):
             # some chunk added pairs that the whole forbids: the pass without pairs (the
             # values checked, the diagonal formed already)
@@ -247,7 +249,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
         diagonal = gram_diagonal(be, A, share, exact_of)
     acc = Accumulator(method, every, log2b, dt, algorithm, stabilizer, be.xp)
     sketch = acc.finish(direct, total=total)
-    if direct is not None and not matmul._inverse_exact(sketch, direct, be.xp):
+    if direct is not None and not matmul._inverse_exact(sketch, direct, be.xp, bound):
         total, _, _, _ = sums(replace(plan, check_finite=False, diagonal=False, stats=False),
                               False)        # the transforms' own sums would round: theirs
         sketch = acc.finish(None, total=total)

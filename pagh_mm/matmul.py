@@ -358,7 +358,7 @@ def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
 INVERSE_EXACT_LIMIT = 2.0 ** 52
 
 
-def _inverse_exact(sketch, direct, xp) -> bool:
+def _inverse_exact(sketch, direct, xp, bound: float | None = None) -> bool:
     """Whether the specification's inverse transform computes these sums exactly: the
     compression with some (or all) inner indices added pair by pair equals the NumPy engine's
     (which transforms every index and inverse-transforms the Hadamard-domain sum) when every
@@ -367,9 +367,18 @@ def _inverse_exact(sketch, direct, xp) -> bool:
     w_lo the low s bits), bounded by 2^s times the largest sum of |c| over the buckets sharing
     their low s bits: O(b) per repetition, checked against INVERSE_EXACT_LIMIT on |sketch| +
     |direct| (which also bounds a part that went through the transforms).  Rows are folded
-    INVERSE_EXACT_BYTES at a time (the sketch may fill the device), with one synchronisation."""
+    INVERSE_EXACT_BYTES at a time on the CPU, on the GPU as many as a quarter of its free
+    memory holds (the sketch may fill the device; each fold level costs a few launches per
+    group of rows), with one synchronisation.  ``bound``: sum_k ||a_k||_1 ||b_k||_1 (or None),
+    which bounds every row's sum of |c| (each product lands in one bucket): when 2 b bound is
+    below the limit, so is everything the fold computes, and nothing is read."""
     rows, b = sketch.shape
-    group = max(1, INVERSE_EXACT_BYTES // (8 * max(1, b)))
+    if bound is not None and 2.0 * b * bound < INVERSE_EXACT_LIMIT:
+        return True
+    most = INVERSE_EXACT_BYTES
+    if xp is not np:                    # as many rows as a quarter of the free memory holds:
+        most = max(most, (memory.available("gpu") or 0) // 4)   # four launches a row level
+    group = max(1, most // (16 * max(1, b)))
     worst = []
     for r in range(0, rows, group):
         a = xp.abs(sketch[r:r + group])
@@ -601,7 +610,7 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
         return sketch, direct
 
     sketch, direct = one_pass(True)
-    if direct is not None and not _inverse_exact(sketch, direct, be.xp):
+    if direct is not None and not _inverse_exact(sketch, direct, be.xp, _abs_product_bound(sides)):
         sketch, _ = one_pass(False)     # the transforms' own sums would round: theirs
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),

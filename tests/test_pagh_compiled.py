@@ -379,6 +379,28 @@ def test_inverse_exactness_check_folds_groups_of_rows_as_its_definition(monkeypa
         assert matmul._inverse_exact(sketch, sketch, np)
 
 
+def test_inverse_exactness_check_trusts_a_pair_bound_only_where_it_proves_exactness():
+    """With the pair bound (sum_k ||a_k||_1 ||b_k||_1, which bounds each row's sum of |c|),
+    the check returns True without reading the sketch when 2 b bound is below the limit, and
+    the fold agrees there; otherwise it folds as without a bound."""
+    rng = np.random.default_rng(4)
+    b = 256
+    for scale in (1.0, 2.0 ** 30, 2.0 ** 44, 2.0 ** 50):
+        sketch = np.round(rng.standard_normal((3, b)) * scale / b)
+        direct = np.round(rng.standard_normal((3, b)) * scale / b)
+        bound = float(max(np.abs(sketch).sum(axis=1).max(), np.abs(direct).sum(axis=1).max()))
+        want = _inverse_exact_rows(sketch, direct)
+        assert matmul._inverse_exact(sketch, direct, np, bound) == want
+        if 2 * b * bound < matmul.INVERSE_EXACT_LIMIT:
+            assert want
+            poisoned = np.full((3, b), np.nan)          # proven: the sketch is not read
+            assert matmul._inverse_exact(poisoned, poisoned, np, bound)
+        assert matmul._inverse_exact(sketch, direct, np, 1e300) == want     # no proof: folds
+    big = np.zeros((2, b))
+    big[1, 0] = matmul.INVERSE_EXACT_LIMIT / b
+    assert not matmul._inverse_exact(big, big, np, float(big.sum()))
+
+
 def test_pair_bound_of_the_smallest_integer_is_its_magnitude():
     """|int32 min| wraps in int32: the 1-norms (the pairs' bound) are taken in float64, so
     products near 2**62 that cancel are not added pair by pair (the specification's bits)."""
