@@ -151,7 +151,7 @@ def pagh_mm_sparse(records) -> list[str]:
             if r.get("kind") == "sparse":
                 latest[(r["n"], r["per_vector"])] = r
     out = []
-    for r in latest.values():
+    for r in sorted(latest.values(), key=lambda r: (r["per_vector"], r["n"])):
         sp = _s(r["spgemm_s"]) if "spgemm_s" in r else \
             "wrong product (no error)" if "spgemm_wrong_s" in r else "out of memory"
         best = min(r["total_s"], r["total_decode_s"])
@@ -250,11 +250,11 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session9-bench-auto.json"]),
-    "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session19-sparse-16.json",
-                                        "h100/session14-sparse-decode-64.json",
-                                        "h100/session15-sparse-64.json",
+    "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session15-sparse-64.json",
                                         "h100/session15-sparse-64-1048576.json",
-                                        "h100/session15-sparse-64-1048576-partial.json"]),
+                                        "h100/session15-sparse-64-1048576-partial.json",
+                                        "h100/session19-sparse-16.json",
+                                        "h100/session19-sparse-64.json"]),
     "pagh-mm-gram": (pagh_mm_gram, ["h100/session16-gram-staged.json",
                                     "h100/session16-gram-fused-4096.json",
                                     "h100/session16-gram-fused-8192.json",
