@@ -455,7 +455,8 @@ def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
     if gpu_pairs:
         direct = into if into is not None else be.xp.zeros((every, 1 << log2b), dtype=np.float64)
     acc.begin(block)
-    live = _live(sides, n, be)
+    # (the pair kernel skips inner indices without values itself: no mask, no reads of it)
+    live = None if gpu_pairs else _live(sides, n, be)
     k1 = 0
     visit = _blocks_to_visit(live, n, block, be)
     clock("setup")
