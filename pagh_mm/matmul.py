@@ -1,8 +1,6 @@
 """compress(A, B) and approx_matmul(A, B): the public entry points."""
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import numbers
 
 import numpy as np
@@ -283,36 +281,11 @@ def _gpu_fused(sides, acc: Accumulator, be) -> bool:
         kernels.fused_supported(acc.b.bit_length() - 1, acc.dtype)
 
 
-#: The stream the GPU pair route's kernels run on (None: the current one), set by
-#: :func:`pair_stream`.
-_PAIR_STREAM: contextvars.ContextVar = contextvars.ContextVar("pair_stream", default=None)
-
-
-@contextlib.contextmanager
-def pair_stream(stream):
-    """Within it, the GPU pair route hashes and adds its pairs on ``stream`` (after the work
-    the current stream has queued so far), so that the small steps and synchronisations of
-    the next chunk of a streamed compression, on the current stream, do not wait for them
-    (:mod:`pagh_mm.stream`).  The temporaries are made on ``stream`` (CuPy's pool reuses
-    memory in stream order)."""
-    token = _PAIR_STREAM.set(stream)
-    try:
-        yield
-    finally:
-        _PAIR_STREAM.reset(token)
-
-
 def _gpu_pairs_add(sides, k0: int, k1: int, tab) -> None:
     from .cuda import kernels
-    stream = _PAIR_STREAM.get()
-    ctx = contextlib.nullcontext()
-    if stream is not None:
-        stream.wait_event(sides[0].be.xp.cuda.get_current_stream().record())
-        ctx = stream
-    with ctx:
-        va = sides[0].hashed_values(k0, k1)
-        vb = sides[1].hashed_values(k0, k1) if len(sides) == 2 else None
-        kernels.pairs_direct(va, vb, sides[0].distinct_rows()[1], tab.shape[1], tab)
+    va = sides[0].hashed_values(k0, k1)
+    vb = sides[1].hashed_values(k0, k1) if len(sides) == 2 else None
+    kernels.pairs_direct(va, vb, sides[0].distinct_rows()[1], tab.shape[1], tab)
 
 
 def _gpu_tree_sum(nodes):

@@ -275,10 +275,6 @@ class _Worker:
         with cp.cuda.Device(dev):
             copy = cp.cuda.Stream(non_blocking=True)
             compute = cp.cuda.Stream(non_blocking=True)
-            # a chunk's own small steps, and the synchronisations that read their results, on
-            # a stream of their own: they wait for this chunk's slabs, not for the previous
-            # chunk's pair kernels, which run on ``compute`` (matmul.pair_stream)
-            prep = cp.cuda.Stream(non_blocking=True)
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
             staged = {i: s.staged(self.c) for i, s in enumerate(self.sources) if not s.gpu}
             pinned = {}
@@ -338,17 +334,14 @@ class _Worker:
                         self.times["wait"] += time.perf_counter() - t0
                         if j + 1 < len(starts):
                             ahead = reader.submit(load, j + 1)
-                        with prep, matmul.pair_stream(compute):   # (each() adds on prep)
-                            prep.wait_event(ready)
+                        with compute:                 # (each() adds on this stream too)
                             compute.wait_event(ready)
                             result = fn(*slabs)
-                            compute.wait_event(prep.record())     # every read of the slabs
                             free[j % 2] = compute.record()
                             del slabs
                             each(k0, result)
                         self.times["compute"] += time.perf_counter() - t0
                         report(nbytes)
-                    compute.wait_event(prep.record())
                     compute.synchronize()
             finally:
                 copier.shutdown()
