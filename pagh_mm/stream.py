@@ -97,6 +97,12 @@ class _Source:
         self.sparse = _be.is_sparse(M)
         self.gpu = _be.on_gpu(M)
         self.dtype = np.dtype(M.dtype)
+        #: the dtype a sparse factor's values go to the GPU in: cupyx holds bool, float32 and
+        #: float64 values only, so integer counts go as float64 (the specification's
+        #: conversion: every value becomes float64 before it is sketched) and float16 as float32
+        self.values_dtype = self.dtype if not self.sparse or self.dtype.kind == "b" or \
+            self.dtype in (np.float32, np.float64) else \
+            np.dtype(np.float32 if self.dtype == np.float16 else np.float64)
         self.other = M.shape[0] if which == 1 else M.shape[1]   # the axis kept whole
         self.pinned = False                 # page-locked host memory: copied without staging
 
@@ -140,7 +146,7 @@ class _Source:
         k0 = np.arange(0, n, max(c, 1))
         nnz = int((ptr[np.minimum(k0 + c, n)] - ptr[k0]).max()) if n else 0
         idx = self.M.indices.dtype
-        return [(self.dtype, nnz), (idx, nnz), (idx, c + 1)]
+        return [(self.values_dtype, nnz), (idx, nnz), (idx, c + 1)]
 
     def per_index(self) -> float:
         """Mean bytes of one inner index."""
@@ -210,9 +216,11 @@ def _sparse_slab(csp, src: "_Source", k0: int, k1: int, host, dev, stream, pool)
                            rt.memcpyHostToDevice, stream.ptr)
     cls = csp.csc_matrix if src.which == 1 else csp.csr_matrix
     parts = (dev[0][:nnz], dev[1][:nnz], dev[2][:rows])
-    if hasattr(cls, "_from_parts"):         # no checks of the contents: no synchronisation
+    try:                                    # no checks of the contents: no synchronisation
         return cls._from_parts(*parts, src.shape(k0, k1), has_canonical_format=True,
                                has_sorted_indices=True)
+    except (AttributeError, TypeError):     # (a private constructor: older CuPy lack it)
+        pass
     out = cls(parts, shape=src.shape(k0, k1))
     out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
     out._has_sorted_indices = True

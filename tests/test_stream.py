@@ -38,6 +38,9 @@ def _factors(kind, rng):
         return np.asfortranarray(rng.standard_normal((300, 700))), rng.standard_normal((700, 200))
     if kind == "sparse-int":
         return _sparse_int(300, 700, 0.02, 1, "csc"), _sparse_int(700, 200, 0.02, 2)
+    if kind == "sparse-counts":             # integer dtypes (co-occurrence counts)
+        A, B = _sparse_int(300, 700, 0.02, 1, "csc"), _sparse_int(700, 200, 0.02, 2)
+        return A.astype(np.int64), B.astype(np.int32)
     return (sps.random(300, 700, density=0.02, random_state=1, format="coo"),
             sps.random(700, 200, density=0.02, random_state=2, format="csr"))
 
@@ -73,7 +76,7 @@ def test_pairwise_sums_of_runs_merge_into_the_whole_tree():
 
 
 @pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
-                                  "sparse-float"])
+                                  "sparse-counts", "sparse-float"])
 @pytest.mark.parametrize("workers,chunk", [(1, None), (1, 64), (3, 128), (2, 1024)])
 def test_chunked_on_host_threads_gives_the_whole_arrays_bits(kind, workers, chunk):
     rng = np.random.default_rng(5)
@@ -323,7 +326,7 @@ def test_cli_devices_cpu_streams_npy_files(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")
 @pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
-                                  "sparse-float"])
+                                  "sparse-counts", "sparse-float"])
 def test_streamed_to_the_gpu_gives_the_cpu_bits(kind):
     cp = gpu.cupy()
     rng = np.random.default_rng(6)
