@@ -4,6 +4,7 @@ plans, element counts and devices, the flag buffers are reused only when they ar
 zero and idle, and the framework/array shortcuts answer as the general paths do.  No GPU: the
 CuPy calls are played by small fakes."""
 import ctypes
+import dataclasses
 import itertools
 import threading
 import types
@@ -130,7 +131,8 @@ def test_launch_cache_keys_plan_elements_and_device():
         return tag
 
     a = F.make_plan(1024, np.float32, device="cuda")
-    b = F.make_plan(1024, np.float32, device="cuda")          # equal, another object
+    assert F.make_plan(1024, np.float32, device="cuda") is a   # planned once per request
+    b = dataclasses.replace(a)                                 # equal, another object
     assert a == b and a is not b
     assert cache.get(a, 4096, 0, lambda: make("a")) == "a"
     assert cache.get(a, 4096, 0, lambda: make("again")) == "a"   # a dict hit
