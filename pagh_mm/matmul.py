@@ -405,8 +405,7 @@ def _abs_product_bound(sides) -> float:
     a bound on every sum the compression forms before its inverse transform (the pairs' sums
     in a bucket, the forward transforms, their products and every Hadamard-domain partial
     sum); the inverse transform's own sums are checked on the result (:func:`_inverse_exact`)."""
-    a = sides[0].norms()
-    return float(a @ (sides[1].norms() if len(sides) == 2 else a))
+    return sides[0].product_bound(sides[1] if len(sides) == 2 else sides[0])
 
 
 def _block_cost(sides, B, per_index, value_bytes) -> int:

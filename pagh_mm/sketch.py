@@ -45,6 +45,7 @@ class Side:
         self._bnd: dict[int, object] = {}   # host index pointer at block bounds, per size
         self._most: dict[int, int] = {}     # most_values per block size
         self._norms = None                   # sparse: |v|_1 of every vector
+        self._product = None                 # (other side, product_bound(other))
         self._integral = None                # sparse: every stored value an integer
 
     def hash_with(self, params: hashing.HashParams, log2b: int) -> "Side":
@@ -66,6 +67,13 @@ class Side:
                 v = abs(self.M.astype(np.float64))  # (float first: |int min| wraps in its dtype)
                 self._norms = np.asarray(v.sum(axis=0 if self.which == 1 else 1)).ravel()
         return self._norms
+
+    def product_bound(self, other: "Side") -> float:
+        """sum_k |v_k|_1 |w_k|_1 of this sparse side's vectors v and ``other``'s w (one
+        reading of the device's dot per pair of sides)."""
+        if self._product is None or self._product[0] is not other:
+            self._product = (other, float(self.norms() @ other.norms()))
+        return self._product[1]
 
     def integral(self) -> bool:
         """Whether every stored value of a sparse side is an integer (computed once)."""
@@ -243,15 +251,21 @@ class Side:
         return self._positions
 
     # --- sparse: only the stored values are hashed -----------------------------------
+    def _stored(self, k0: int, k1: int):
+        """(ptr, keys, values) of the sparse vectors k0 .. k1 - 1: the bounds (k1 - k0 + 1,
+        int64) of their stored values, their keys (the index array's slice) and their values
+        in float64."""
+        xp = self.be.xp
+        lo, hi = self._bound(k0), self._bound(k1)
+        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        return ptr, self.M.indices[lo:hi], self.M.data[lo:hi].astype(xp.float64, copy=False)
+
     def sparse_values(self, k0: int, k1: int):
         """(ptr, h, w) of the sparse vectors k0 .. k1 - 1: the bounds (k1 - k0 + 1) of their
         stored values, and per repetition the bucket h and signed value w (d, stored values)
         of each."""
         xp = self.be.xp
-        lo, hi = self._bound(k0), self._bound(k1)
-        keys = self.M.indices[lo:hi].astype(xp.int64)
-        vals = self.M.data[lo:hi].astype(xp.float64)
-        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
+        ptr, keys, vals = self._stored(k0, k1)
         h = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
         w = hashing.sign_table(self.params, self.which, keys, xp) * vals[None]
         return ptr, h, w
@@ -279,9 +293,7 @@ class Side:
 
     def distinct_count(self) -> int:
         """How many repetitions have functions of their own (the rest decode with them)."""
-        if self._distinct is not None:
-            return int(self._distinct[0][0].shape[0])
-        return len(hashing.distinct_rows(self.params)[0])
+        return int(self.distinct_rows()[0][0].shape[0])
 
     def hashed_values(self, k0: int, k1: int):
         """(ptr, keys, h, w) of the sparse vectors k0 .. k1 - 1 on the GPU: the bounds
@@ -290,12 +302,9 @@ class Side:
         (float64) of each, made by one kernel (``hash_values``, hash.cu)."""
         from .cuda import kernels
         xp = self.be.xp
-        lo, hi = self._bound(k0), self._bound(k1)
-        keys = self.M.indices[lo:hi]
+        ptr, keys, vals = self._stored(k0, k1)
         if keys.dtype not in (xp.int32, xp.int64):
             keys = keys.astype(xp.int64)
-        vals = self.M.data[lo:hi].astype(xp.float64, copy=False)
-        ptr = (self.M.indptr[k0:k1 + 1] - lo).astype(xp.int64)
         h, w = kernels.hash_values(keys, vals, self.params.family, self.distinct_rows()[0],
                                    self.which, self.log2b)
         return ptr, keys, h, w
