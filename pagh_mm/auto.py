@@ -7,9 +7,9 @@ sigma = ||A B||_F / sqrt(b) (:mod:`pagh_mm.certificate`).  So
 
     b = ((lam + 4.5) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
 
-with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B||_F for G an s x m
-Count-Sketch of A's rows, costing nnz(A) + s nnz(B) operations), 1.15 the slack for its
-error and for the largest-repetition noise estimate, tau the threshold when one is stated,
+with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B H^T||_F for G and H
+s x m and s x p Count-Sketches of A's rows and B's columns, costing O(nnz(A) + nnz(B))), 1.15
+the slack for its error and for the largest-repetition noise estimate, tau the threshold when one is stated,
 else F / sqrt(2 k) for a top-k query (exact when the product is k equal entries plus a
 background of the same mass; smaller cuts need more buckets, and the query then peels and
 scans again, or says which ``buckets`` to use).  Without a stated query: 8 (m + p)
@@ -30,12 +30,9 @@ from .backend import is_sparse
 AUTO = "auto"
 DEFAULT_REPS = 5
 MIN_LOG2B = 10
-#: Rows of the Count-Sketch of the Frobenius-norm estimate (relative standard deviation at most sqrt(2 / s) of
-#: the squared norm: 25%).
-JL_ROWS = 32
-#: Largest dense copy of the Frobenius estimate's Count-Sketch matrix (GPU, sparse A: cuSPARSE's
-#: sparse-dense product is many times faster than its sparse-sparse one; on the CPU it is not).
-DENSE_SKETCH_BYTES = 256 << 20
+#: Rows s of each Count-Sketch of the Frobenius-norm estimate (relative standard deviation of
+#: the squared norm at most sqrt(4 / s + 4 / s^2): 25%).
+JL_ROWS = 64
 #: Sketch bytes per bucket and repetition the memory cap allows for (the sums, the block
 #: temporaries of one inner index, the queries' residual).
 BYTES_PER_BUCKET = 320
@@ -49,67 +46,104 @@ def default_buckets(m: int, p: int) -> int:
 
 
 def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) -> float:
-    """||A @ B||_F estimated as ||G A B||_F, G an s x m Count-Sketch of A's rows (one random
-    sign per column, in a random row: the polynomial hash family's 4-independent functions,
-    seeded from ``seed``; unbiased for the square, relative deviation at most sqrt(2 / s)),
-    computed where the data is in O(nnz(A) + s nnz(B)) and float64.  With ``diagonal`` (of
-    a square product): ||A @ B - diag||_F, as ||G A B - G D||_F."""
-    xp = be.xp
+    """||A @ B||_F estimated as ||G A B H^T||_F, G (s x m) and H (s x p) Count-Sketches of A's
+    rows and B's columns (one random sign per row or column, in a random row: the
+    polynomial hash family's 4-independent functions h1, s1 and h2, s2 of one repetition,
+    seeded from ``seed``; unbiased for the square, relative deviation at most
+    sqrt(2 / s + 2 / s + 4 / s^2): 25% at s = 64), computed where the data is in
+    O(nnz(A) + nnz(B)) (dense factors: every entry once) and float64.  With ``diagonal``
+    (of a square product): ||A @ B - diag||_F, as ||G A B H^T - G D H^T||_F."""
     m = A.shape[0]
     if m == 0 or A.shape[1] == 0 or B.shape[1] == 0:
         return 0.0
-    return frobenius_of(frobenius_sketch(A, B, be, seed, rows), seed, diagonal, xp)
+    return frobenius_of(frobenius_sketch(A, B, be, seed, rows), seed, diagonal, be, rows)
 
 
-def frobenius_of(Y, seed: int, diagonal, xp) -> float:
-    """||Y - G D||_F: the estimate from G A B (:func:`frobenius_sketch`, summed over the inner
-    dimension) and, for a Gram product, its exact diagonal D."""
-    if diagonal is not None:
-        rows, m = Y.shape[0], diagonal.shape[0]
-        row, sign = _jl_hashes(m, seed, rows, xp)
-        GD = xp.zeros((rows, m))
-        GD[row, xp.arange(m, dtype=xp.int64)] = sign * diagonal
-        Y = Y - GD
+def frobenius_of(Y, seed: int, diagonal, be, rows: int = JL_ROWS) -> float:
+    """||Y - G D H^T||_F: the estimate from G A B H^T (:func:`frobenius_sketch`, summed over
+    the inner dimension) and, for a Gram product, its exact diagonal D."""
+    xp = be.xp
+    if diagonal is not None and diagonal.shape[0]:
+        m = diagonal.shape[0]
+        at = xp.arange(m, dtype=xp.int64)
+        ptr = xp.arange(m + 1, dtype=xp.int64)
+        D = be.sp.csc_matrix((xp.asarray(diagonal, dtype=xp.float64), at, ptr), shape=(m, m))
+        eye = be.sp.csr_matrix((xp.ones(m), at, ptr), shape=(m, m))
+        Y = Y - frobenius_sketch(D, eye, be, seed, rows)
     return float(xp.sqrt((Y * Y).sum()))
 
 
-def _jl_hashes(m: int, seed: int, rows: int, xp):
-    """The row and sign of each of A's m rows in G (see :func:`frobenius_estimate`)."""
-    if rows & (rows - 1):
-        raise ValueError(f"rows={rows} must be a power of two")
-    params = hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
-    keys = xp.arange(m, dtype=xp.int64)
-    return (hashing.bucket_table(params, 1, keys, rows.bit_length() - 1, xp)[0],
-            hashing.sign_table(params, 1, keys, xp)[0])
+def _jl_params(seed: int) -> hashing.HashParams:
+    """The hash functions of G (side 1) and H (side 2) of :func:`frobenius_estimate`."""
+    return hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
+
+
+#: Inner indices whose sketches (2 x s float64 each) :func:`frobenius_sketch` holds at a time.
+INNER_CHUNK = 1 << 18
 
 
 def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
-    """G A B (``rows`` x p, float64) of :func:`frobenius_estimate`; a sum over the inner
-    dimension, so inner chunks' sketches add up to it (:mod:`pagh_mm.dask`)."""
+    """G A B H^T (``rows`` x ``rows``, float64) of :func:`frobenius_estimate`; a sum over the
+    inner dimension, so inner chunks' sketches add up to it (:mod:`pagh_mm.dask`).  Per chunk
+    of INNER_CHUNK inner indices, the sketches G a_k and H b_k (sparse factors: of the stored
+    values, added in stored order as the compression's sketches are, the same bits on the
+    CPU and the GPU) and their products, summed in chunk order."""
+    if rows < 2 or rows & (rows - 1):
+        raise ValueError(f"rows={rows} must be a power of two >= 2")
     xp = be.xp
-    m = A.shape[0]
-    row, sign = _jl_hashes(m, seed, rows, xp)
-    keys = xp.arange(m, dtype=xp.int64)
-    if be.gpu and is_sparse(A) and 8 * rows * m <= DENSE_SKETCH_BYTES:
-        Gt = xp.zeros((m, rows))                # G^T dense: a sparse-dense product (SpMM)
-        Gt[keys, row] = sign
-        GA = xp.asarray(A.T.astype(np.float64) @ Gt).T
-    else:
-        G = be.sp.csr_matrix((sign, (row, keys)), shape=(rows, m))
-        GA = xp.asarray((A.T.astype(np.float64) @ G.T).T.toarray()) if is_sparse(A) else \
-            _times_dense(G, A, xp)
-    if is_sparse(B):
-        if be.gpu and B.format == "csr":
-            # B^T as CSR: cuSPARSE's product with a transposed CSR matrix took 2.5x as long
-            # as converting B and multiplying (H200, 2^20 x 2^20, 16 or 64 values per row)
-            memory.check(8 * (B.shape[1] + 1) + 16 * int(B.nnz),
-                         "the CSC copy of B for the ||AB||_F estimate",
-                         "pass buckets= (the estimate only sizes automatic buckets) or free "
-                         "GPU memory",
-                         device="gpu")
-            B = B.tocsc()
-        return xp.asarray((B.T.astype(np.float64) @ GA.T).T)
-    return _times_dense(GA, B, xp)
+    n = A.shape[1]
+    params = _jl_params(seed)
+    log2r = rows.bit_length() - 1
+    sides = [_JLSide(M, which, params, log2r, be) for which, M in ((1, A), (2, B))]
+    Y = xp.zeros((rows, rows))
+    for c0 in range(0, n, INNER_CHUNK):
+        c1 = min(n, c0 + INNER_CHUNK)
+        left, right = (s.block(c0, c1) for s in sides)
+        Y += left.T @ right
+    return Y
+
+
+class _JLSide:
+    """One factor's sketches for :func:`frobenius_sketch`: (nb, rows) float64 per block of
+    inner indices, G a_k (which = 1) or H b_k (which = 2)."""
+
+    def __init__(self, M, which: int, params, log2r: int, be):
+        self.be, self.which, self.rows, self.sparse = be, which, 1 << log2r, is_sparse(M)
+        if self.sparse:
+            from .sketch import canonical
+            M = canonical(M, which, be)
+        self.M = M
+        if self.sparse and be.gpu:      # the stored values' hashes by one kernel (hash.cu)
+            from .sketch import Side
+            self.side = Side(M, which, params, log2r, be)
+            return
+        xp = be.xp                      # the hashes of every key, once
+        keys = M.shape[0] if which == 1 else M.shape[1]
+        at = xp.arange(keys, dtype=xp.int64)
+        self.row = hashing.bucket_table(params, which, at, log2r, xp)[0]
+        self.sign = hashing.sign_table(params, which, at, xp)[0]
+        if not self.sparse:
+            self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
+
+    def block(self, k0: int, k1: int):
+        xp, nb = self.be.xp, k1 - k0
+        if not self.sparse:             # G A[:, k0:k1] or H B[k0:k1].T, transposed
+            M = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
+            return _times_dense(self.G, M, xp).T
+        if self.be.gpu:                 # scattered as the compression's sketches are
+            from .cuda import kernels
+            ptr, _, h, w = self.side.hashed_values(k0, k1)
+            return kernels.scatter_sparse(ptr, h.astype(xp.int64), w, nb,
+                                          self.rows).reshape(nb, self.rows)
+        ptr = self.M.indptr[k0:k1 + 1].astype(np.int64)
+        keys = self.M.indices[ptr[0]:ptr[-1]]
+        vals = self.M.data[ptr[0]:ptr[-1]].astype(np.float64, copy=False)
+        # bincount adds in input order: each vector's stored values in stored order, as the
+        # GPU's scatter_sparse does, so the same bits
+        col = np.repeat(np.arange(nb, dtype=np.int64), np.diff(ptr))
+        out = np.bincount(col * self.rows + self.row[keys], self.sign[keys] * vals,
+                          minlength=nb * self.rows)
+        return out.astype(np.float64, copy=False).reshape(nb, self.rows)
 
 
 #: Bytes of a dense factor converted to float64 at a time by :func:`frobenius_estimate`.

@@ -80,7 +80,7 @@ def pairs_allowed(stats) -> bool:
 
 
 def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
-    """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c of
+    """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c H^T of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
     unless ``gram``)) of one inner chunk."""
     a, b, be = matrices(*_pair(a, b, gram), check_finite)
@@ -222,7 +222,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
             diagonal = gram_diagonal(be, A, tree([be.xp.asarray(s[3]) for s in parts],
                                                  lambda x, y: x + y) if parts else None, exact_of)
         if estimate:                    # the chunks' shares of G A B, summed in order
-            F = auto.frobenius_of(sum(s[2] for s in parts), seed, diagonal, be.xp) \
+            F = auto.frobenius_of(sum(s[2] for s in parts), seed, diagonal, be) \
                 if parts else 0.0
     cheap = integral and sparse and matmul._pair_settings(be, method, dt, algorithm, stabilizer)
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,

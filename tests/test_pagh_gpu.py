@@ -649,3 +649,26 @@ def test_tree_sum_of_nodes_is_the_pairwise_tree():
             got = kernels.tree_sum(cp.asarray(x)).get()
             want = reduction.block_sum(x.copy(), np)
             assert got.dtype == want.dtype and (got == want).all(), (dtype, count)
+
+
+def test_frobenius_sketch_matches_cpu():
+    """The ||AB||_F estimate's per-vector sketches (sparse: one hashing kernel and the
+    sketches' scatter) equal the CPU's bits; the estimate agrees to rounding."""
+    from pagh_mm import auto
+    cp = _cp()
+    cpu, dev = backend.cpu(), backend.gpu()
+    import cupyx.scipy.sparse as csp
+    rng = np.random.default_rng(4)
+    A, B = sparse_int_product(rng, 300, 200, 250, density=0.05)
+    A, B = sps.csc_matrix(A, dtype=np.float64), sps.csr_matrix(B, dtype=np.float64)
+    dense = (A.toarray(), cp.asarray(A.toarray()), 1)        # integers: exact in any order
+    A.data = rng.standard_normal(A.nnz)                      # sparse: the same order, any values
+    B.data = rng.standard_normal(B.nnz)
+    Ag, Bg = csp.csc_matrix(A), csp.csr_matrix(B)
+    params = auto._jl_params(5)
+    for M, Mg, which in ((A, Ag, 1), (B, Bg, 2), dense):
+        c = auto._JLSide(M, which, params, 6, cpu).block(10, 190)
+        g = auto._JLSide(Mg, which, params, 6, dev).block(10, 190)
+        assert np.array_equal(c, cp.asnumpy(g))
+    assert auto.frobenius_estimate(Ag, Bg, dev, seed=5) == pytest.approx(
+        auto.frobenius_estimate(A, B, cpu, seed=5), rel=1e-12)

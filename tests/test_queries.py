@@ -152,6 +152,31 @@ def test_query_arguments_are_validated():
         sk.above(float("nan"))
 
 
+def test_frobenius_estimate_is_unbiased_for_dense_sparse_and_gram():
+    """||G A B H^T||_F^2 is unbiased for ||AB||_F^2 (mean over seeds), sparse factors give
+    the dense factors' estimate, and the Gram form leaves the diagonal out."""
+    be = pagh_mm.backend.cpu()
+    rng = np.random.default_rng(3)
+    A = sps.random(400, 300, density=0.03, random_state=4, format="csc", data_rvs=rng.standard_normal)
+    B = sps.random(300, 350, density=0.03, random_state=5, format="csr", data_rvs=rng.standard_normal)
+    A[7, :] = 0.0
+    A[7, 3] = 40.0                          # one heavy row: the deviation is near its bound
+    A.eliminate_zeros()
+    C = (A @ B).toarray()
+    r = np.array([auto.frobenius_estimate(A, B, be, seed=s) for s in range(120)]) ** 2
+    assert abs(r.mean() / (C ** 2).sum() - 1) < 0.08
+    assert auto.frobenius_estimate(A.toarray(), B.toarray(), be, seed=9) == \
+        pytest.approx(auto.frobenius_estimate(A, B, be, seed=9), rel=1e-12)
+    X = sps.random(500, 120, density=0.05, random_state=6, format="csr")
+    G = (X.T @ X).toarray()
+    D = np.diag(G).copy()
+    off = ((G - np.diag(D)) ** 2).sum()
+    g = np.array([auto.frobenius_estimate(X.T, X, be, seed=s, diagonal=D) for s in range(120)]) ** 2
+    assert abs(g.mean() / off - 1) < 0.08
+    with pytest.raises(ValueError, match="rows"):
+        auto.frobenius_sketch(A, B, be, 0, rows=48)
+
+
 def test_auto_parameters_are_reported_and_certify():
     A, B = heavy_product(5)
     C = A @ B
