@@ -17,6 +17,7 @@ buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="aut
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -73,8 +74,10 @@ def frobenius_of(Y, seed: int, diagonal, be, rows: int = JL_ROWS) -> float:
     return float(xp.sqrt((Y * Y).sum()))
 
 
+@functools.lru_cache(maxsize=64)
 def _jl_params(seed: int) -> hashing.HashParams:
-    """The hash functions of G (side 1) and H (side 2) of :func:`frobenius_estimate`."""
+    """The hash functions of G (side 1) and H (side 2) of :func:`frobenius_estimate` (drawn
+    once per seed: they never leave this module)."""
     return hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
 
 
@@ -116,6 +119,7 @@ class _JLSide:
         if self.sparse and be.gpu:      # the stored values' hashes by one kernel (hash.cu)
             from .sketch import Side
             self.side = Side(M, which, params, log2r, be)
+            self.side.block_bounds(INNER_CHUNK)     # the chunks' stored-value ranges: one read
             return
         xp = be.xp                      # the hashes of every key, once
         keys = M.shape[0] if which == 1 else M.shape[1]

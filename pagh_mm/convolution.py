@@ -101,9 +101,11 @@ class Accumulator:
         acc = self.sum.total() if total is _OWN else total
         if acc is None and direct is not None:      # every term added directly: the
             direct += 0.0                           # transforms of zeros are +0.0 sums (in
-            for row in direct:                      # place: a table may fill the device)
-                if not bool(xp.isfinite(row).all()):
-                    raise OverflowError("the sketch of the product has non-finite values")
+            rows = max(1, FINITE_CHECK_BYTES // (8 * max(1, direct.shape[-1])))  # place: a
+            finite = [xp.isfinite(direct[r:r + rows]).all()     # table may fill the device)
+                      for r in range(0, direct.shape[0], rows)]
+            if finite and not bool(finite[0] if len(finite) == 1 else xp.stack(finite).all()):
+                raise OverflowError("the sketch of the product has non-finite values")
             return direct
         if acc is None:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
@@ -126,6 +128,11 @@ class Accumulator:
         item, acc = self.dtype.itemsize, self.value_dtype.itemsize
         per_side = 8 + (4 if item == 2 else 0) + 4 * item
         return self.reps * self.b * (sides * per_side + 3 * acc)
+
+
+#: Bytes of a time-domain table checked for non-finite values at a time (the check's boolean
+#: temporary is an eighth of it).
+FINITE_CHECK_BYTES = 256 << 20
 
 
 def combine_index(method: str, h1, h2, log2b: int):

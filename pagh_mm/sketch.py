@@ -274,11 +274,12 @@ class Side:
         """((a, c, tables, coef) of the distinct repetitions, (base, bit)) on the GPU: see
         :func:`pagh_mm.hashing.distinct_rows` (made once per hash functions)."""
         if self._distinct is None:
-            xp, p = self.be.xp, self.params
+            p = self.params
             rows, base, bit = hashing.distinct_rows(p)
-            fns = tuple(None if x is None else xp.asarray(np.ascontiguousarray(x[rows]))
-                        for x in (p.a, p.c, p.tables, p.coefficients))
-            self._distinct = (fns, (xp.asarray(base), xp.asarray(bit)))
+            *fns, base, bit = upload([None if x is None else x[rows]
+                                      for x in (p.a, p.c, p.tables, p.coefficients)]
+                                     + [base, bit], self.be)
+            self._distinct = (tuple(fns), (base, bit))
         return self._distinct
 
     def share_distinct(self, cache: dict) -> None:
@@ -340,6 +341,25 @@ class Side:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
         the temporaries of their construction (measured peak about 40 d keys)."""
         return 0 if self.sparse else 52 * self.params.reps * self.keys
+
+
+def upload(arrays, be: Backend) -> list:
+    """Small host arrays (None passes through) on the backend's device; on the GPU in one
+    copy (each copy from pageable memory waits for the stream), as views of one buffer."""
+    if not be.gpu:
+        return [None if a is None else np.ascontiguousarray(a) for a in arrays]
+    offsets, at = [], 0
+    for a in arrays:
+        offsets.append(at)
+        if a is not None:
+            at += -(-a.nbytes // 16) * 16          # 16-byte aligned views
+    host = np.zeros(max(at, 16), dtype=np.uint8)
+    for a, o in zip(arrays, offsets):
+        if a is not None:
+            host[o:o + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    buf = be.xp.asarray(host)
+    return [None if a is None else buf[o:o + a.nbytes].view(a.dtype).reshape(a.shape)
+            for a, o in zip(arrays, offsets)]
 
 
 def canonical(M, which: int, be: Backend):
