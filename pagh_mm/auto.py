@@ -17,7 +17,6 @@ buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="aut
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -74,10 +73,8 @@ def frobenius_of(Y, seed: int, diagonal, be, rows: int = JL_ROWS) -> float:
     return float(xp.sqrt((Y * Y).sum()))
 
 
-@functools.lru_cache(maxsize=64)
 def _jl_params(seed: int) -> hashing.HashParams:
-    """The hash functions of G (side 1) and H (side 2) of :func:`frobenius_estimate` (drawn
-    once per seed: they never leave this module)."""
+    """The hash functions of G (side 1) and H (side 2) of :func:`frobenius_estimate`."""
     return hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
 
 

@@ -30,6 +30,7 @@ delta (the ``failure_probability`` of the queries).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 #: Failure probability of a certificate unless the query says otherwise.
@@ -57,6 +58,7 @@ def miss_probability(d: int, q: float, blind: float = 0.0) -> float:
                      * binomial_tail(d - j, median_votes(d - j), q) for j in range(d))
 
 
+@functools.lru_cache(maxsize=1024)
 def multiplier(d: int, count: float, delta: float, blind: float = 0.0) -> float:
     """lam such that ``count`` entries, each missed when the median of its d estimates falls
     lam standard deviations low, are all kept with probability >= 1 - delta (the model of

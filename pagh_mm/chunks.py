@@ -50,8 +50,7 @@ def matrices(a, b, check_finite: bool = False):
     a = canonical(matmul._as_matrix(a, "A", be), 1, be)
     b = canonical(matmul._as_matrix(b, "B", be), 2, be)
     if check_finite:
-        matmul._check_finite(a, "A", be)
-        matmul._check_finite(b, "B", be)
+        matmul._check_finite(a, "A", be, b)
     return a, b, be
 
 

@@ -42,6 +42,7 @@ estimates they always gave.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 
@@ -114,22 +115,10 @@ class HashParams:
 
     @staticmethod
     def draw(family: str, seed: int, reps: int) -> "HashParams":
+        """The functions of ``reps`` repetitions drawn from (``seed``, t) (the same object for
+        the same arguments: drawn once, read-only)."""
         check_family(family, legacy=True)
-        seed = check_seed(seed)
-        a = np.empty((reps, 4), np.uint64)
-        c = np.empty((reps, 4), np.uint64)
-        tables = np.empty((reps, 4, 4, 256), np.uint64) if family == "tabulation" else None
-        coef = np.empty((reps, 4, 4), np.uint64) if family == "polynomial" else None
-        for t in range(reps):
-            rng = np.random.default_rng(np.random.SeedSequence([seed, t, _FAMILY_ID[family]]))
-            words = rng.integers(0, 2**64, size=(4, 2), dtype=np.uint64, endpoint=False)
-            a[t] = words[:, 0] | np.uint64(1)          # odd multipliers
-            c[t] = words[:, 1]
-            if tables is not None:
-                tables[t] = rng.integers(0, 2**64, size=(4, 4, 256), dtype=np.uint64)
-            if coef is not None:
-                coef[t] = rng.integers(0, P61, size=(4, 4), dtype=np.uint64)
-        return HashParams(family, seed, reps, a, c, tables, coef)
+        return _draw(family, check_seed(seed), int(reps))
 
     def to_arrays(self) -> dict:
         """The arrays a sketch file stores (the seed as decimal text: it may exceed 64 bits)."""
@@ -163,6 +152,27 @@ class HashParams:
         return isinstance(other, HashParams) and self.same_as(other)
 
     __hash__ = None
+
+
+@functools.lru_cache(maxsize=64)
+def _draw(family: str, seed: int, reps: int) -> HashParams:
+    a = np.empty((reps, 4), np.uint64)
+    c = np.empty((reps, 4), np.uint64)
+    tables = np.empty((reps, 4, 4, 256), np.uint64) if family == "tabulation" else None
+    coef = np.empty((reps, 4, 4), np.uint64) if family == "polynomial" else None
+    for t in range(reps):
+        rng = np.random.default_rng(np.random.SeedSequence([seed, t, _FAMILY_ID[family]]))
+        words = rng.integers(0, 2**64, size=(4, 2), dtype=np.uint64, endpoint=False)
+        a[t] = words[:, 0] | np.uint64(1)          # odd multipliers
+        c[t] = words[:, 1]
+        if tables is not None:
+            tables[t] = rng.integers(0, 2**64, size=(4, 4, 256), dtype=np.uint64)
+        if coef is not None:
+            coef[t] = rng.integers(0, P61, size=(4, 4), dtype=np.uint64)
+    for x in (a, c, tables, coef):
+        if x is not None:
+            x.setflags(write=False)
+    return HashParams(family, seed, reps, a, c, tables, coef)
 
 
 def with_row_bits(params: HashParams, reps: int, bits: int, main: bool = True) -> HashParams:

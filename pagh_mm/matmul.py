@@ -64,28 +64,47 @@ def _as_matrix(M, name: str, be):
     return M
 
 
-def _all_finite(data, xp) -> bool:
+def _all_finite(data, xp, defer: bool = False):
     """Whether every value is finite, reading ``data`` in blocks in its memory order (a
-    transposed or memory-mapped array is never copied whole)."""
+    transposed or memory-mapped array is never copied whole).  ``defer`` (CuPy): the
+    answer as a 0-d device array, not read yet."""
     if data.dtype.kind != "f" and np.dtype(data.dtype) != _fdt.bfloat16:
-        return True
+        return xp.asarray(True) if defer and xp is not np else True
     if data.ndim == 2 and data.flags.f_contiguous and not data.flags.c_contiguous:
         data = data.T
     if data.ndim == 1:
         data = data[None]
     if data.size == 0:
-        return True
+        return xp.asarray(True) if defer and xp is not np else True
     rows = max(1, (4 << 20) // max(1, data.shape[-1]))
-    blocks = (xp.isfinite(data[r:r + rows]).all() for r in range(0, data.shape[0], rows))
+    blocks = [xp.isfinite(data[r:r + rows]).all() for r in range(0, data.shape[0], rows)] \
+        if xp is not np else (xp.isfinite(data[r:r + rows]).all()
+                              for r in range(0, data.shape[0], rows))
     if xp is np:
         return all(bool(f) for f in blocks)
-    return bool(xp.stack(list(blocks)).all())   # one synchronisation (GPU threads contend)
+    flag = blocks[0] if len(blocks) == 1 else xp.stack(blocks).all()
+    return flag if defer else bool(flag)        # one synchronisation (GPU threads contend)
 
 
-def _check_finite(M, name, be):
-    if not _all_finite(M.data if be.sp.issparse(M) else M, be.xp):
-        raise ValueError(f"{name} contains NaN or Inf; remove them, or pass check_finite=False "
-                         "to skip this check (the sketch would be poisoned)")
+def _check_finite(M, name, be, B=None):
+    """NaN and Inf refused, naming the factor (and ``B``'s, read with the same
+    synchronisation)."""
+    def values(X):
+        return X.data if be.sp.issparse(X) else X
+    if B is None or not be.gpu:
+        for X, what in ((M, name), (B, "B")):
+            if X is not None and not _all_finite(values(X), be.xp):
+                _not_finite(what)
+        return
+    both = be.xp.stack([_all_finite(values(X), be.xp, defer=True) for X in (M, B)]).get()
+    for ok, what in zip(both, (name, "B")):
+        if not ok:
+            _not_finite(what)
+
+
+def _not_finite(name: str):
+    raise ValueError(f"{name} contains NaN or Inf; remove them, or pass check_finite=False "
+                     "to skip this check (the sketch would be poisoned)")
 
 
 def _int_arg(value, name: str, lo: int, hint: str = "") -> int:
@@ -150,8 +169,7 @@ def _validate(A, B, buckets, reps, method, dtype, algorithm, stabilizer, hash, c
         memory_budget = _int_arg(memory_budget, "memory_budget", 1)
     A, B = canonical(A, 1, be), canonical(B, 2, be)       # sparse: CSC / CSR, once
     if check_finite:
-        _check_finite(A, "A", be)
-        _check_finite(B, "B", be)
+        _check_finite(A, "A", be, B)
     return A, B, be, dtype, log2b, reps, memory_budget
 
 
@@ -188,7 +206,9 @@ def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_bud
         base = MEMORY_BUDGET
         if be.gpu:
             base = max(MEMORY_BUDGET, min(2 << 30, (have or 0) // 8))
-        budget = max(base, _block_cost(sides, 1, per_index, value_bytes))
+        # most_values(1) (a device reduction) only when its bound could exceed the base
+        one = per_index + sum(min(s.keys, int(s.M.nnz)) for s in sides if s.sparse) * value_bytes
+        budget = base if one <= base else max(base, _block_cost(sides, 1, per_index, value_bytes))
         if have is not None:
             budget = min(budget, max(have // 2, 1))
     else:
@@ -345,11 +365,15 @@ def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
     plan = acc.transform.plan
     if plan.stabilizer or plan.algorithm != "folklore" or plan.compute_dtype != plan.dtype:
         return False
-    counts = [s.M.indptr[1:] - s.M.indptr[:-1] for s in sides]
-    pairs = float((counts[0] * counts[-1]).astype(be.xp.float64).sum())
-    n = int(counts[0].size)
-    if pairs > n * 2 * acc.b * max(1, acc.b.bit_length() - 1):
-        return False
+    n = int(sides[0].M.indptr.size) - 1
+    limit = n * 2 * acc.b * max(1, acc.b.bit_length() - 1)
+    nnz = [int(s.M.nnz) for s in sides]
+    # the pairs sum_k nnz(a_k) nnz(b_k) <= nnz(A) x the most values a vector of B can hold:
+    # counted on the device only when that bound does not settle it
+    if float(nnz[0]) * min(nnz[-1], sides[-1].keys) > limit:
+        counts = [s.M.indptr[1:] - s.M.indptr[:-1] for s in sides]
+        if float((counts[0] * counts[-1]).astype(be.xp.float64).sum()) > limit:
+            return False
     return compiled.exact_integers(sides, _abs_product_bound(sides))
 
 
