@@ -551,10 +551,22 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
            and cfg.smem_bytes(row_units << (log_rows + 1)) <= limits.smem_per_block):
         log_rows += 1
     tile_units = row_units << log_rows
-    # threads: about 8 units each per round (at least a warp), within the launch bound
-    threads = max(32, min(cfg.max_threads, 1 << max(0, (tile_units // 8).bit_length() - 1)))
-    return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads,
-                   cfg.smem_bytes(tile_units))
+    smem = cfg.smem_bytes(tile_units)
+    # threads: about 8 units each per round (at least a warp), within the launch bound, and
+    # fewer for smaller tiles: several tiles per SM then overlap one's load with another's
+    # stages (H100, 4096 rows: 12 * 2**10 FP32 2.9 -> 2.0x a copy at 256 threads, 20 * 2**10
+    # 3.1 -> 2.6x at 512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md)
+    most = K_ROWS_THREADS_BY_SMEM[-1][1]
+    for limit, count in K_ROWS_THREADS_BY_SMEM:
+        if smem <= limit:
+            most = count
+            break
+    threads = max(32, min(cfg.max_threads, most, 1 << max(0, (tile_units // 8).bit_length() - 1)))
+    return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
+
+
+#: (tile bytes in shared memory up to, most threads of a fwht_k_rows block), in order.
+K_ROWS_THREADS_BY_SMEM = ((64 << 10, 256), (128 << 10, 512), (1 << 40, 1024))
 
 
 def all_k_configs():
