@@ -88,6 +88,35 @@ __device__ __forceinline__ i64 k_step(i64 a, i64 b) {
     return r;
 }
 
+// One item of a round over the power-of-two bits [b, b + KK) of a tile in shared memory: the
+// units x0 + (j << b), j < 2^KK, loaded, through the KK radix-2 stages, stored back (every
+// unit of the item present: no predicates).  From b >= pad_shift on, the padded slots of the
+// units are pad(x0) plus a constant step (a padding slot every 2^pad_shift units moves with
+// them), so an address costs one add.
+template <typename U, int KK>
+__device__ __forceinline__ void k_round_item(U* sm, int x0, int b) {
+    constexpr int PS = pad_shift<U>();
+    U v[1 << KK];
+    if (b >= PS) {
+        const int step = (1 << b) + (1 << (b - PS));
+        int s = pad<U>(x0);
+#pragma unroll
+        for (int j = 0; j < (1 << KK); ++j) { v[j] = sm[s]; s = k_step(s, step); }
+        radix2_stages<U, KK, true>(v, KK);
+        s = pad<U>(x0);
+#pragma unroll
+        for (int j = 0; j < (1 << KK); ++j) { sm[s] = v[j]; s = k_step(s, step); }
+    } else {
+        int x = x0;
+#pragma unroll
+        for (int j = 0; j < (1 << KK); ++j) { v[j] = sm[pad<U>(x)]; x = k_step(x, 1 << b); }
+        radix2_stages<U, KK, true>(v, KK);
+        x = x0;
+#pragma unroll
+        for (int j = 0; j < (1 << KK); ++j) { sm[pad<U>(x)] = v[j]; x = k_step(x, 1 << b); }
+    }
+}
+
 // Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
 // registers per thread): 1024 (64 registers) up to 20 registers of values, 512 (128) up to
 // 44, else 256 (config.py's k_rows_max_threads; no spills with nvcc 13 for sm_90).
@@ -127,7 +156,6 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
     typedef typename TR::V V;
     typedef Num<U> N;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
-    constexpr int E = 1 << K_LOG_E;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
@@ -174,20 +202,15 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
         for (int b = first; b < log_mu; b += K_LOG_E) {
             const int k = log_mu - b < K_LOG_E ? log_mu - b : K_LOG_E;
             const int items = tile_units >> k;
+            const int lq = log_mu - k;                  // log2 of the items per block
             for (int item = tid; item < items; item += threads) {
-                int g, r0;
-                round_item<false>(item, b, k, mu, 0, g, r0);      // g: block, r0: its first unit
+                // round_item<false>(item, b, k, mu, 0, g, r0) with shifts for its division
+                const int q = item & ((1 << lq) - 1), g = item >> lq;      // g: block
+                const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
                 const int x0 = (g << log_mu) + r0;      // unit j: x0 + (j << b)
-                U v[E];
-                int x = x0;
-#pragma unroll
-                for (int j = 0; j < E; ++j)
-                    if (j < (1 << k)) { v[j] = sm[pad<U>(x)]; x = k_step(x, 1 << b); }
-                radix2_stages<U, K_LOG_E>(v, k);
-                x = x0;
-#pragma unroll
-                for (int j = 0; j < E; ++j)
-                    if (j < (1 << k)) { sm[pad<U>(x)] = v[j]; x = k_step(x, 1 << b); }
+                if (k == K_LOG_E) k_round_item<U, K_LOG_E>(sm, x0, b);
+                else if (k == 2) k_round_item<U, 2>(sm, x0, b);
+                else k_round_item<U, 1>(sm, x0, b);
             }
             __syncthreads();
         }
