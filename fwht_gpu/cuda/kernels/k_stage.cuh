@@ -220,22 +220,29 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
             const int r = p >> log_mu, u = p & (mu - 1);
             const int base = r * K * mu + u;
             U v[K];
-            int x = base;
+            if (log_mu >= pad_shift<U>()) {     // padded slots a constant step apart
+                const int step = mu + (mu >> pad_shift<U>());
+                int x = pad<U>(base);
 #pragma unroll
-            for (int c = 0; c < K; ++c) {
-                v[c] = sm[pad<U>(x)];
-                x = k_step(x, mu);
-                // a wider compute type: the power-of-two stage's result rounded to storage
-                if constexpr (sizeof(C) != sizeof(T)) v[c] = to<U>(to<S>(v[c]));
+                for (int c = 0; c < K; ++c) { v[c] = sm[x]; x = k_step(x, step); }
+            } else {
+                int x = base;
+#pragma unroll
+                for (int c = 0; c < K; ++c) { v[c] = sm[pad<U>(x)]; x = k_step(x, mu); }
             }
-            i64 y = t * (i64)tile_units + base;
+            // a wider compute type: the power-of-two stage's result rounded to storage
+            if constexpr (sizeof(C) != sizeof(T)) {
+#pragma unroll
+                for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
+            }
+            S* y = udst + (t * (i64)tile_units + base);
 #pragma unroll
             for (int i = 0; i < K; ++i) {
                 S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
                 if (scale != 1.0) o = Num<S>::scale(o, scale);
                 if (!Num<S>::finite(o)) bad_out = true;
-                udst[y] = o;
-                y = k_step(y, (i64)mu);
+                *y = o;
+                y += mu;
             }
         }
     }
