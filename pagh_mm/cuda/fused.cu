@@ -94,6 +94,35 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
     }
 }
 
+// v[q] := buf[pad(base + (q << lo))] (``load``), or the other way, q < VPT: from bit 5 (FP32;
+// 4 for FP64) on the padded slots are a constant step apart (a padding slot every
+// 2^pad_shift values moves with them), so an address costs one add.
+template <typename T, int VPT>
+__device__ __forceinline__ void round_slots(T* buf, T* v, int base, int lo, bool load)
+{
+    constexpr int PS = pad_shift<T>();
+    if (lo >= PS) {
+        const int step = (1 << lo) + (1 << (lo - PS));
+        int s = pad<T>(base);
+        if (load) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) { v[q] = buf[s]; s += step; }
+        } else {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) { buf[s] = v[q]; s += step; }
+        }
+    } else {
+        int x = base;
+        if (load) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) { v[q] = buf[pad<T>(x)]; x += 1 << lo; }
+        } else {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) { buf[pad<T>(x)] = v[q]; x += 1 << lo; }
+        }
+    }
+}
+
 // The transform of buf (b = 2^logb values) up to its last round, whose values are left in v.
 template <typename T, int LOG_VPT>
 __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
@@ -102,6 +131,17 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
     for (int lo = 0; lo < logb; lo += R) {
         const int r = min(R, logb - lo);
         __syncthreads();                                  // the buffer is complete
+        if (r == R) {           // a full round: one group per thread, elements base + (q << lo)
+            const int tid = (int)threadIdx.x;
+            const int base = ((tid >> lo) << (lo + R)) | (tid & ((1 << lo) - 1));
+            round_slots<T, VPT>(buf, v, base, lo, true);
+            radix2_stages<T, LOG_VPT, true>(v, R);
+            if (lo + R < logb) {
+                __syncthreads();                          // every value of the round read
+                round_slots<T, VPT>(buf, v, base, lo, false);
+            }
+            continue;
+        }
 #pragma unroll
         for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];
         radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers
