@@ -461,7 +461,7 @@ class KRowsConfig(_Declared):
     def max_threads(self) -> int:
         """The launch bound (``k_rows_max_threads`` in the kernel)."""
         regs = self.K * (self.unit_bytes // 4)
-        return 1024 if regs <= 20 else 512 if regs <= 44 else 256
+        return 1024 if regs <= 28 else 512 if regs <= 44 else 256
 
     def smem_bytes(self, tile_units: int) -> int:
         """Dynamic shared memory of a tile of ``tile_units`` units (padded as tile.cuh)."""
@@ -555,7 +555,8 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     # threads: about 8 units each per round (at least a warp), within the launch bound, and
     # fewer for smaller tiles: several tiles per SM then overlap one's load with another's
     # stages (H100, 4096 rows: 12 * 2**10 FP32 2.9 -> 2.0x a copy at 256 threads, 20 * 2**10
-    # 3.1 -> 2.6x at 512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md)
+    # 3.1 -> 2.6x at 512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md);
+    # a tile alone on its SM takes every thread the launch bound allows
     most = K_ROWS_THREADS_BY_SMEM[-1][1]
     for limit, count in K_ROWS_THREADS_BY_SMEM:
         if smem <= limit:
@@ -565,8 +566,9 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
 
 
-#: (tile bytes in shared memory up to, most threads of a fwht_k_rows block), in order.
-K_ROWS_THREADS_BY_SMEM = ((64 << 10, 256), (128 << 10, 512), (1 << 40, 1024))
+#: (tile bytes in shared memory up to, most threads of a fwht_k_rows block), in order: four
+#: tiles per SM, two, one (an SM holds 228 KiB, 1 KiB of it reserved per block).
+K_ROWS_THREADS_BY_SMEM = ((64 << 10, 256), (113 << 10, 512), (1 << 40, 1024))
 
 
 def all_k_configs():

@@ -118,11 +118,12 @@ __device__ __forceinline__ void k_round_item(U* sm, int x0, int b) {
 }
 
 // Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
-// registers per thread): 1024 (64 registers) up to 20 registers of values, 512 (128) up to
-// 44, else 256 (config.py's k_rows_max_threads; no spills with nvcc 13 for sm_90).
+// registers per thread): 1024 (64 registers) up to 28 registers of values, 512 (128) up to
+// 44, else 256 (config.py's KRowsConfig.max_threads; no spills with nvcc 13 for sm_90: at 64
+// registers K = 36 and 44 spill 16-32 bytes, K = 28 none).
 template <typename U, int K>
 __host__ __device__ constexpr int k_rows_max_threads() {
-    return K * (int)(sizeof(U) / 4) <= 20 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
+    return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
 }
 
 // log2 units per thread per round of the power-of-two stages through shared memory (3: no
