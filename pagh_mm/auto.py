@@ -31,7 +31,7 @@ AUTO = "auto"
 DEFAULT_REPS = 5
 MIN_LOG2B = 10
 #: Rows s of each Count-Sketch of the Frobenius-norm estimate (relative standard deviation of
-#: the squared norm at most sqrt(4 / s + 4 / s^2): 25%).
+#: the squared norm at most sqrt(4 / s + 4 / s^2): about 25%).
 JL_ROWS = 64
 #: Sketch bytes per bucket and repetition the memory cap allows for (the sums, the block
 #: temporaries of one inner index, the queries' residual).
@@ -50,7 +50,7 @@ def frobenius_estimate(A, B, be, seed: int, rows: int = JL_ROWS, diagonal=None) 
     rows and B's columns (one random sign per row or column, in a random row: the
     polynomial hash family's 4-independent functions h1, s1 and h2, s2 of one repetition,
     seeded from ``seed``; unbiased for the square, relative deviation at most
-    sqrt(2 / s + 2 / s + 4 / s^2): 25% at s = 64), computed where the data is in
+    sqrt(2 / s + 2 / s + 4 / s^2): about 25% at s = 64), computed where the data is in
     O(nnz(A) + nnz(B)) (dense factors: every entry once) and float64.  With ``diagonal``
     (of a square product): ||A @ B - diag||_F, as ||G A B H^T - G D H^T||_F."""
     m = A.shape[0]
@@ -78,14 +78,20 @@ def _jl_params(seed: int) -> hashing.HashParams:
     return hashing.HashParams.draw("polynomial", (int(seed) << 16) | 0x4A4C, 1)
 
 
-#: Inner indices whose sketches (2 x s float64 each) :func:`frobenius_sketch` holds at a time.
+#: Most inner indices whose sketches (2 x s float64 each) :func:`frobenius_sketch` holds at a
+#: time, and most stored values of a sparse side in one such chunk (halved until they fit).
 INNER_CHUNK = 1 << 18
+VALUE_CHUNK = 1 << 24
+#: Temporaries per stored value of a chunk (hashes, signed values, their int64 and float64
+#: copies), and the dense factors' float64 conversion (DENSE_CHUNK_BYTES at a time).
+BYTES_PER_VALUE = 40
 
 
 def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     """G A B H^T (``rows`` x ``rows``, float64) of :func:`frobenius_estimate`; a sum over the
     inner dimension, so inner chunks' sketches add up to it (:mod:`pagh_mm.dask`).  Per chunk
-    of INNER_CHUNK inner indices, the sketches G a_k and H b_k (sparse factors: of the stored
+    of up to INNER_CHUNK inner indices (fewer where a sparse side stores more than VALUE_CHUNK
+    values in one; the memory checked first), the sketches G a_k and H b_k (sparse factors: of the stored
     values, added in stored order as the compression's sketches are, the same bits on the
     CPU and the GPU) and their products, summed in chunk order."""
     if rows < 2 or rows & (rows - 1):
@@ -95,9 +101,17 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     params = _jl_params(seed)
     log2r = rows.bit_length() - 1
     sides = [_JLSide(M, which, params, log2r, be) for which, M in ((1, A), (2, B))]
+    size = INNER_CHUNK          # aligned chunks whose stored values fit VALUE_CHUNK per side
+    while size > 1 and max(s.most(size) for s in sides) > VALUE_CHUNK:
+        size //= 2
+    need = 16 * rows * min(size, max(n, 1)) + sum(BYTES_PER_VALUE * s.most(size) for s in sides) \
+        + (DENSE_CHUNK_BYTES if not all(s.sparse for s in sides) else 0)
+    memory.check(need, "the ||AB||_F estimate behind automatic buckets",
+                 "pass buckets= (the estimate only sizes automatic buckets) or free memory",
+                 device=be.name)
     Y = xp.zeros((rows, rows))
-    for c0 in range(0, n, INNER_CHUNK):
-        c1 = min(n, c0 + INNER_CHUNK)
+    for c0 in range(0, n, size):
+        c1 = min(n, c0 + size)
         left, right = (s.block(c0, c1) for s in sides)
         Y += left.T @ right
     return Y
@@ -116,7 +130,6 @@ class _JLSide:
         if self.sparse and be.gpu:      # the stored values' hashes by one kernel (hash.cu)
             from .sketch import Side
             self.side = Side(M, which, params, log2r, be)
-            self.side.block_bounds(INNER_CHUNK)     # the chunks' stored-value ranges: one read
             return
         xp = be.xp                      # the hashes of every key, once
         keys = M.shape[0] if which == 1 else M.shape[1]
@@ -125,6 +138,20 @@ class _JLSide:
         self.sign = hashing.sign_table(params, which, at, xp)[0]
         if not self.sparse:
             self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
+
+    def most(self, size: int) -> int:
+        """Most stored values of an aligned chunk of ``size`` inner indices (0: dense); on
+        the GPU the index pointer is read at the chunk bounds, which the blocks then use."""
+        if not self.sparse:
+            return 0
+        if self.be.gpu:
+            return self.side.most_values(size)
+        ptr = self.M.indptr
+        n = ptr.size - 1
+        if n <= 0:
+            return 0
+        ends = np.append(ptr[0:n:size], ptr[n]).astype(np.int64)
+        return int(np.diff(ends).max())
 
     def block(self, k0: int, k1: int):
         xp, nb = self.be.xp, k1 - k0

@@ -115,10 +115,13 @@ class HashParams:
 
     @staticmethod
     def draw(family: str, seed: int, reps: int) -> "HashParams":
-        """The functions of ``reps`` repetitions drawn from (``seed``, t) (the same object for
-        the same arguments: drawn once, read-only)."""
+        """The functions of ``reps`` repetitions drawn from (``seed``, t), read-only (the same
+        object for the same small arguments: drawn once)."""
         check_family(family, legacy=True)
-        return _draw(family, check_seed(seed), int(reps))
+        seed, reps = check_seed(seed), int(reps)
+        if family == "tabulation" or reps > CACHED_REPS:    # large: not kept
+            return _draw.__wrapped__(family, seed, reps)
+        return _draw(family, seed, reps)
 
     def to_arrays(self) -> dict:
         """The arrays a sketch file stores (the seed as decimal text: it may exceed 64 bits)."""
@@ -154,7 +157,13 @@ class HashParams:
     __hash__ = None
 
 
-@functools.lru_cache(maxsize=64)
+#: Draws kept (family, seed, reps), of at most CACHED_REPS repetitions and not tabulation
+#: (32 KiB of tables per repetition): a few KiB each.
+CACHED_DRAWS = 64
+CACHED_REPS = 64
+
+
+@functools.lru_cache(maxsize=CACHED_DRAWS)
 def _draw(family: str, seed: int, reps: int) -> HashParams:
     a = np.empty((reps, 4), np.uint64)
     c = np.empty((reps, 4), np.uint64)

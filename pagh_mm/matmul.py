@@ -370,7 +370,7 @@ def _gpu_pairs(sides, acc: Accumulator, be) -> bool:
     nnz = [int(s.M.nnz) for s in sides]
     # the pairs sum_k nnz(a_k) nnz(b_k) <= nnz(A) x the most values a vector of B can hold:
     # counted on the device only when that bound does not settle it
-    if float(nnz[0]) * min(nnz[-1], sides[-1].keys) > limit:
+    if nnz[0] * min(nnz[-1], sides[-1].keys) > limit:
         counts = [s.M.indptr[1:] - s.M.indptr[:-1] for s in sides]
         if float((counts[0] * counts[-1]).astype(be.xp.float64).sum()) > limit:
             return False

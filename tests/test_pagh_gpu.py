@@ -672,3 +672,8 @@ def test_frobenius_sketch_matches_cpu():
         assert np.array_equal(c, cp.asnumpy(g))
     assert auto.frobenius_estimate(Ag, Bg, dev, seed=5) == pytest.approx(
         auto.frobenius_estimate(A, B, cpu, seed=5), rel=1e-12)
+    with pytest.MonkeyPatch.context() as mp:        # chunks of the inner dimension
+        mp.setattr(auto, "INNER_CHUNK", 32)
+        mp.setattr(auto, "VALUE_CHUNK", 64)
+        assert auto.frobenius_estimate(Ag, Bg, dev, seed=5) == pytest.approx(
+            auto.frobenius_estimate(A, B, cpu, seed=5), rel=1e-12)

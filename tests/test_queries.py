@@ -9,6 +9,7 @@ import scipy.sparse as sps
 from click.testing import CliRunner
 
 import pagh_mm
+from fwht_gpu import memory
 from pagh_mm import auto, certificate, query
 from pagh_mm.cli import main as pagh_main
 from tests.params import heavy_background_product
@@ -175,6 +176,28 @@ def test_frobenius_estimate_is_unbiased_for_dense_sparse_and_gram():
     assert abs(g.mean() / off - 1) < 0.08
     with pytest.raises(ValueError, match="rows"):
         auto.frobenius_sketch(A, B, be, 0, rows=48)
+
+
+def test_frobenius_sketch_chunks_and_memory(monkeypatch):
+    """Chunks of the inner dimension (by count, and halved while a sparse side stores more
+    than VALUE_CHUNK values in one) sum to the whole estimate; the memory is checked first."""
+    be = pagh_mm.backend.cpu()
+    rng = np.random.default_rng(8)
+    A = sps.random(300, 200, density=0.05, random_state=9, format="csc", data_rvs=rng.standard_normal)
+    B = sps.random(200, 250, density=0.05, random_state=10, format="csr", data_rvs=rng.standard_normal)
+    whole = auto.frobenius_sketch(A, B, be, 3)
+    with monkeypatch.context() as mp:
+        mp.setattr(auto, "INNER_CHUNK", 64)
+        np.testing.assert_allclose(auto.frobenius_sketch(A, B, be, 3), whole, rtol=1e-12, atol=1e-9)
+        mp.setattr(auto, "VALUE_CHUNK", 40)              # halved to chunks of 8 or fewer
+        sides = [auto._JLSide(M, w, auto._jl_params(3), 6, be) for w, M in ((1, A), (2, B))]
+        assert max(s.most(64) for s in sides) > 40
+        np.testing.assert_allclose(auto.frobenius_sketch(A, B, be, 3), whole, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(auto.frobenius_sketch(A.toarray(), B, be, 3), whole,
+                                   rtol=1e-12, atol=1e-9)
+    monkeypatch.setattr(memory, "host_available", lambda: 1 << 20)
+    with pytest.raises(memory.InsufficientMemoryError, match="buckets="):
+        auto.frobenius_estimate(A.toarray(), B.toarray(), be, seed=3)
 
 
 def test_auto_parameters_are_reported_and_certify():

@@ -557,18 +557,14 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     # stages (H100, 4096 rows: 12 * 2**10 FP32 2.9 -> 2.0x a copy at 256 threads, 20 * 2**10
     # 3.1 -> 2.6x at 512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md);
     # a tile alone on its SM takes every thread the launch bound allows
-    most = K_ROWS_THREADS_BY_SMEM[-1][1]
-    for limit, count in K_ROWS_THREADS_BY_SMEM:
-        if smem <= limit:
-            most = count
-            break
+    tiles = limits.smem_per_sm // (smem + BLOCK_RESERVED_SMEM)      # tiles an SM holds
+    most = 256 if tiles >= 3 else 512 if tiles == 2 else 1024
     threads = max(32, min(cfg.max_threads, most, 1 << max(0, (tile_units // 8).bit_length() - 1)))
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
 
 
-#: (tile bytes in shared memory up to, most threads of a fwht_k_rows block), in order: four
-#: tiles per SM, two, one (an SM holds 228 KiB, 1 KiB of it reserved per block).
-K_ROWS_THREADS_BY_SMEM = ((64 << 10, 256), (113 << 10, 512), (1 << 40, 1024))
+#: Shared memory the driver reserves per block (1 KiB on sm_80 and sm_90).
+BLOCK_RESERVED_SMEM = 1 << 10
 
 
 def all_k_configs():

@@ -127,8 +127,9 @@ __host__ __device__ constexpr int k_rows_max_threads() {
 }
 
 // log2 units per thread per round of the power-of-two stages through shared memory (3: no
-// spills at 64 registers).
+// spills at 64 registers).  fwht_k_rows dispatches the rounds of k = 1, 2, 3 bits.
 constexpr int K_LOG_E = 3;
+static_assert(K_LOG_E == 3, "fwht_k_rows' rounds are dispatched for k = 1, 2, 3");
 
 template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
 struct KRowsTraits {
