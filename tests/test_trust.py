@@ -343,6 +343,37 @@ def test_pair_route_plans_only_its_table(monkeypatch):
         matmul._plan_memory(sides, acc, 4096, 5000, 5000, be, None)
 
 
+@pytest.mark.parametrize("base", [256 << 20, 4096])
+@pytest.mark.parametrize("pairs", [False, True])
+def test_memory_plan_skips_the_one_index_cost_only_where_it_cannot_matter(monkeypatch, base, pairs):
+    """_plan_memory reads most_values(1) only when its bound min(keys, nnz) could raise the
+    budget; its (block, budget) equal the definition's max(base, cost of one index) either way
+    (a small base forces the exact cost)."""
+    from pagh_mm import backend, hashing, matmul
+    from pagh_mm.convolution import Accumulator
+    A = sps.random(3000, 2048, density=0.004, random_state=3, format="lil")
+    A[:, 5] = 1.0                                        # one long vector: most_values(1) = 3000
+    A = A.tocsc()
+    B = sps.random(2048, 2500, density=0.004, random_state=4, format="csr")
+    be = backend.cpu()
+    params = hashing.HashParams.draw("multiply-add-shift", 0, 5)
+    acc = Accumulator("fwht", 5, 12, np.float64, "folklore", None, np)
+    monkeypatch.setattr(matmul, "MEMORY_BUDGET", base)
+    have = memory.available("cpu")
+
+    def sides():
+        return (matmul.Side(A, 1, params, 12, be), matmul.Side(B, 2, params, 12, be))
+
+    got = matmul._plan_memory(sides(), acc, 2048, 3000, 2500, be, None, pairs=pairs)
+    s = sides()                                          # the definition, by hand
+    per_index = matmul.PAIR_BYTES_PER_INDEX * 2 if pairs else acc.bytes_per_index(2)
+    value_bytes = matmul.PAIR_BYTES + matmul.PAIR_BYTES_PER_REP * s[0].distinct_count() \
+        if pairs else matmul.SPARSE_BYTES * 5
+    budget = max(base, matmul._block_cost(s, 1, per_index, value_bytes))
+    budget = min(budget, max(have // 2, 1)) if have is not None else budget
+    assert got == (matmul._block_size(s, per_index, 2048, value_bytes, budget), budget)
+
+
 def test_finite_check_reads_transposed_inputs_without_copying_them():
     X = np.random.default_rng(0).standard_normal((4096, 1024))       # 32 MiB
     _, peak = _peak(lambda: pagh_mm.matmul._check_finite(X.T, "A", pagh_mm.backend.cpu()))
