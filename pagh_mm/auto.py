@@ -122,14 +122,13 @@ class _JLSide:
     inner indices, G a_k (which = 1) or H b_k (which = 2)."""
 
     def __init__(self, M, which: int, params, log2r: int, be):
+        from .sketch import Side, canonical
         self.be, self.which, self.rows, self.sparse = be, which, 1 << log2r, is_sparse(M)
-        if self.sparse:
-            from .sketch import canonical
+        if self.sparse:                 # its stored values' ranges (and GPU hashes) by Side
             M = canonical(M, which, be)
+            self.side = Side(M, which, params, log2r, be)
         self.M = M
         if self.sparse and be.gpu:      # the stored values' hashes by one kernel (hash.cu)
-            from .sketch import Side
-            self.side = Side(M, which, params, log2r, be)
             return
         xp = be.xp                      # the hashes of every key, once
         keys = M.shape[0] if which == 1 else M.shape[1]
@@ -140,18 +139,9 @@ class _JLSide:
             self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
 
     def most(self, size: int) -> int:
-        """Most stored values of an aligned chunk of ``size`` inner indices (0: dense); on
-        the GPU the index pointer is read at the chunk bounds, which the blocks then use."""
-        if not self.sparse:
-            return 0
-        if self.be.gpu:
-            return self.side.most_values(size)
-        ptr = self.M.indptr
-        n = ptr.size - 1
-        if n <= 0:
-            return 0
-        ends = np.append(ptr[0:n:size], ptr[n]).astype(np.int64)
-        return int(np.diff(ends).max())
+        """Most stored values of an aligned chunk of ``size`` inner indices (0: dense); the
+        index pointer is read at the chunk bounds, which the blocks then use."""
+        return self.side.most_values(size) if self.sparse else 0
 
     def block(self, k0: int, k1: int):
         xp, nb = self.be.xp, k1 - k0
@@ -163,9 +153,7 @@ class _JLSide:
             ptr, _, h, w = self.side.hashed_values(k0, k1)
             return kernels.scatter_sparse(ptr, h.astype(xp.int64), w, nb,
                                           self.rows).reshape(nb, self.rows)
-        ptr = self.M.indptr[k0:k1 + 1].astype(np.int64)
-        keys = self.M.indices[ptr[0]:ptr[-1]]
-        vals = self.M.data[ptr[0]:ptr[-1]].astype(np.float64, copy=False)
+        ptr, keys, vals = self.side._stored(k0, k1)
         # bincount adds in input order: each vector's stored values in stored order, as the
         # GPU's scatter_sparse does, so the same bits
         col = np.repeat(np.arange(nb, dtype=np.int64), np.diff(ptr))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+import fwht_gpu.dtypes as _fdt
 import fwht_gpu.gpu
 
 
@@ -71,3 +72,26 @@ def is_dask(a) -> bool:
     """Whether ``a`` is a dask array (:mod:`pagh_mm.dask`), without importing dask."""
     return type(a).__module__.split(".")[0] == "dask" and hasattr(a, "chunks") and \
         hasattr(a, "dask")
+
+
+def all_finite(data, xp, defer: bool = False):
+    """Whether every value of the NumPy or CuPy array ``data`` is finite, reading it in blocks
+    of about 4 Mi values in its memory order (a transposed or memory-mapped array is never
+    copied whole; one synchronisation on the GPU).  ``defer`` (CuPy): the answer as a 0-d
+    device array, not read yet."""
+    if data.dtype.kind != "f" and np.dtype(data.dtype) != _fdt.bfloat16:
+        return xp.asarray(True) if defer and xp is not np else True
+    if data.ndim == 2 and data.flags.f_contiguous and not data.flags.c_contiguous:
+        data = data.T
+    if data.ndim == 1:
+        data = data[None]
+    if data.size == 0:
+        return xp.asarray(True) if defer and xp is not np else True
+    rows = max(1, (4 << 20) // max(1, data.shape[-1]))
+    blocks = [xp.isfinite(data[r:r + rows]).all() for r in range(0, data.shape[0], rows)] \
+        if xp is not np else (xp.isfinite(data[r:r + rows]).all()
+                              for r in range(0, data.shape[0], rows))
+    if xp is np:
+        return all(bool(f) for f in blocks)
+    flag = blocks[0] if len(blocks) == 1 else xp.stack(blocks).all()
+    return flag if defer else bool(flag)        # one synchronisation (GPU threads contend)

@@ -8,6 +8,7 @@ import numpy as np
 import fwht_gpu
 import fwht_gpu.dtypes
 
+from .backend import all_finite
 from .reduction import PairwiseSum
 
 METHODS = ("fwht", "fft")
@@ -101,11 +102,9 @@ class Accumulator:
         acc = self.sum.total() if total is _OWN else total
         if acc is None and direct is not None:      # every term added directly: the
             direct += 0.0                           # transforms of zeros are +0.0 sums (in
-            rows = max(1, FINITE_CHECK_BYTES // (8 * max(1, direct.shape[-1])))  # place: a
-            finite = [xp.isfinite(direct[r:r + rows]).all()     # table may fill the device)
-                      for r in range(0, direct.shape[0], rows)]
-            if finite and not bool(finite[0] if len(finite) == 1 else xp.stack(finite).all()):
-                raise OverflowError("the sketch of the product has non-finite values")
+            if not all_finite(direct, xp):          # place, checked in blocks: a table may
+                raise OverflowError(                # fill the device)
+                    "the sketch of the product has non-finite values")
             return direct
         if acc is None:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
@@ -128,11 +127,6 @@ class Accumulator:
         item, acc = self.dtype.itemsize, self.value_dtype.itemsize
         per_side = 8 + (4 if item == 2 else 0) + 4 * item
         return self.reps * self.b * (sides * per_side + 3 * acc)
-
-
-#: Bytes of a time-domain table checked for non-finite values at a time (the check's boolean
-#: temporary is an eighth of it).
-FINITE_CHECK_BYTES = 256 << 20
 
 
 def combine_index(method: str, h1, h2, log2b: int):

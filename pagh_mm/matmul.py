@@ -10,6 +10,7 @@ import fwht_gpu.dtypes as _fdt
 from fwht_gpu import memory
 
 from . import backend as _be
+from .backend import all_finite
 from . import auto, certificate, compiled, hashing, sketchfile
 from . import decode as _decode
 from .auto import AUTO, default_buckets  # noqa: F401  (public through pagh_mm)
@@ -64,28 +65,6 @@ def _as_matrix(M, name: str, be):
     return M
 
 
-def _all_finite(data, xp, defer: bool = False):
-    """Whether every value is finite, reading ``data`` in blocks in its memory order (a
-    transposed or memory-mapped array is never copied whole).  ``defer`` (CuPy): the
-    answer as a 0-d device array, not read yet."""
-    if data.dtype.kind != "f" and np.dtype(data.dtype) != _fdt.bfloat16:
-        return xp.asarray(True) if defer and xp is not np else True
-    if data.ndim == 2 and data.flags.f_contiguous and not data.flags.c_contiguous:
-        data = data.T
-    if data.ndim == 1:
-        data = data[None]
-    if data.size == 0:
-        return xp.asarray(True) if defer and xp is not np else True
-    rows = max(1, (4 << 20) // max(1, data.shape[-1]))
-    blocks = [xp.isfinite(data[r:r + rows]).all() for r in range(0, data.shape[0], rows)] \
-        if xp is not np else (xp.isfinite(data[r:r + rows]).all()
-                              for r in range(0, data.shape[0], rows))
-    if xp is np:
-        return all(bool(f) for f in blocks)
-    flag = blocks[0] if len(blocks) == 1 else xp.stack(blocks).all()
-    return flag if defer else bool(flag)        # one synchronisation (GPU threads contend)
-
-
 def _check_finite(M, name, be, B=None):
     """NaN and Inf refused, naming the factor (and ``B``'s, read with the same
     synchronisation)."""
@@ -93,10 +72,10 @@ def _check_finite(M, name, be, B=None):
         return X.data if be.sp.issparse(X) else X
     if B is None or not be.gpu:
         for X, what in ((M, name), (B, "B")):
-            if X is not None and not _all_finite(values(X), be.xp):
+            if X is not None and not all_finite(values(X), be.xp):
                 _not_finite(what)
         return
-    both = be.xp.stack([_all_finite(values(X), be.xp, defer=True) for X in (M, B)]).get()
+    both = be.xp.stack([all_finite(values(X), be.xp, defer=True) for X in (M, B)]).get()
     for ok, what in zip(both, (name, "B")):
         if not ok:
             _not_finite(what)
