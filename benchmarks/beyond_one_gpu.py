@@ -142,6 +142,7 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         floor = floor1 if len(devs) == 1 else floor_all
         times = [{k: round(v, 4) for k, v in w.times.items()} for w in stream.last_workers]
         row[f"{label}_worker_times"] = times
+        row[f"{label}_worker_chunks"] = [w.chunks for w in stream.last_workers]
         print(f"    worker times (last run): {times}", flush=True)
         row.update({f"{label}_s": t, f"{label}_same_bits": same,
                     f"{label}_vs_transfer": t / floor,

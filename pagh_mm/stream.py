@@ -258,6 +258,8 @@ class _Worker:
         #: seconds spent waiting for chunks, compressing them (from the wait's end), and (in
         #: the reader thread) copying pageable slabs into pinned buffers: where a run went
         self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
+        #: per chunk of a GPU run: (first inner index, seconds waited, seconds computed)
+        self.chunks: list[tuple] = []
 
     def staging_bytes(self) -> int:
         """Bytes of this worker's two chunk buffers of its host factors on its device (and as
@@ -339,7 +341,8 @@ class _Worker:
                     for j, k0 in enumerate(starts):
                         t0 = time.perf_counter()
                         slabs, ready, nbytes = ahead.result()
-                        self.times["wait"] += time.perf_counter() - t0
+                        waited = time.perf_counter() - t0
+                        self.times["wait"] += waited
                         if j + 1 < len(starts):
                             ahead = reader.submit(load, j + 1)
                         with compute:                 # (each() adds on this stream too)
@@ -348,7 +351,9 @@ class _Worker:
                             free[j % 2] = compute.record()
                             del slabs
                             each(k0, result)
-                        self.times["compute"] += time.perf_counter() - t0
+                        took = time.perf_counter() - t0
+                        self.times["compute"] += took
+                        self.chunks.append((k0, round(waited, 4), round(took - waited, 4)))
                         report(nbytes)
                     compute.synchronize()
             finally:

@@ -56,12 +56,14 @@ extern "C" __global__ void scatter_sparse(const i64* __restrict__ ptr, const i64
 // bit[r] is 0, as its masked s1 (an added zero) would; keys: int32 or int64 (key64).  ptr:
 // the nb + 1 bounds of the vectors' stored values.
 //
-// Block (x, y) takes repetition r = y and the PAIRS_K inner indices x PAIRS_K .. + PAIRS_K - 1,
-// their pairs numbered one after the other (a prefix sum in shared memory), the threads
-// striding over them: balanced whatever the vectors' lengths.  The grid runs every block of
-// repetition 0 first, then of 1, ...: the atomic additions of a launch go to one repetition's
-// row of the table at a time, which stays in L2 (16 MiB at b = 2^21) where the whole table
-// would not.
+// Block (x, y) takes repetition r = r0 + y and the PAIRS_K inner indices x PAIRS_K .. +
+// PAIRS_K - 1, their pairs numbered one after the other (a prefix sum in shared memory), the
+// threads striding over them: balanced whatever the vectors' lengths.  The caller launches
+// one repetition at a time (gridDim.y = 1): the atomic additions of a launch go to one
+// repetition's row of the table, which stays in L2 (32 MiB at b = 2^22) where the whole
+// table would not.  (One launch of every repetition ran its blocks in that order too, but a
+// chunk of a few thousand blocks per repetition had two or three repetitions' blocks resident
+// at once: H100, 2^15 inner indices per chunk, 1.9x the pair time of 2^18.)
 constexpr int PAIRS_K = 32;
 
 __device__ __forceinline__ long long key_at(const void* keys, int key64, i64 q)
@@ -76,11 +78,11 @@ extern "C" __global__ void pairs_direct(const i64* __restrict__ ptrA, const void
                                         int keyB64, const unsigned* __restrict__ hB,
                                         const double* __restrict__ wB, i64 nnzB, i64 nb, i64 b,
                                         const int* __restrict__ base, const int* __restrict__ bit,
-                                        int gram, double* __restrict__ tab)
+                                        int gram, int r0, double* __restrict__ tab)
 {
     __shared__ i64 first[PAIRS_K + 1];       // pairs before inner index k0 + c
     __shared__ i64 a0[PAIRS_K], b0[PAIRS_K], nv[PAIRS_K];
-    const int r = blockIdx.y, m = base[r], l = bit[r];
+    const int r = r0 + blockIdx.y, m = base[r], l = bit[r];
     const i64 k0 = (i64)blockIdx.x * PAIRS_K;
     const int count = (int)min((i64)PAIRS_K, nb - k0);
     if (threadIdx.x < 32) {                  // one warp: the counts and their prefix sum
