@@ -3,9 +3,10 @@ memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's me
 
 ``pagh_mm.compress(A, B, devices=[0, 1])`` (this module's :func:`compress`) splits the inner
 dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
-contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
-i + 1 from the source into pinned host memory (several threads for one copy) and starts its
-transfer on a copy stream while chunk i is compressed on a compute stream. Each device adds
+contiguous run of them, and streams the chunks to it. A reader thread per device copies the
+next chunks (up to SLOTS - 1 ahead) from the source into pinned host memory (several threads
+for one copy) and starts their transfer on a copy stream while chunk i is compressed on a
+compute stream. Each device adds
 its chunks' sums in the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees
 are then merged on the first device in chunk order. So the sketch has the bits of
 ``pagh_mm.compress`` of the whole arrays on one GPU, and on the CPU, for the same seed, buckets
@@ -49,8 +50,15 @@ PINNED_CHUNK_BYTES = 4 << 30
 CHUNKS_PER_DEVICE = 4
 #: The workers of the latest call (their ``times``: where a run went; for benchmarks).
 last_workers: list = []
-#: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them).
+#: Chunk buffers per worker (host and device): the reader fills one while the others wait for
+#: their chunks' compression (H100s, sparse 2^20 x 64 on two: 3 took each worker's waits for
+#: chunks from 0.03-0.05 s to 0.016 s).
+SLOTS = 3
+#: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them), each
+#: copying a band of at least BAND_BYTES (two H100s, sparse 2^20 x 64: the 1-d ranges of the
+#: sparse arrays in 16 bands each on both workers took 10% longer than in 8) (a memory-mapped source reads from disk with them).
 COPY_THREADS = min(16, os.cpu_count() or 1)
+BAND_BYTES = 8 << 20
 
 
 def check_devices(devices) -> list:
@@ -193,7 +201,8 @@ def _move_all(value, device):
 def _copy_into(dst, src, pool) -> None:
     """dst[...] = src, by bands of rows on the pool's threads (NumPy releases the GIL)."""
     rows = dst.shape[0]
-    step = max(1, -(-rows // COPY_THREADS))
+    bands = max(1, min(COPY_THREADS, dst.nbytes // BAND_BYTES))
+    step = max(1, -(-rows // bands))
     list(pool.map(lambda r0: np.copyto(dst[r0:r0 + step], src[r0:r0 + step]),
                   range(0, rows, step)))
 
@@ -262,9 +271,9 @@ class _Worker:
         self.chunks: list[tuple] = []
 
     def staging_bytes(self) -> int:
-        """Bytes of this worker's two chunk buffers of its host factors on its device (and as
+        """Bytes of this worker's SLOTS chunk buffers of its host factors on its device (and as
         many of pinned host memory, for those not page-locked already)."""
-        return 2 * sum(np.dtype(dt).itemsize * size for s in self.sources
+        return SLOTS * sum(np.dtype(dt).itemsize * size for s in self.sources
                        for dt, size in s.staged(self.c))
 
     def run(self, fn, starts, each, report) -> None:
@@ -292,15 +301,15 @@ class _Worker:
             def staging(i, slot):               # page-locked slots, made on first need (none
                 if i not in pinned:             # for page-locked slabs that go by DMA)
                     pinned[i] = [[cupyx.empty_pinned(size, dt) for dt, size in staged[i]]
-                                 for _ in (0, 1)]
+                                 for _ in range(SLOTS)]
                 return pinned[i][slot]
-            buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts] for _ in (0, 1)]
-                       for i, parts in staged.items()}
-            free = [None, None]
+            buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts]
+                           for _ in range(SLOTS)] for i, parts in staged.items()}
+            free = [None] * SLOTS
             copier = ThreadPoolExecutor(COPY_THREADS)
 
             def load(j):
-                slot = j % 2
+                slot = j % SLOTS
                 k0 = starts[j]
                 k1 = min(self.n, k0 + self.c)
                 if free[slot] is not None:
@@ -348,7 +357,7 @@ class _Worker:
                         with compute:                 # (each() adds on this stream too)
                             compute.wait_event(ready)
                             result = fn(*slabs)
-                            free[j % 2] = compute.record()
+                            free[j % SLOTS] = compute.record()
                             del slabs
                             each(k0, result)
                         took = time.perf_counter() - t0

@@ -288,12 +288,12 @@ def test_staging_buffers_are_sized_by_the_chunks_there_are():
     A = _sparse_int(100, 1000, 0.01, 1, "csc")
     S = stream._Source(A, 1)
     want = A.nnz * (A.data.itemsize + A.indices.itemsize) + 1001 * A.indices.itemsize
-    assert stream._Worker(0, [S], 1 << 30, 1000).staging_bytes() == 2 * want
+    assert stream._Worker(0, [S], 1 << 30, 1000).staging_bytes() == stream.SLOTS * want
     parts = S.staged(256)
     ptr = A.indptr
     assert parts[0][1] == max(ptr[min(k + 256, 1000)] - ptr[k] for k in range(0, 1000, 256))
     D = stream._Source(np.ones((1000, 30), np.float32), 2)
-    assert stream._Worker(0, [D], 1 << 30, 1000).staging_bytes() == 2 * 1000 * 30 * 4
+    assert stream._Worker(0, [D], 1 << 30, 1000).staging_bytes() == stream.SLOTS * 1000 * 30 * 4
 
 
 def test_profile_and_devices_do_not_mix():
