@@ -113,14 +113,30 @@ cluster_pass(const float* __restrict__ src, float* dst, int s)
     const int seg_bits = s - LOG_G;
     const i64 seg = c & (((i64)1 << seg_bits) - 1), outer = c >> seg_bits;
     const i64 base = (outer << (s + LOG_L + LOG_CL)) + (seg << LOG_G);
-#pragma unroll 4
-    for (int e4 = tid; e4 < P / 4; e4 += THREADS) {
-        const int e = 4 * e4, r = e >> LOG_G, g = e & (G - 1);
-        const float4 v = __ldcs(reinterpret_cast<const float4*>(src + base + ((i64)(q * L + r) << s) + g));
-        sm[slot(e)] = v.x; sm[slot(e + 1)] = v.y; sm[slot(e + 2)] = v.z; sm[slot(e + 3)] = v.w;
+    // round 0 fused with the load: rows r0 .. r0 + 2^K0 - 1 of one group per item
+    constexpr int K0 = LOG_L < RB ? LOG_L : RB;
+#pragma unroll 1
+    for (int i = tid; i < (P >> K0); i += THREADS) {
+        const int g = i & (G - 1), r0 = (i >> LOG_G) << K0;
+        float v[1 << K0];
+        if constexpr (LOG_G == 0 && K0 >= 2) {      // contiguous: 16-byte vectors
+            const float4* p4 = reinterpret_cast<const float4*>(src + base + q * L + r0);
+#pragma unroll
+            for (int j = 0; j < (1 << K0) / 4; ++j) {
+                const float4 w = __ldcs(p4 + j);
+                v[4 * j] = w.x; v[4 * j + 1] = w.y; v[4 * j + 2] = w.z; v[4 * j + 3] = w.w;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < (1 << K0); ++j)
+                v[j] = __ldcs(src + base + ((i64)(q * L + r0 + j) << s) + g);
+        }
+        stages<K0>(v);
+#pragma unroll
+        for (int j = 0; j < (1 << K0); ++j) sm[slot(((r0 + j) << LOG_G) | g)] = v[j];
     }
     __syncthreads();
-    local_rounds<LOG_L, LOG_G, THREADS, RB, 0>(sm, tid);
+    local_rounds<LOG_L, LOG_G, THREADS, RB, K0>(sm, tid);
     cluster_sync();                         // every block's rows are transformed
     unsigned remote[C];
 #pragma unroll
