@@ -3,12 +3,12 @@ memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's me
 
 ``pagh_mm.compress(A, B, devices=[0, 1])`` (this module's :func:`compress`) splits the inner
 dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
-contiguous run of them, and streams the chunks to it. A reader thread per device copies the
-next chunks (up to SLOTS - 1 ahead) from the source into pinned host memory (several threads
-for one copy) and starts their transfer on a copy stream while chunk i is compressed on a
-compute stream. Each device adds
-its chunks' sums in the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees
-are then merged on the first device in chunk order. So the sketch has the bits of
+contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
+i + 1 from the source into pinned host memory (several threads for one copy) and starts its
+transfer on a copy stream while chunk i is compressed on a compute stream; with SLOTS buffers
+it need not wait for chunk i - 1's compression to end. Each device adds its chunks' sums in
+the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees are then merged on
+the first device in chunk order. So the sketch has the bits of
 ``pagh_mm.compress`` of the whole arrays on one GPU, and on the CPU, for the same seed, buckets
 and repetitions, whatever the devices, their number and the chunk size.
 
@@ -56,7 +56,7 @@ last_workers: list = []
 SLOTS = 3
 #: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them), each
 #: copying a band of at least BAND_BYTES (two H100s, sparse 2^20 x 64: the 1-d ranges of the
-#: sparse arrays in 16 bands each on both workers took 10% longer than in 8) (a memory-mapped source reads from disk with them).
+#: sparse arrays in 16 bands each on both workers took 10% longer than in 8).
 COPY_THREADS = min(16, os.cpu_count() or 1)
 BAND_BYTES = 8 << 20
 
