@@ -12,7 +12,8 @@ This script times standalone kernels of that shape (FP32, Folklore, unnormalized
 ``fwht_gpu.fwht`` (three passes), a device copy and ``cupy.fft.rfft`` of the same length, and
 checks that the two passes give fwht_gpu's bits (both apply the stages in ascending bit order).
 
-    python benchmarks/explore_cluster_pass.py [--log2n 30] [--out JSON]
+    python benchmarks/explore_cluster_pass.py [--log2n 30] [--threads 512] [--rb 4]
+        [--configs A B C D E] [--out JSON]
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ __device__ __forceinline__ void local_rounds(float* sm, int tid)
 // LOG_G = 0: a contiguous pass): block q of a cluster holds rows q 2^LOG_L .. of 2^LOG_G
 // consecutive elements each.
 template <int LOG_L, int LOG_G, int LOG_CL, int THREADS, int RB>
-__global__ void __cluster_dims__(1 << LOG_CL, 1, 1) __launch_bounds__(THREADS, 2)
+__global__ void __cluster_dims__(1 << LOG_CL, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)
 cluster_pass(const float* __restrict__ src, float* dst, int s)
 {
     constexpr int L = 1 << LOG_L, G = 1 << LOG_G, P = L * G, C = 1 << LOG_CL;
@@ -164,11 +165,10 @@ CONFIGS = {
     "D: 2^14 x 16 contiguous, 2^8 x 64 x 16 strided": [(14, 0, 4, 0), (8, 6, 4, 18)],
     "E: 2^13 x 16 contiguous, 2^9 x 32 x 16 strided": [(13, 0, 4, 0), (9, 5, 4, 17)],
 }
-THREADS, RB = 512, 4
 
 
-def _name(L, G, CL):
-    return f"cluster_pass<{L},{G},{CL},{THREADS},{RB}>"
+def _name(L, G, CL, threads, rb):
+    return f"cluster_pass<{L},{G},{CL},{threads},{rb}>"
 
 
 def _ms(fn, runs=10):
@@ -187,10 +187,16 @@ def _ms(fn, runs=10):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--log2n", type=int, default=30)
+    ap.add_argument("--threads", type=int, nargs="+", default=[512])
+    ap.add_argument("--rb", type=int, nargs="+", default=[4], help="row bits per round")
+    ap.add_argument("--configs", nargs="+", default=list("ABCDE"), help="CONFIGS' letters")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     n = 1 << a.log2n
-    names = sorted({_name(L, G, CL) for cfg in CONFIGS.values() for L, G, CL, _ in cfg})
+    configs = {k: v for k, v in CONFIGS.items() if k[0] in a.configs}
+    variants = [(th, rb) for th in a.threads for rb in a.rb]
+    names = sorted({_name(L, G, CL, th, rb) for cfg in configs.values() for L, G, CL, _ in cfg
+                    for th, rb in variants})
     mod = cp.RawModule(code=SOURCE, options=("-std=c++17",), name_expressions=names)
     x = cp.random.default_rng(1).standard_normal(n, dtype=cp.float32)
     y = cp.empty_like(x)
@@ -202,14 +208,15 @@ def main(argv=None) -> int:
     rows = []
     print(f"n = 2^{a.log2n} FP32: fwht_gpu {t_ref:.2f} ms, copy {t_copy:.2f} ms, rfft {t_fft:.2f} ms",
           flush=True)
-    for label, passes in CONFIGS.items():
+    for (label, passes), (th, rb) in ((c, v) for c in configs.items() for v in variants):
         (L1, _, C1, _), (L2, _, C2, s2) = passes
         if L1 + C1 != s2 or s2 + L2 + C2 != a.log2n:
             continue
+        label = f"{label}, {th} threads, rounds of {rb} bits"
         launches = []
         try:
             for L, G, CL, s in passes:
-                fn = mod.get_function(_name(L, G, CL))
+                fn = mod.get_function(_name(L, G, CL, th, rb))
                 P = 1 << (L + G)
                 smem = (P + P // 32) * 4
                 fn.max_dynamic_shared_size_bytes = smem
@@ -220,7 +227,7 @@ def main(argv=None) -> int:
 
             def run(i, src, dst):
                 fn, blocks, smem, s = launches[i]
-                fn((blocks,), (THREADS,), (src, dst, np.int32(s)), shared_mem=smem)
+                fn((blocks,), (th,), (src, dst, np.int32(s)), shared_mem=smem)
 
             run(0, x, out)
             run(1, out, out)
@@ -233,7 +240,8 @@ def main(argv=None) -> int:
             print(f"{label}: failed: {type(e).__name__}: {e}", flush=True)
             rows.append({"config": label, "error": str(e)})
             continue
-        row = {"config": label, "passes": passes, "pass1_ms": t1, "pass2_ms": t2,
+        row = {"config": label, "passes": passes, "threads": th, "round_bits": rb,
+               "pass1_ms": t1, "pass2_ms": t2,
                "two_passes_ms": t12, "same_bits_as_fwht_gpu": same,
                "vs_copy": t12 / t_copy, "rfft_over_ours": t_fft / t12,
                "fwht_gpu_over_ours": t_ref / t12}
