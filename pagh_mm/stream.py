@@ -177,12 +177,33 @@ def chunk_size(sources, n: int, workers: int, chunk, target: int = CHUNK_BYTES) 
     return max(1, min(c, 1 << (most.bit_length() - 1)))
 
 
+_PEERS: set = set()
+
+
+def _peer_access(cp, a: int, b: int) -> None:
+    """Let GPUs a and b copy to each other directly (NVLink or PCIe peer to peer), once per
+    pair; without it cudaMemcpyPeer goes through host memory (two H100s: a 168 MB partial
+    table 4.5 ms, 0.7 ms direct)."""
+    if (a, b) in _PEERS:
+        return
+    _PEERS.add((a, b))
+    rt = cp.cuda.runtime
+    for d, e in ((a, b), (b, a)):
+        try:
+            if rt.deviceCanAccessPeer(d, e):
+                with cp.cuda.Device(d):
+                    rt.deviceEnablePeerAccess(e)
+        except rt.CUDARuntimeError:     # enabled already (by CuPy or the caller)
+            pass
+
+
 def _move(x, device):
     """``x`` (a CuPy array, or anything else: unchanged) on GPU ``device``."""
     if device is None or getattr(x, "device", None) is None or not hasattr(x, "data") or \
             not hasattr(x.data, "ptr") or x.device.id == device:
         return x
     cp = fwht_gpu.gpu.cupy()
+    _peer_access(cp, min(device, x.device.id), max(device, x.device.id))
     with cp.cuda.Device(x.device.id):
         x = cp.ascontiguousarray(x)
         x.device.synchronize()
