@@ -382,3 +382,45 @@ def test_two_gpus_give_one_gpus_bits():
     one = pagh_mm.compress(S1, S2, k=10, seed=5)
     two = pagh_mm.compress(S1, S2, k=10, seed=5, devices=2)
     assert one.buckets == two.buckets and _same(one.sketch, two.sketch)
+
+
+def test_peer_access_is_enabled_once_per_pair_both_ways(monkeypatch):
+    """The merge's peer-to-peer copies: access enabled from each GPU of a pair to the other,
+    once; an 'already enabled' error (CuPy or the caller did it) is not one."""
+    calls, current = [], [None]
+
+    class Err(Exception):
+        pass
+
+    class Runtime:
+        CUDARuntimeError = Err
+
+        @staticmethod
+        def deviceCanAccessPeer(d, e):
+            return 1
+
+        @staticmethod
+        def deviceEnablePeerAccess(e):
+            calls.append((current[0], e))
+            if len(calls) == 2:
+                raise Err("cudaErrorPeerAccessAlreadyEnabled")
+
+    class Device:
+        def __init__(self, d):
+            self.d = d
+
+        def __enter__(self):
+            current[0] = self.d
+
+        def __exit__(self, *exc):
+            current[0] = None
+
+    class FakeCupy:
+        class cuda:
+            runtime = Runtime
+            Device = Device
+
+    monkeypatch.setattr(stream, "_PEERS", set())
+    stream._peer_access(FakeCupy, 0, 1)
+    stream._peer_access(FakeCupy, 0, 1)
+    assert calls == [(0, 1), (1, 0)]
