@@ -405,7 +405,7 @@ def test_peer_access_is_enabled_once_per_pair_both_ways(monkeypatch):
             if len(calls) == 2:
                 raise Err("cudaErrorPeerAccessAlreadyEnabled")
 
-    class Device:
+    class FakeDevice:
         def __init__(self, d):
             self.d = d
 
@@ -418,7 +418,7 @@ def test_peer_access_is_enabled_once_per_pair_both_ways(monkeypatch):
     class FakeCupy:
         class cuda:
             runtime = Runtime
-            Device = Device
+            Device = FakeDevice
 
     monkeypatch.setattr(stream, "_PEERS", set())
     stream._peer_access(FakeCupy, 0, 1)
