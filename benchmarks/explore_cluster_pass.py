@@ -105,7 +105,7 @@ __device__ __forceinline__ void local_rounds(float* sm, int tid)
 // consecutive elements each.
 template <int LOG_L, int LOG_G, int LOG_CL, int THREADS, int RB>
 __global__ void __cluster_dims__(1 << LOG_CL, 1, 1) __launch_bounds__(THREADS, 1024 / THREADS)
-cluster_pass(const float* __restrict__ src, float* dst, int s)
+cluster_pass(const float* src, float* dst, int s)    // (src may be dst: pass 2 runs in place)
 {
     constexpr int L = 1 << LOG_L, G = 1 << LOG_G, P = L * G, C = 1 << LOG_CL;
     extern __shared__ float sm[];
@@ -209,8 +209,10 @@ def main(argv=None) -> int:
     print(f"n = 2^{a.log2n} FP32: fwht_gpu {t_ref:.2f} ms, copy {t_copy:.2f} ms, rfft {t_fft:.2f} ms",
           flush=True)
     for (label, passes), (th, rb) in ((c, v) for c in configs.items() for v in variants):
-        (L1, _, C1, _), (L2, _, C2, s2) = passes
+        (L1, G1, C1, s1), (L2, G2, C2, s2) = passes
+        assert s1 == G1 == 0 and s2 >= G2 > 0, passes     # a contiguous pass, then a strided one
         if L1 + C1 != s2 or s2 + L2 + C2 != a.log2n:
+            print(f"{label}: covers 2^{s2 + L2 + C2}, not 2^{a.log2n}: skipped", flush=True)
             continue
         label = f"{label}, {th} threads, rounds of {rb} bits"
         launches = []

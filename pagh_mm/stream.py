@@ -210,6 +210,9 @@ def _move(x, device):
     with cp.cuda.Device(device):
         out = cp.empty(x.shape, dtype=x.dtype)
         cp.cuda.runtime.memcpyPeer(out.data.ptr, device, x.data.ptr, x.device.id, x.nbytes)
+        # the copy may still run (a direct one is asynchronous) while the caller's streams,
+        # not ordered after it, read ``out`` and the pool hands ``x``'s memory out again
+        out.device.synchronize()
     return out
 
 
@@ -288,7 +291,8 @@ class _Worker:
         #: seconds spent waiting for chunks, compressing them (from the wait's end), and (in
         #: the reader thread) copying pageable slabs into pinned buffers: where a run went
         self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
-        #: per chunk of a GPU run: (first inner index, seconds waited, seconds computed)
+        #: per chunk of a GPU run, over the passes of the latest call: (first inner index,
+        #: seconds waited for it, seconds from then until its compression was queued)
         self.chunks: list[tuple] = []
 
     def staging_bytes(self) -> int:
@@ -381,9 +385,9 @@ class _Worker:
                             free[j % SLOTS] = compute.record()
                             del slabs
                             each(k0, result)
-                        took = time.perf_counter() - t0
+                        took = time.perf_counter() - t0 - waited
                         self.times["compute"] += took
-                        self.chunks.append((k0, round(waited, 4), round(took - waited, 4)))
+                        self.chunks.append((k0, round(waited, 4), round(took, 4)))
                         report(nbytes)
                     compute.synchronize()
             finally:

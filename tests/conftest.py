@@ -24,9 +24,12 @@ def pytest_collection_modifyitems(config, items):
 def _precompile_gpu_kernels(request):
     """With GPU tests selected and a GPU present: compile every kernel the suite launches
     (tests/gpu_cases.py, in the order the tests need them) in parallel threads in the
-    background while the tests run; a test needing a kernel not compiled yet compiles it."""
+    background while the tests run; a test needing a kernel not compiled yet compiles it.
+    Not in pytest-xdist's workers (``-n``): each would start its own threads and processes on
+    the one GPU; there the tests compile what they launch."""
     from fwht_gpu import gpu
-    if not _GPU_ITEMS or not gpu.available() or os.environ.get("FWHT_TEST_NO_PRECOMPILE"):
+    if not _GPU_ITEMS or not gpu.available() or os.environ.get("FWHT_TEST_NO_PRECOMPILE") or \
+            os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
     from fwht_gpu.cuda import engine

@@ -424,3 +424,22 @@ def test_peer_access_is_enabled_once_per_pair_both_ways(monkeypatch):
     stream._peer_access(FakeCupy, 0, 1)
     stream._peer_access(FakeCupy, 0, 1)
     assert calls == [(0, 1), (1, 0)]
+
+
+def test_host_copies_in_bands_copy_everything(monkeypatch):
+    """_copy_into: every element, whatever the bands (at most COPY_THREADS of at least
+    BAND_BYTES): 1-d ranges, C- and F-ordered slabs, empty and tiny arrays."""
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.setattr(stream, "BAND_BYTES", 64)
+    rng = np.random.default_rng(4)
+    with ThreadPoolExecutor(4) as pool:
+        for shape in [(0,), (1,), (7,), (1000,), (0, 7), (7, 0), (3, 5), (257, 33)]:
+            for order in "CF":
+                src = np.asarray(rng.standard_normal(shape), order=order)
+                dst = np.full(shape, np.nan, order=order)
+                stream._copy_into(dst, src, pool)
+                assert np.array_equal(dst, src), (shape, order)
+        big = rng.standard_normal((1000, 3))[:, 1]      # a strided 1-d view
+        dst = np.empty(1000)
+        stream._copy_into(dst, big, pool)
+        assert np.array_equal(dst, big)

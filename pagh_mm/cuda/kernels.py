@@ -460,11 +460,11 @@ def pairs_direct(va, vb, rows, b: int, tab) -> None:
         return
     base, bit = rows
     fn = SCATTER.function("pairs_direct")
-    for r in range(int(tab.shape[0])):      # one repetition's row of the table in L2 at a time
-        fn((-(-nb // PAIRS_K), 1), (THREADS,),
-           (ptrA, kA, np.int32(kA.dtype.itemsize == 8), hA, wA, np.int64(hA.shape[1]),
+    args = (ptrA, kA, np.int32(kA.dtype.itemsize == 8), hA, wA, np.int64(hA.shape[1]),
             ptrB, kB, np.int32(kB.dtype.itemsize == 8), hB, wB, np.int64(hB.shape[1]),
-            np.int64(nb), np.int64(b), base, bit, np.int32(vb is None), np.int32(r), tab))
+            np.int64(nb), np.int64(b), base, bit, np.int32(vb is None))
+    for r in range(int(tab.shape[0])):      # one repetition's row of the table in L2 at a time
+        fn((-(-nb // PAIRS_K), 1), (THREADS,), args + (np.int32(r), tab))
 
 
 #: pagh_mm.hashing's families as hash.cu's ``raw_hash`` numbers them.
