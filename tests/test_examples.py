@@ -32,6 +32,9 @@ EXAMPLES_DIR = os.path.join(ROOT, "examples")
 EXAMPLES = ["fwht_vs_fft", "sketch_error_by_dtype", "covariance_screening", "cooccurrence_screening",
             "beyond_one_device"]
 OUT = "pagh_mm_examples"            # the examples' default output folder
+#: one pytest-xdist worker runs this module (``--dist loadgroup``): its module fixture runs
+#: the examples once, and one test looks for an example's scratch folder in the temp directory
+pytestmark = pytest.mark.xdist_group("examples")
 
 
 def run_example(name, cwd, *extra, timeout=300):
