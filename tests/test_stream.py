@@ -384,48 +384,6 @@ def test_two_gpus_give_one_gpus_bits():
     assert one.buckets == two.buckets and _same(one.sketch, two.sketch)
 
 
-def test_peer_access_is_enabled_once_per_pair_both_ways(monkeypatch):
-    """The merge's peer-to-peer copies: access enabled from each GPU of a pair to the other,
-    once; an 'already enabled' error (CuPy or the caller did it) is not one."""
-    calls, current = [], [None]
-
-    class Err(Exception):
-        pass
-
-    class Runtime:
-        CUDARuntimeError = Err
-
-        @staticmethod
-        def deviceCanAccessPeer(d, e):
-            return 1
-
-        @staticmethod
-        def deviceEnablePeerAccess(e):
-            calls.append((current[0], e))
-            if len(calls) == 2:
-                raise Err("cudaErrorPeerAccessAlreadyEnabled")
-
-    class FakeDevice:
-        def __init__(self, d):
-            self.d = d
-
-        def __enter__(self):
-            current[0] = self.d
-
-        def __exit__(self, *exc):
-            current[0] = None
-
-    class FakeCupy:
-        class cuda:
-            runtime = Runtime
-            Device = FakeDevice
-
-    monkeypatch.setattr(stream, "_PEERS", set())
-    stream._peer_access(FakeCupy, 0, 1)
-    stream._peer_access(FakeCupy, 0, 1)
-    assert calls == [(0, 1), (1, 0)]
-
-
 def test_host_copies_in_bands_copy_everything(monkeypatch):
     """_copy_into: every element, whatever the bands (at most COPY_THREADS of at least
     BAND_BYTES): 1-d ranges, C- and F-ordered slabs, empty and tiny arrays."""
