@@ -109,6 +109,64 @@ class Plan:
     stats: bool = False     # ... nor gather the pair statistics: gather them here
 
 
+@dataclass
+class Prepared:
+    """One chunk's work up to its first launch (:func:`chunk_prepare`): its factors, sides,
+    statistics, accumulator and route, every read of the device made."""
+
+    a: object
+    b: object
+    be: object
+    sides: tuple
+    stats: list | None
+    acc: Accumulator
+    route: object
+
+
+def chunk_prepare(a, b, plan: Plan, pairs: bool, cache: dict | None = None) -> Prepared:
+    """The part of :func:`chunk_sums` that reads the device (the finiteness check, the
+    statistics, the routes and the memory plan): a GPU stream worker makes it on its copy
+    stream while the compute stream still adds the previous chunk, so that no read waits for
+    that chunk. ``cache``: as :func:`chunk_sums`' (the GPU sides' distinct hash functions)."""
+    a, b, be = matrices(*_pair(a, b, plan.gram), plan.check_finite)
+    sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
+        (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
+    # (before the sums' buffers: its temporaries are those of the routes' own check)
+    stats = [_pair_statistics(sides)] if plan.stats else None
+    if cache is not None and be.gpu:
+        for s in sides:
+            s.share_distinct(cache)
+    acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
+                      plan.stabilizer, be.xp)
+    route = matmul._route(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
+                          plan.memory_budget, pairs, lambda stage: None)
+    if cache is not None and be.gpu:
+        for s in sides:
+            s.share_distinct(cache)
+    return Prepared(a, b, be, sides, stats, acc, route)
+
+
+def chunk_launch(prep: Prepared, plan: Plan, pairs: bool, cache: dict | None = None):
+    """The rest of :func:`chunk_sums` after :func:`chunk_prepare`: the chunk's sums (on the GPU
+    queued on the current stream, with no read of the device); the same return value."""
+    a, b, be, sides, acc = prep.a, prep.b, prep.be, prep.sides, prep.acc
+    dense = [s for s in sides if not s.sparse] if cache is not None else []
+    for s in dense:
+        if (s.which, s.keys) in cache:
+            s.adopt(cache[s.which, s.keys])
+    with _lock(be):
+        into = cache.get("direct") if cache is not None and be.gpu else None
+        direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
+                                 plan.memory_budget, plan.every, plan.log2b, pairs,
+                                 lambda stage: None, None, into, prep.route)
+        diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
+    for s in dense:
+        cache[s.which, s.keys] = s
+    if cache is not None and be.gpu and direct is not None:
+        cache["direct"] = direct            # the next chunks' pairs go into the same table
+    return acc.sum.total(), direct, diagonal, prep.stats
+
+
 def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     """(the chunk's Hadamard-domain pairwise sum or None, its time-domain pair sums or None,
     its share of the Gram diagonal or None, [its pair statistics (:func:`chunk_stats`'s
@@ -118,35 +176,9 @@ def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):
     afterwards whether the sums stand). ``cache``: a dict kept across the
     chunks of one plan on one device, where dense sides leave their per-key hash tables for
     the next chunk (they do not depend on the inner indices), and the GPU's pair route its
-    time-domain table: the next chunks add to it (then the returned table is that one)."""
-    a, b, be = matrices(*_pair(a, b, plan.gram), plan.check_finite)
-    sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
-        (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))
-    # (before the sums' buffers: its temporaries are those of the routes' own check)
-    stats = [_pair_statistics(sides)] if plan.stats else None
-    dense = [s for s in sides if not s.sparse] if cache is not None else []
-    for s in dense:
-        if (s.which, s.keys) in cache:
-            s.adopt(cache[s.which, s.keys])
-    if cache is not None and be.gpu:
-        for s in sides:
-            s.share_distinct(cache)
-    acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
-                      plan.stabilizer, be.xp)
-    with _lock(be):
-        into = cache.get("direct") if cache is not None and be.gpu else None
-        direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
-                                 plan.memory_budget, plan.every, plan.log2b, pairs,
-                                 lambda stage: None, None, into)
-        diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
-    for s in dense:
-        cache[s.which, s.keys] = s
-    if cache is not None and be.gpu:
-        for s in sides:
-            s.share_distinct(cache)
-    if cache is not None and be.gpu and direct is not None:
-        cache["direct"] = direct            # the next chunks' pairs go into the same table
-    return acc.sum.total(), direct, diagonal, stats
+    time-domain table: the next chunks add to it (then the returned table is that one).
+    :func:`chunk_prepare` then :func:`chunk_launch`."""
+    return chunk_launch(chunk_prepare(a, b, plan, pairs, cache), plan, pairs, cache)
 
 
 def plus_parts(left, right):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -436,12 +437,26 @@ def _draw(chosen, bits: int, hash: str, seed: int, be):
     return every, params, hashing.with_row_bits(params, _decode.REPS, bits) if bits else params
 
 
-def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, every: int,
-             log2b: int, pairs: bool, clock, progress, into=None):
-    """Add every inner index of the product of ``sides`` to ``acc`` (begun here) by the routes
-    this device and data take; returns the time-domain sums added pair by pair (None if no
-    route did; ``pairs`` False: none may). ``into``: a GPU time-domain table (every, b) the
-    pairs are added to (exact sums, so in any order) instead of a new one."""
+@dataclass(frozen=True)
+class _Route:
+    """How a compression adds its inner indices (:func:`_route`): the compiled CPU engine
+    (or None), the GPU's pair kernel, the aligned block size, the fused GPU kernel, the live
+    inner indices (None: all) and the first index of every block to visit."""
+
+    fused: object
+    gpu_pairs: bool
+    block: int
+    gpu_fused: bool
+    live: object
+    visit: object
+
+
+def _route(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, pairs: bool,
+           clock) -> _Route:
+    """Every decision of :func:`_add_all` before it launches work: the routes, the memory plan
+    (checked against the memory available) and the blocks to visit. Every read of the device
+    the compression makes is here, so that a caller may make them ahead (a stream worker on its
+    copy stream) while the device still computes the previous chunk."""
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
     gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
     if fused:
@@ -453,14 +468,28 @@ def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
     clock("plan")
     gpu_fused = _gpu_fused(sides, acc, be)
     clock("route")
+    # (the pair kernel skips inner indices without values itself: no mask, no reads of it)
+    live = None if gpu_pairs else _live(sides, n, be)
+    visit = _blocks_to_visit(live, n, block, be)
+    return _Route(fused, gpu_pairs, block, gpu_fused, live, visit)
+
+
+def _add_all(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, every: int,
+             log2b: int, pairs: bool, clock, progress, into=None, route: _Route | None = None):
+    """Add every inner index of the product of ``sides`` to ``acc`` (begun here) by the routes
+    this device and data take; returns the time-domain sums added pair by pair (None if no
+    route did; ``pairs`` False: none may). ``into``: a GPU time-domain table (every, b) the
+    pairs are added to (exact sums, so in any order) instead of a new one. ``route``: the
+    decisions of :func:`_route`, made ahead by the caller (else made here)."""
+    if route is None:
+        route = _route(sides, acc, n, m, p, be, memory_budget, pairs, clock)
+    fused, gpu_pairs, block, gpu_fused, live, visit = (
+        route.fused, route.gpu_pairs, route.block, route.gpu_fused, route.live, route.visit)
     direct = None
     if gpu_pairs:
         direct = into if into is not None else be.xp.zeros((every, 1 << log2b), dtype=np.float64)
     acc.begin(block)
-    # (the pair kernel skips inner indices without values itself: no mask, no reads of it)
-    live = None if gpu_pairs else _live(sides, n, be)
     k1 = 0
-    visit = _blocks_to_visit(live, n, block, be)
     clock("setup")
     for k0 in visit:
         k1 = min(n, k0 + block)

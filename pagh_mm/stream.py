@@ -4,9 +4,13 @@ memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's me
 ``pagh_mm.compress(A, B, devices=[0, 1])`` (this module's :func:`compress`) splits the inner
 dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
 contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
-i + 1 from the source into pinned host memory (several threads for one copy) and starts its
-transfer on a copy stream while chunk i is compressed on a compute stream; with SLOTS buffers
-it need not wait for chunk i - 1's compression to end. Each device adds its chunks' sums in
+i + 1 from the source into pinned host memory (several threads for one copy), starts its
+transfer on a copy stream and makes there every read of the device the chunk's compression
+needs (the finiteness check, the statistics, the routes and memory plan:
+:func:`pagh_mm.chunks.chunk_prepare`), while chunk i is compressed on a compute stream: the
+compute stream's queue is never drained by a read, and the GPU does not idle while the host
+prepares a chunk. With SLOTS buffers the reader need not wait for chunk i - 1's compression
+to end. Each device adds its chunks' sums in
 the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees are then merged on
 the first device in chunk order. So the sketch has the bits of
 ``pagh_mm.compress`` of the whole arrays on one GPU, and on the CPU, for the same seed, buckets
@@ -270,8 +274,9 @@ class _Worker:
     def __init__(self, device, sources, c: int, n: int):
         self.device, self.sources, self.c, self.n = device, sources, c, n
         #: seconds spent waiting for chunks, compressing them (from the wait's end), and (in
-        #: the reader thread) copying pageable slabs into pinned buffers: where a run went
-        self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0}
+        #: the reader thread) copying pageable slabs into pinned buffers and preparing the
+        #: chunks' work (:func:`pagh_mm.chunks.chunk_prepare`): where a run went
+        self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0, "prepare": 0.0}
         #: per chunk of a GPU run, over the passes of the latest call: (first inner index,
         #: seconds waited for it, seconds from then until its compression was queued)
         self.chunks: list[tuple] = []
@@ -282,17 +287,21 @@ class _Worker:
         return SLOTS * sum(np.dtype(dt).itemsize * size for s in self.sources
                        for dt, size in s.staged(self.c))
 
-    def run(self, fn, starts, each, report) -> None:
-        """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order."""
+    def run(self, fn, starts, each, report, prepare=None) -> None:
+        """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order; with ``prepare``,
+        each(k0, fn(prepare(*slabs))), prepare made on a GPU by the reader thread on its copy
+        stream once the chunk's copy is queued (its reads of the device wait for that copy, not
+        for the compute stream's work), fn on the compute stream."""
         if self.device is None:
             for k0 in starts:
                 k1 = min(self.n, k0 + self.c)
-                each(k0, fn(*(s.slab(k0, k1) for s in self.sources)))
+                slabs = [s.slab(k0, k1) for s in self.sources]
+                each(k0, fn(*slabs) if prepare is None else fn(prepare(*slabs)))
                 report(sum(s.nbytes(k0, k1) for s in self.sources))
             return
-        self._run_gpu(fn, starts, each, report)
+        self._run_gpu(fn, starts, each, report, prepare)
 
-    def _run_gpu(self, fn, starts, each, report) -> None:
+    def _run_gpu(self, fn, starts, each, report, prepare) -> None:
         cp = fwht_gpu.gpu.cupy()
         import cupyx
         import cupyx.scipy.sparse as csp
@@ -312,6 +321,10 @@ class _Worker:
             buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts]
                            for _ in range(SLOTS)] for i, parts in staged.items()}
             free = [None] * SLOTS
+            # what a slot's chunk made on the copy stream (prepare's arrays), kept until that
+            # chunk's compression is done: freed earlier, the memory pool would give their
+            # memory to the copy stream's next allocations while the compute stream reads them
+            held = [None] * SLOTS
             copier = ThreadPoolExecutor(COPY_THREADS)
 
             def load(j):
@@ -320,6 +333,7 @@ class _Worker:
                 k1 = min(self.n, k0 + self.c)
                 if free[slot] is not None:
                     free[slot].synchronize()          # the slot's last chunk is compressed
+                held[slot] = None
                 out = []
                 with cp.cuda.Device(dev), copy:
                     for i, s in enumerate(self.sources):
@@ -347,6 +361,11 @@ class _Worker:
                             out.append(_sparse_slab(csp, s, k0, k1, staging(i, slot),
                                                     buffers[i][slot], copy, copier))
                             self.times["host_copy"] += time.perf_counter() - t0
+                    if prepare is not None:
+                        t0 = time.perf_counter()
+                        out = [prepare(*out)]
+                        held[slot] = out[0]
+                        self.times["prepare"] += time.perf_counter() - t0
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
 
@@ -495,6 +514,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             start = run[0] if run else 0
             tot, diag = PairwiseSum(be.xp, c, start), PairwiseSum(be.xp, c, start)
             direct = [None]
+            cache: dict = {}
 
             def each(k0, r):
                 t, d, g, s = r
@@ -503,8 +523,9 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
                 diag.add_node(k0, g)
                 if d is not direct[0]:          # (a chunk may add into the worker's table)
                     direct[0] = _plus(direct[0], d)
-            worker.run(gram_fn(partial(chunks.chunk_sums, plan=plan, pairs=pairs, cache={})),
-                       run, each, report)
+            worker.run(partial(chunks.chunk_launch, plan=plan, pairs=pairs, cache=cache), run,
+                       each, report,
+                       gram_fn(partial(chunks.chunk_prepare, plan=plan, pairs=pairs, cache=cache)))
             if run:
                 tot.skip_to(min(n, run[-1] + c))
                 diag.skip_to(min(n, run[-1] + c))

@@ -125,7 +125,8 @@ def _passes(monkeypatch):
     """Counts of the chunks' statistics and sums computed (a chunk read each), and the sums'
     results (whether a chunk added pairs)."""
     seen = {"stats": 0, "sums": 0, "pairs": 0}
-    real_stats, real_sums = chunks.chunk_stats, chunks.chunk_sums
+    real_stats, real_sums = chunks.chunk_stats, chunks.chunk_launch   # (a chunk's sums, after
+                                                                       # its chunk_prepare)
 
     def stats(*a, **kw):
         seen["stats"] += 1
@@ -137,7 +138,7 @@ def _passes(monkeypatch):
         seen["pairs"] += out[1] is not None
         return out
     monkeypatch.setattr(chunks, "chunk_stats", stats)
-    monkeypatch.setattr(chunks, "chunk_sums", sums)
+    monkeypatch.setattr(chunks, "chunk_launch", sums)
     return seen
 
 
