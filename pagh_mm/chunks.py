@@ -119,8 +119,9 @@ class Prepared:
     be: object
     sides: tuple
     stats: list | None
-    acc: Accumulator
+    acc: Accumulator | None
     route: object
+    diagonal: object = None
 
 
 def chunk_prepare(a, b, plan: Plan, pairs: bool, cache: dict | None = None) -> Prepared:
@@ -138,12 +139,15 @@ def chunk_prepare(a, b, plan: Plan, pairs: bool, cache: dict | None = None) -> P
             s.share_distinct(cache)
     acc = Accumulator(plan.method, plan.every, plan.log2b, plan.dt, plan.algorithm,
                       plan.stabilizer, be.xp)
-    route = matmul._route(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
-                          plan.memory_budget, pairs, lambda stage: None)
+    with _lock(be):             # (the CPU engine's memory check sees no other chunk's engine)
+        route = matmul._route(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
+                              plan.memory_budget, pairs, lambda stage: None)
+        # the Gram diagonal's share reads the device: here too
+        diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
     if cache is not None and be.gpu:
         for s in sides:
             s.share_distinct(cache)
-    return Prepared(a, b, be, sides, stats, acc, route)
+    return Prepared(a, b, be, sides, stats, acc, route, diagonal)
 
 
 def chunk_launch(prep: Prepared, plan: Plan, pairs: bool, cache: dict | None = None):
@@ -159,12 +163,16 @@ def chunk_launch(prep: Prepared, plan: Plan, pairs: bool, cache: dict | None = N
         direct = matmul._add_all(sides, acc, a.shape[1], a.shape[0], b.shape[1], be,
                                  plan.memory_budget, plan.every, plan.log2b, pairs,
                                  lambda stage: None, None, into, prep.route)
-        diagonal = exact.gram_diagonal(be, a) if plan.gram and plan.diagonal else None
+    diagonal = prep.diagonal
+    if diagonal is not None and be.gpu:     # made on the stream of the prepare: a copy on
+        diagonal = diagonal.copy()          # this one outlives it in the caller's sums
     for s in dense:
         cache[s.which, s.keys] = s
     if cache is not None and be.gpu and direct is not None:
         cache["direct"] = direct            # the next chunks' pairs go into the same table
-    return acc.sum.total(), direct, diagonal, prep.stats
+    total = acc.sum.total()
+    prep.acc = None                         # (its pending nodes: not kept with the chunk)
+    return total, direct, diagonal, prep.stats
 
 
 def chunk_sums(a, b, plan: Plan, pairs: bool, cache: dict | None = None):

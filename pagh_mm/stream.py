@@ -5,11 +5,14 @@ memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's me
 dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
 contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
 i + 1 from the source into pinned host memory (several threads for one copy), starts its
-transfer on a copy stream and makes there every read of the device the chunk's compression
-needs (the finiteness check, the statistics, the routes and memory plan:
-:func:`pagh_mm.chunks.chunk_prepare`), while chunk i is compressed on a compute stream: the
-compute stream's queue is never drained by a read, and the GPU does not idle while the host
-prepares a chunk. With SLOTS buffers the reader need not wait for chunk i - 1's compression
+transfer on a copy stream and makes there the reads of the device that decide the chunk's
+compression (the finiteness check, the statistics, the routes and memory plan:
+:func:`pagh_mm.chunks.chunk_prepare`), while chunk i is compressed on a compute stream. The
+launches that follow read nothing on the sparse pair route and on dense chunks of the fused
+kernel (after each worker's first chunk), so there the compute stream's queue is not drained
+between chunks and the GPU does not idle while the host prepares one (other routes still
+read per block: the transforms' overflow checks, 16-bit sketches, sparse chunks with empty
+inner indices). With SLOTS buffers the reader need not wait for chunk i - 1's compression
 to end. Each device adds its chunks' sums in
 the pairwise tree of :mod:`pagh_mm.reduction`; the devices' partial trees are then merged on
 the first device in chunk order. So the sketch has the bits of
@@ -364,8 +367,8 @@ class _Worker:
                     if prepare is not None:
                         t0 = time.perf_counter()
                         out = [prepare(*out)]
-                        held[slot] = out[0]
                         self.times["prepare"] += time.perf_counter() - t0
+                    held[slot] = out              # (slabs copied from another GPU too)
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
 
@@ -377,14 +380,18 @@ class _Worker:
                         slabs, ready, nbytes = ahead.result()
                         waited = time.perf_counter() - t0
                         self.times["wait"] += waited
-                        if j + 1 < len(starts):
+                        if j + 1 < len(starts) and prepare is None:
                             ahead = reader.submit(load, j + 1)
                         with compute:                 # (each() adds on this stream too)
                             compute.wait_event(ready)
                             result = fn(*slabs)
-                            free[j % SLOTS] = compute.record()
                             del slabs
                             each(k0, result)
+                            free[j % SLOTS] = compute.record()
+                        # a prepare reads the memory available after this chunk's launches
+                        # (their temporaries back in the pool), as one thread would
+                        if j + 1 < len(starts) and prepare is not None:
+                            ahead = reader.submit(load, j + 1)
                         took = time.perf_counter() - t0 - waited
                         self.times["compute"] += took
                         self.chunks.append((k0, round(waited, 4), round(took, 4)))
@@ -392,6 +399,11 @@ class _Worker:
                     compute.synchronize()
             finally:
                 copier.shutdown()
+                for st in (copy, compute):      # (after an error: nothing queued outlives the
+                    try:                        # buffers it uses)
+                        st.synchronize()
+                    except Exception:
+                        pass
 
 
 def _workers_for(devices, sources, c: int, n: int):
