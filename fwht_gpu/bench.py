@@ -5,6 +5,9 @@ median of many runs, inputs rotated over enough buffers that the L2 cache does
 not flatter), next to the physical floor - a device-to-device copy of the same
 bytes (read + write; the faster of cudaMemcpy and a copy kernel) - and, for FP32/FP64
 single transforms, ``cupy.fft.rfft`` of the same length, all measured in the same process.
+On a GPU with thread-block clusters, each single length whose plan the clusters change
+(:func:`fwht_gpu.plan.cluster_passes`) gets a second row (kind ``clusters``) under the tuning
+with the largest clusters the device runs, next to the default route's.
 With ``peer_sizes``, the peers a user would choose instead (fast-hadamard-transform and
 PyTorch baselines, when importable) are timed on the same batched rows in the same run, next
 to ``fwht_gpu`` on CuPy arrays and PyTorch tensors (:mod:`fwht_gpu.peers`, rows of kind
@@ -86,8 +89,9 @@ def cuda_plan(n: int, dtype, batch: int = 1, algorithm: str = "folklore",
               stabilizer: str | None = None, compute_dtype=None, tuning: Tuning | None = None):
     """The plan ``fwht`` uses for ``batch`` transforms on the current GPU (the planner
     splits a lone single-pass transform over the device's SMs)."""
+    lim = gpu.limits()
     return make_plan(n, dtype, algorithm, stabilizer, "cuda", compute_dtype, batch=batch,
-                     sms=gpu.limits().sm_count, tuning=tuning)
+                     sms=lim.sm_count, tuning=tuning, clusters=lim.max_cluster_log)
 
 
 def pass_times(cp, plan, src, dst) -> list[float]:
@@ -276,6 +280,15 @@ def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=pri
     return rows
 
 
+def _cluster_tuning(t: Tuning) -> Tuning | None:
+    """``t`` with the largest thread-block clusters this GPU runs, when ``t`` plans none (the
+    bench's second row of each single length the clusters change); None otherwise."""
+    most = gpu.limits().max_cluster_log
+    if not most or t.cluster_log:
+        return None
+    return dataclasses.replace(t, cluster_log=most)
+
+
 def _echo_case(echo, kind: str, shape, r: dict) -> None:
     rf = (f"{r['rfft_ms']:9.3f} {r['speedup_vs_rfft']:7.2f}x" if "rfft_ms" in r
           else f"{'':9} {'':8}")
@@ -313,6 +326,14 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
             r["kind"] = kind
             rows.append(r)
             _echo_case(echo, kind, shape, r)
+            ct = _cluster_tuning(t)
+            if kind == "single" and ct is not None and \
+                    cuda_plan(shape[1], dt, 1, tuning=ct).clustered:
+                r = bench_case(cp, shape, dt, fft, ct)     # the same length in cluster passes
+                r["kind"] = "clusters"
+                r["cluster_log"] = ct.cluster_log
+                rows.append(r)
+                _echo_case(echo, "cluster", shape, r)
     peer_versions, peer_settings = {}, {}
     if peer_sizes:
         prows, peer_versions, peer_settings = peers.bench(

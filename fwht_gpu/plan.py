@@ -50,11 +50,14 @@ class Stage:
 
 @dataclass(frozen=True)
 class Pass:
-    """Stages applied to chunks of 2**nbits elements at stride 2**first_bit."""
+    """Stages applied to chunks of 2**nbits elements at stride 2**first_bit; on the GPU
+    the top ``cluster_bits`` of them across a thread-block cluster of 2**cluster_bits
+    blocks (sm_90+; the NumPy engine ignores it: the same stages in the same order)."""
 
     first_bit: int
     nbits: int
     stages: tuple[Stage, ...]
+    cluster_bits: int = 0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,11 @@ class Plan:
         return self.algorithm == "folklore" and self.stabilizer is None and self.compute_dtype == self.dtype
 
     @property
+    def clustered(self) -> bool:
+        """Whether some pass spans a thread-block cluster on the GPU."""
+        return any(p.cluster_bits for p in self.passes)
+
+    @property
     def stabilizer_kind(self) -> str | None:
         """'kahan' or 'neumaier' (the butterfly formulas), or None."""
         return None if self.stabilizer is None else self.stabilizer.split("-")[0]
@@ -140,12 +148,17 @@ class Plan:
                          f"{self.interleave} interleaved transforms per row), every pass strided, in place")
         if self.split:
             lines.append("  split: a lone single-pass transform as two passes over more SMs (same bits)")
+        if self.clustered:
+            lines.append("  clusters: passes whose top bits span a thread-block cluster (sm_90+; same "
+                         "bits as any other grouping of plain Folklore)")
         if self.tuning != DEFAULT:
             lines.append(f"  tuning: {self.tuning.changes()}")
         for k, p in enumerate(self.passes):
             st = ", ".join(f"{s.kind}@{s.bit}" for s in p.stages)
+            over = (f", over a cluster of 2**{p.cluster_bits} blocks of 2**{p.nbits - p.cluster_bits}"
+                    if p.cluster_bits else "")
             lines.append(f"  pass {k}: bits [{p.first_bit}, {p.first_bit + p.nbits}) "
-                         f"(chunk 2**{p.nbits} at stride 2**{p.first_bit + self.interleave}): {st}")
+                         f"(chunk 2**{p.nbits} at stride 2**{p.first_bit + self.interleave}{over}): {st}")
         return "\n".join(lines)
 
 
@@ -265,7 +278,8 @@ def _greedy(stages: list[Stage], cap: int, strided_cap: int,
 
 def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None = None,
               device: str = "cpu", compute_dtype=None, *, batch: int = 1, interleave: int = 0,
-              sms: int | None = None, split: bool | None = None, tuning: Tuning | None = None) -> Plan:
+              sms: int | None = None, split: bool | None = None, tuning: Tuning | None = None,
+              clusters: int = 0) -> Plan:
     """Plan a length-n transform of ``dtype`` data for ``device`` ('cpu' or 'cuda').
 
     ``compute_dtype`` (fp32 for fp16/bf16 data, fp64 for fp32 data) keeps values in that
@@ -277,6 +291,10 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
     keep s = 0 (the caller moves the axis last).  ``batch`` transforms on a device of ``sms``
     SMs: a lone single-pass Folklore transform of at least ``tuning.split_bytes`` with fewer
     transforms than SMs is split into two passes (``split`` True/False forces the choice).
+    ``clusters``: log2 of the largest thread-block cluster the device runs (0: none); a plain
+    Folklore transform that takes three or more passes then takes two whose top bits span
+    clusters of 2**min(clusters, tuning.cluster_log) blocks (:func:`cluster_passes`), where
+    its shape allows.
     """
     log2n = check_length(int(n), "n")
     dt = _dt.resolve(dtype)
@@ -296,13 +314,15 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
             raise ValueError("compute_dtype and stabilizer are alternatives; choose one")
     if split is None:
         split = (sms is not None and batch < sms and n * dt.itemsize >= t.split_bytes)
+    if isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 0:
+        raise ValueError(f"clusters={clusters!r}: log2 of the largest thread-block cluster (0: none)")
     return _plan(int(n), log2n, dt, algorithm, stabilizer, device, cdt, int(interleave),
-                 bool(split), t)
+                 bool(split), t, min(int(clusters), t.cluster_log))
 
 
 @functools.lru_cache(maxsize=512)
 def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, interleave: int,
-          split: bool, t: Tuning) -> Plan:
+          split: bool, t: Tuning, clusters: int = 0) -> Plan:
     """make_plan's plan for its checked arguments (a Plan is immutable: one object per
     distinct request, planned once)."""
     stages = _stages(log2n, algorithm)
@@ -313,8 +333,43 @@ def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, 
                     cdt, interleave=int(interleave), tuning=t)
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
     passes = _group(stages, log2n, dt, foot, t)
+    if clusters and plain and len(passes) >= 3:
+        two = cluster_passes(stages, log2n, dt, clusters, t)
+        if two is not None:
+            return Plan(int(n), dt, algorithm, stabilizer, device, two, cdt, tuning=t)
     if split and plain and len(passes) == 1 and log2n >= 2:
         lo = (log2n + 1) // 2
         passes = (Pass(0, lo, tuple(stages[:lo])), Pass(lo, log2n - lo, tuple(stages[lo:])))
         return Plan(int(n), dt, algorithm, stabilizer, device, passes, cdt, split=True, tuning=t)
     return Plan(int(n), dt, algorithm, stabilizer, device, passes, cdt, tuning=t)
+
+
+def cluster_passes(stages: list[Stage], log2n: int, dtype, clusters: int,
+                   t: Tuning = DEFAULT) -> tuple[Pass, ...] | None:
+    """Two passes of a plain Folklore transform of 2**log2n (``stages``) with thread-block
+    clusters of at most 2**clusters blocks, or None when its shape does not allow them.
+
+    The second (strided) pass keeps rows of 2**b2 (today's strided tiles: wide row segments)
+    and spans clusters for up to ``clusters`` more bits; the first (contiguous) pass takes
+    the rest: today's contiguous tile (b1 bits), then clusters over blocks of
+    ``cluster_tile_bytes``. When the first pass cannot take more, the second's rows grow to
+    what a block holds in row segments of ``cluster_segment_bytes``. FP32 with clusters of 16
+    (first | second, cluster bits in brackets): 2^23 14 | 9 (1), 2^26 14 | 12 (4),
+    2^27 15 (1) | 12 (4), 2^30 18 (4) | 12 (4)."""
+    item = np.dtype(dtype).itemsize
+    b1 = pass_bits(dtype, False, tuning=t)
+    b2 = pass_bits(dtype, True, tuning=t)
+    bc = (t.cluster_tile_bytes // item).bit_length() - 1      # one block's contiguous bits
+    rmax = (t.cluster_tile_bytes // t.cluster_segment_bytes).bit_length() - 1
+    s = min(b2 + clusters, log2n - b1)      # the second pass's bits
+    c = log2n - s                           # the first's
+    if c > bc + clusters:
+        c = bc + clusters
+        s = log2n - c
+        if s > rmax + clusters:
+            return None
+    cl1 = max(0, c - bc)
+    cl2 = min(clusters, max(0, s - b2))
+    if s - cl2 > rmax or s < 1 or c < 1:
+        return None
+    return (Pass(0, c, tuple(stages[:c]), cl1), Pass(c, s, tuple(stages[c:]), cl2))

@@ -120,12 +120,13 @@ class FWHT:
         if self.device == "cpu" or self.K > 1:
             return self._plans[("base",)]
         dev = gpu_device.current_id()
-        sms = gpu_device.limits(dev).sm_count
+        lim = gpu_device.limits(dev)
+        sms = lim.sm_count
         key = (dev, int(interleave), batch < sms)
         plan = self._plans.get(key)
         if plan is None:
             plan = make_plan(self.n, self.dtype, device="cuda", batch=batch, interleave=interleave,
-                             sms=sms, **self._kw)
+                             sms=sms, clusters=lim.max_cluster_log, **self._kw)
             self._plans[key] = plan
         return plan
 

@@ -57,6 +57,18 @@ class Tuning:
     #: transforms than SMs, is split into two passes over more SMs (same bits; 1.7x faster
     #: for one transform on the H200).
     split_bytes: int = 1 << 17
+    #: log2 of the thread-block clusters (sm_90+) that let a plain Folklore transform of
+    #: three or more passes take two (kernels/cluster_pass.cuh), at most the device's
+    #: limit; 0: never. Plain Folklore only, whose bits do not depend on the grouping.
+    #: The exploration measured clusters of 16 fastest (H100, 2^30 FP32: two passes 7.77 ms
+    #: against three 9.36 ms); 0 until the engine's cluster kernels have been run on a GPU.
+    cluster_log: int = 0
+    #: Shared-memory bytes of one block's tile in a cluster pass (64 KiB: three blocks per
+    #: SM; 128 KiB blocks measured slower).
+    cluster_tile_bytes: int = 1 << 16
+    #: Narrowest row segment of a strided cluster pass (its rows grow from 2^8 of 256 bytes
+    #: to 2^10 of 64 bytes before a transform falls back to three passes).
+    cluster_segment_bytes: int = 64
 
     # --- launching: tiles, threads, vectors (speed only, never bits) ---------------------
     #: log2 elements each thread transforms in registers per round.
@@ -83,8 +95,14 @@ class Tuning:
     alman_strided_e: int = 6
     #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
     min_tile_bytes: int = 1 << 15
+    #: log2 threads per block of a cluster pass (256 beat 512 in every row of the
+    #: exploration's sweep; 128 and 1024 lost badly).
+    cluster_log_threads: int = 8
 
     def __post_init__(self) -> None:
+        if isinstance(self.cluster_log, int) and self.cluster_log > 4:
+            raise ValueError(f"Tuning.cluster_log={self.cluster_log}: clusters of at most 16 blocks "
+                             "(cluster_log 0 to 4)")
         if self.async_passes not in ASYNC_CHOICES:
             raise ValueError(f"Tuning.async_passes={self.async_passes!r}; choose one of {ASYNC_CHOICES}")
         for f in dataclasses.fields(self):

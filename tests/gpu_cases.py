@@ -100,7 +100,8 @@ def suite_plans(limits):
     def plan(n, dt, batch=1, interleave=0, name="folklore"):
         v = variants.variant(name)
         p = make_plan(n, dt, v.algorithm, v.stabilizer, "cuda", v.compute_dtype(dt),
-                      batch=batch, interleave=interleave if name == "folklore" else 0, sms=sms)
+                      batch=batch, interleave=interleave if name == "folklore" else 0, sms=sms,
+                      clusters=limits.max_cluster_log)
         return p, batch * n
     for dt in DTYPES:
         for L in single_sizes(dt):

@@ -72,7 +72,50 @@ def test_every_kernel_package_is_registered():
     units = modules.compile_units()
     assert {"fwht_gpu", "pagh_mm"} <= set(units)
     code, count = units["fwht_gpu"]
-    assert count == 1843 and code.count("template __global__ void") == count
+    # 1731 power-of-two passes, 112 K * 2**k kernels, 64 cluster passes
+    assert count == 1907 and code.count("template __global__ void") == count
+    assert len(list(config.all_cluster_configs())) == 64
+
+
+def test_cluster_configurations_fit_the_h100_and_need_clusters():
+    """Every cluster pass fits a block's shared memory with three blocks per SM, threads and
+    slices divide its tile, and a device without clusters gets none (a clear error)."""
+    cfgs = list(config.all_cluster_configs())
+    assert {c.log_cl for c in cfgs} == {1, 2, 3, 4}
+    for c in cfgs:
+        assert 3 * (c.smem_bytes + config.BLOCK_RESERVED_SMEM) <= H100.smem_per_sm, c.name
+        units = c.tile // (2 if c.paired else 1)
+        assert (units >> c.log_cl) % (1 << c.log_t) == 0 and c.log_t == 8, c.name
+        assert c.strided or c.log_g == 0
+    t = F.Tuning(cluster_log=4)
+    plan = F.make_plan(1 << 30, np.float32, device="cuda", tuning=t, clusters=4)
+    c0, c1 = config.configs_for(plan, 1 << 30, H100)
+    assert (c0.log_r, c0.log_g, c0.log_cl, c0.strided) == (14, 0, 4, False)     # the exploration's
+    assert (c1.log_r, c1.log_g, c1.log_cl, c1.strided) == (8, 6, 4, True)       # best shape
+    launches = config.pass_launches(plan, 1 << 30, H100)
+    assert [s.grid for s in launches] == [1 << 16, 1 << 16] and launches[0].threads == 256
+    assert all(s.grid % 16 == 0 for s in launches)
+    with pytest.raises(ValueError, match="clusters of at most 1"):
+        config.configs_for(plan, 1 << 30, A100)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
+def test_cluster_passes_compile_for_hopper_and_trap_before(tmp_path):
+    """The cluster kernels carry their cluster size from sm_90 (.reqnctapercluster), compile
+    without it for sm_80 (the same translation unit), and their shared memory is the formula's."""
+    cfgs = list(config.all_cluster_configs())
+    lines = [f'#include "{engine.CLUSTER_SOURCE}"'] + [c.declaration() for c in cfgs[::7]]
+    for c in cfgs:
+        traits = c.name.replace("fwht_cluster_pass<", "ClusterPassTraits<")
+        lines.append(f'static_assert({traits}::SMEM_BYTES == {c.smem_bytes}, "{c.name}");')
+    src = tmp_path / "cluster.cu"
+    src.write_text("\n".join(lines) + "\n")
+    for arch, want in (("sm_90", True), ("sm_80", False)):
+        out = tmp_path / f"{arch}.ptx"
+        r = subprocess.run(["nvcc", "-std=c++17", "--ptx", f"-arch={arch}", "-o", str(out), str(src)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (".reqnctapercluster" in out.read_text()) == want
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
@@ -88,3 +131,61 @@ def test_shared_memory_formula_equals_the_kernels(tmp_path):
     r = subprocess.run(["nvcc", "-std=c++17", "--ptx", "-arch=sm_90", "-o", os.devnull, str(src)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _emulate_cluster_pass(cfg, x, first_bit):
+    """What ``fwht_cluster_pass`` computes, by its own address arithmetic (unpaired units):
+    each block transforms its rows (the block's bits, ascending), then each tile position
+    takes the cluster's values (the top bits) and is stored where the kernel stores it; each
+    output element written exactly once."""
+    out = np.full_like(x, np.nan)
+    written = np.zeros(x.size, dtype=int)
+    R, G, C = 1 << cfg.log_r, 1 << cfg.log_g, 1 << cfg.log_cl
+    inner = 1 << first_bit
+    ntiles = x.size // (R * G)
+    for ct in range(ntiles // C):
+        if cfg.strided:                 # strided_tile_origin(ct, inner >> LOG_G, R C inner)
+            per = inner >> cfg.log_g
+            cb = (ct // per) * (R * C * inner) + ((ct % per) << cfg.log_g)
+        else:
+            cb = ct * R * G * C
+        tiles = []
+        for q in range(C):
+            ub = cb + q * R * (inner if cfg.strided else 1)
+            g, r = np.meshgrid(np.arange(G), np.arange(R), indexing="ij")
+            tile = x[ub + r * inner + g if cfg.strided else ub + g * R + r].copy()   # (G, R)
+            for b in range(cfg.log_r):                      # the block's bits, ascending
+                t = tile.reshape(G, -1, 2, 1 << b)
+                a, c = t[:, :, 0].copy(), t[:, :, 1].copy()
+                t[:, :, 0], t[:, :, 1] = a + c, a - c
+            tiles.append(tile)
+        v = np.stack(tiles)                                 # (C, G, R)
+        for b in range(cfg.log_cl):                         # the cluster's bits, ascending
+            t = v.reshape(-1, 2, 1 << b, G, R)
+            a, c = t[:, 0].copy(), t[:, 1].copy()
+            t[:, 0], t[:, 1] = a + c, a - c
+        j, g, r = np.meshgrid(np.arange(C), np.arange(G), np.arange(R), indexing="ij")
+        row = j * R + r
+        at = (cb + row * inner + g if cfg.strided else cb + row).ravel()
+        out[at] = v.ravel()
+        np.add.at(written, at, 1)
+    assert (written == 1).all()
+    return out
+
+
+def test_cluster_pass_addressing_gives_the_transform():
+    """Small tiles (a tuning that makes 2^14 take clustered passes) through the kernel's
+    address arithmetic, emulated: the two cluster passes give the NumPy engine's bits."""
+    t = F.Tuning(single_pass_bytes=256, tile_bytes=256, strided_tile_bytes=128, segment_bytes=16,
+                 max_tile_bytes=256, wide_tile_bytes=256, cluster_tile_bytes=256,
+                 cluster_segment_bytes=16, cluster_log=2, min_tile_bytes=256)
+    x = np.random.default_rng(0).standard_normal((4, 1 << 14)).astype(np.float32)
+    for L in (12, 14):
+        plan = F.make_plan(1 << L, np.float32, device="cuda", tuning=t, clusters=2)
+        assert plan.clustered and len(plan.passes) == 2, plan.describe()
+        y = x[:, :1 << L].ravel()
+        for p, cfg in zip(plan.passes, config.configs_for(plan, y.size, H100)):
+            assert isinstance(cfg, config.ClusterConfig)
+            y = _emulate_cluster_pass(cfg, y, p.first_bit)
+        assert np.array_equal(y.reshape(4, -1).view(np.uint32),
+                              F.fwht(x[:, :1 << L]).view(np.uint32)), plan.describe()

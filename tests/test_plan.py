@@ -124,3 +124,42 @@ def test_device_resolver(monkeypatch):
     with pytest.raises(ValueError, match="CuPy array"):
         devices.for_array("cpu", True)
     assert device.H100.sm_count == 132
+
+
+def test_cluster_passes_are_a_planner_decision():
+    """With clusters (sm_90+), plain Folklore transforms of three or more passes take two
+    whose top bits span a thread-block cluster; no other variant, layout or tuning changes;
+    the NumPy engine runs a clustered plan to the same bits (the same stages in order)."""
+    t4, t3 = F.Tuning(cluster_log=4), F.Tuning(cluster_log=3)
+    want = {np.float32: {23: ((14, 0), (9, 1)), 27: ((15, 1), (12, 4)), 30: ((18, 4), (12, 4))},
+            np.float16: {24: ((15, 0), (9, 1)), 28: ((16, 1), (12, 4)), 30: ((18, 3), (12, 4))}}
+    for dt, cases in want.items():
+        for L, shape in cases.items():
+            p = F.make_plan(1 << L, dt, device="cuda", tuning=t4, clusters=4)
+            assert tuple((q.nbits, q.cluster_bits) for q in p.passes) == shape
+            assert p.clustered and "over a cluster of 2**" in p.describe()
+            assert sum(q.nbits for q in p.passes) == L and p.stages == F.make_plan(1 << L, dt).stages
+    # clusters of 8 (the portable size): 2^30 FP32 as 17 (3) | 13 (3), rows of 2^10
+    p = F.make_plan(1 << 30, np.float32, device="cuda", tuning=t4, clusters=3)
+    assert tuple((q.nbits, q.cluster_bits) for q in p.passes) == ((17, 3), (13, 3))
+    assert F.make_plan(1 << 30, np.float32, device="cuda", tuning=t3, clusters=4).passes == p.passes
+    # off: no device clusters, the default tuning (until measured), short transforms, other variants
+    for kw in (dict(tuning=t4), dict(clusters=4), dict(tuning=F.Tuning(cluster_log=0), clusters=4)):
+        assert not F.make_plan(1 << 30, np.float32, device="cuda", **kw).clustered
+    assert not F.make_plan(1 << 22, np.float32, device="cuda", tuning=t4, clusters=4).clustered
+    for kw in (dict(algorithm="alman"), dict(stabilizer="kahan"), dict(compute_dtype="float64"),
+               dict(interleave=3)):
+        assert not F.make_plan(1 << 26, np.float32, device="cuda", tuning=t4, clusters=4, **kw).clustered
+    with pytest.raises(ValueError, match="clusters"):
+        F.make_plan(1 << 26, np.float32, device="cuda", clusters=-1)
+    with pytest.raises(ValueError, match="cluster_log"):
+        F.Tuning(cluster_log=5)
+    # the NumPy engine: the clustered plan's bits are the three-pass plan's
+    rng = np.random.default_rng(0)
+    for dt, L in ((np.float32, 23), (np.float16, 24)):
+        x = rng.standard_normal(1 << L).astype(dt)
+        two = F.make_plan(1 << L, dt, device="cuda", tuning=t4, clusters=4)
+        three = F.make_plan(1 << L, dt, device="cuda")
+        assert len(two.passes) == 2 and len(three.passes) == 3
+        assert np.array_equal(F.run_plan(two, x).view(np.uint16 if dt == np.float16 else np.uint32),
+                              F.run_plan(three, x).view(np.uint16 if dt == np.float16 else np.uint32))

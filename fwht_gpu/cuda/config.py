@@ -178,6 +178,31 @@ class StabilizedConfig(PassGeometry):
         return _padded_units(self.tile, self.itemsize) * self.itemsize * 2
 
 
+@dataclass(frozen=True)
+class ClusterConfig(PassGeometry):
+    """Template arguments of one ``fwht_cluster_pass`` instantiation (kernels/cluster_pass.cuh):
+    a block's tile of 2**log_r rows x 2**log_g groups as :class:`KernelConfig`'s (plain
+    Folklore, compute type = storage type, no staging), spread over clusters of 2**log_cl
+    blocks; ``tile`` is a block's."""
+
+    paired: bool = False
+    log_cl: int = 1
+
+    PARAMS = PASS_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_cluster_pass", self.ctype, self.log_r, self.log_g, self.log_cl,
+                         self.log_e, self.log_t, self.strided, self.vec, self.paired)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the padded tile (``ClusterPassTraits<...>::SMEM_BYTES``)."""
+        per = 2 if self.paired else 1
+        unit = self.itemsize * per
+        return (_padded_units(self.tile // per - 1, unit) + 1) * unit
+
+
 def _lowbit_log2(v: int) -> int:
     return (v & -v).bit_length() - 1
 
@@ -270,13 +295,48 @@ def stabilized_config(plan: Plan, first_bit: int, nbits: int, total: int,
                             stab=stab, errvec=errvec)
 
 
+def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
+                   limits: Limits = H100) -> ClusterConfig:
+    """The tile, threads and vector width of a cluster pass of ``plan``: blocks of 2**log_r
+    rows in clusters of 2**log_cl (a strided pass's row segments fill
+    ``tuning.cluster_tile_bytes``); ValueError when the device runs no such clusters."""
+    if log_cl > limits.max_cluster_log:
+        raise ValueError(f"a plan with clusters of {1 << log_cl} thread blocks, and {limits.name} "
+                         f"runs clusters of at most {1 << limits.max_cluster_log}: plan with "
+                         f"make_plan(..., clusters={limits.max_cluster_log}) or "
+                         "Tuning(cluster_log=0)")
+    t, dt = plan.tuning, plan.dtype
+    item = dt.itemsize
+    strided = first_bit > 0
+    log_g = max(0, min(first_bit, (t.cluster_tile_bytes // item).bit_length() - 1 - log_r)) \
+        if strided else 0
+    vec = min(16 // item, 1 << (log_r + log_g))
+    if strided:
+        vec = min(vec, 1 << log_g)
+    paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
+    lr = log_r - (1 if paired and not strided else 0)
+    units = log_r + log_g - (1 if paired else 0)
+    uvec = vec // (2 if paired else 1)
+    log_e = min(t.log_e, lr)
+    log_t = max(0, min(t.cluster_log_threads, units - log_e, units - (uvec.bit_length() - 1),
+                       units - log_cl))
+    cfg = ClusterConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec,
+                        paired=paired, log_cl=log_cl)
+    if cfg.smem_bytes > limits.smem_per_block:
+        raise ValueError(f"cluster pass tile of {cfg.smem_bytes} bytes exceeds {limits.name}'s "
+                         f"{limits.smem_per_block} bytes per block: lower Tuning.cluster_tile_bytes")
+    return cfg
+
+
 def configs_for(plan: Plan, total: int, limits: Limits = H100) -> list[PassGeometry]:
     """The kernel configuration of each pass of ``plan`` over ``total`` elements (rows of
     ``plan.n << plan.interleave`` elements)."""
     out = []
     for p in plan.passes:
         first = p.first_bit + plan.interleave
-        if plan.stabilizer is not None:
+        if p.cluster_bits:
+            out.append(cluster_config(plan, p.nbits - p.cluster_bits, p.cluster_bits, first, limits))
+        elif plan.stabilizer is not None:
             out.append(stabilized_config(plan, first, p.nbits, total, limits))
         else:
             out.append(kernel_config(plan.dtype, p.nbits, first, total, plan.compute_dtype,
@@ -329,6 +389,9 @@ def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) 
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
+        if isinstance(cfg, ClusterConfig):      # whole clusters: every block the same barriers
+            assert ntiles % (1 << cfg.log_cl) == 0, (ntiles, cfg)
+            grid = min(ntiles, (2**31 - 1) >> cfg.log_cl << cfg.log_cl)
         if isinstance(cfg, KernelConfig) and cfg.pipelined:   # resident blocks loop over tiles
             blocks = limits.sm_count * resident(cfg)
             if ntiles <= blocks:      # a tile per block: nothing to prefetch
@@ -406,6 +469,25 @@ def all_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
                     if c not in seen:
                         seen.add(c)
                         yield c
+
+
+def all_cluster_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
+    """Every cluster-pass configuration the planner and launcher can produce on ``limits``
+    with ``tuning``'s settings and clusters of 8 and 16 blocks (whatever
+    ``tuning.cluster_log`` says: the shapes the tuning can turn on), each once."""
+    seen = set()
+    for log_cl in range(1, limits.max_cluster_log + 1):
+        t = dataclasses.replace(tuning, cluster_log=log_cl)
+        for dt in _dt.SUPPORTED:
+            for log2n in range(2, 37):
+                plan = make_plan(1 << log2n, dt, device="cuda", tuning=t, clusters=log_cl)
+                if not plan.clustered:
+                    continue
+                for log_batch in (0, 1, 4):
+                    for cfg in configs_for(plan, 1 << (log2n + log_batch), limits):
+                        if isinstance(cfg, ClusterConfig) and cfg not in seen:
+                            seen.add(cfg)
+                            yield cfg
 
 
 def instantiation_source(configs, entry: str) -> str:

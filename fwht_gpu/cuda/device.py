@@ -65,6 +65,10 @@ class Limits:
     max_threads_per_sm: int = 2048
     regs_per_sm: int = 65536
     compute_capability: str = ""
+    #: log2 of the largest thread-block cluster the kernels may use (0: no cluster launch):
+    #: 4 on sm_90 (16 blocks, a non-portable size the kernels opt in to), 3 (the portable 8)
+    #: on later cluster-capable parts (untested), 0 before sm_90.
+    max_cluster_log: int = 0
 
     @property
     def arch(self) -> str:
@@ -73,7 +77,7 @@ class Limits:
 
 
 #: The H100 SXM's limits (the device the defaults were measured on; for tests and examples).
-H100 = Limits("NVIDIA H100 80GB HBM3", 132, 227 * 1024, 227 * 1024, 2048, 65536, "90")
+H100 = Limits("NVIDIA H100 80GB HBM3", 132, 227 * 1024, 227 * 1024, 2048, 65536, "90", 4)
 #: The A100's limits.
 A100 = Limits("NVIDIA A100-SXM4-80GB", 108, 163 * 1024, 163 * 1024, 2048, 65536, "80")
 
@@ -85,10 +89,23 @@ def _limits(device_id: int) -> Limits:
     attr = lambda k: int(rt.deviceGetAttribute(getattr(rt, "cudaDevAttr" + k), device_id))  # noqa: E731
     props = rt.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    cc = cp.cuda.Device(device_id).compute_capability
+    try:            # cudaDevAttrClusterLaunch (120; CuPy names it in newer releases only)
+        cluster = bool(rt.deviceGetAttribute(getattr(rt, "cudaDevAttrClusterLaunch", 120), device_id))
+    except Exception:
+        cluster = int(cc) >= 90
     return Limits(name, attr("MultiProcessorCount"), attr("MaxSharedMemoryPerBlockOptin"),
                   attr("MaxSharedMemoryPerMultiprocessor") - attr("ReservedSharedMemoryPerBlock"),
                   attr("MaxThreadsPerMultiProcessor"), attr("MaxRegistersPerMultiprocessor"),
-                  cp.cuda.Device(device_id).compute_capability)
+                  cc, max_cluster_log(cc, cluster))
+
+
+def max_cluster_log(compute_capability: str, cluster_launch: bool) -> int:
+    """log2 of the largest thread-block cluster the kernels use on a device of this compute
+    capability (see :attr:`Limits.max_cluster_log`)."""
+    if not cluster_launch or int(compute_capability or 0) < 90:
+        return 0
+    return 4 if int(compute_capability) == 90 else 3
 
 
 def limits(device_id: int | None = None) -> Limits:

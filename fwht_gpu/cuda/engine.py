@@ -23,20 +23,37 @@ KERNELS = KernelModule(SOURCE)
 #: The translation unit of the K * 2**k kernels (kernels/k_stage.cuh), compiled on its own.
 K_SOURCE = os.path.join(os.path.dirname(__file__), "kernels", "fwht_k.cu")
 K_KERNELS = KernelModule(K_SOURCE)
+#: The translation unit of the cluster passes (kernels/cluster_pass.cuh, sm_90+), on its own.
+CLUSTER_SOURCE = os.path.join(os.path.dirname(__file__), "kernels", "fwht_cluster.cu")
+CLUSTER_KERNELS = KernelModule(CLUSTER_SOURCE)
+#: ``CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED``: clusters of more than 8 blocks.
+_NON_PORTABLE_CLUSTER_SIZE = 14
 
 
 def compile_unit() -> tuple[str, int]:
     """The translation unit instantiating every configuration (the CI nvcc check): the
-    power-of-two passes and the K * 2**k kernels (:data:`K_SOURCE`)."""
+    power-of-two passes, the K * 2**k kernels (:data:`K_SOURCE`) and the cluster passes
+    (:data:`CLUSTER_SOURCE`, compiled for every architecture: before sm_90 they trap)."""
     configs = list(config.all_configs())
     kconfigs = list(config.all_k_configs())
-    text = config.instantiation_source(configs, SOURCE) + config.instantiation_source(kconfigs, K_SOURCE)
-    return text, len(configs) + len(kconfigs)
+    cconfigs = list(config.all_cluster_configs())
+    text = config.instantiation_source(configs, SOURCE) + \
+        config.instantiation_source(kconfigs, K_SOURCE) + \
+        config.instantiation_source(cconfigs, CLUSTER_SOURCE)
+    return text, len(configs) + len(kconfigs) + len(cconfigs)
+
+
+def _module(cfg) -> KernelModule:
+    """The kernel module (translation unit) a pass configuration's kernel lives in."""
+    return CLUSTER_KERNELS if isinstance(cfg, config.ClusterConfig) else KERNELS
 
 
 def kernel(cfg: config.PassGeometry):
     """The compiled kernel of ``cfg`` on the current device."""
-    return KERNELS.function(cfg.name, cfg.smem_bytes)
+    fn = _module(cfg).function(cfg.name, cfg.smem_bytes)
+    if isinstance(cfg, config.ClusterConfig) and cfg.log_cl > 3:     # 16 blocks: opt in
+        cupy().cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE, 1)
+    return fn
 
 
 def precompile(plans_and_totals, workers: int | None = None, wait: bool = True) -> int:
@@ -44,11 +61,11 @@ def precompile(plans_and_totals, workers: int | None = None, wait: bool = True) 
     (with and without pipelining), in their order; returns how many were queued.  With
     ``wait=False`` in the background (see :meth:`KernelModule.precompile`)."""
     lim = limits()
-    names = {}
+    names: dict = {KERNELS: {}, CLUSTER_KERNELS: {}}
     for plan, total in plans_and_totals:
         for cfg in config.configs_for(plan, total, lim):
-            names.update(dict.fromkeys((cfg.name, config.unpipelined(cfg).name)))
-    return KERNELS.precompile(names, workers, wait)
+            names[_module(cfg)].update(dict.fromkeys((cfg.name, config.unpipelined(cfg).name)))
+    return sum(mod.precompile(n, workers, wait) for mod, n in names.items() if n)
 
 
 def run(plan: Plan, src, dst, factor: float = 1.0, check: bool = True):

@@ -1,0 +1,85 @@
+"""Cluster passes on the GPU (sm_90+; kernels/cluster_pass.cuh): two passes where plain
+Folklore takes three, with the bits of the NumPy engine and of the three-pass GPU route.
+Run on a GPU machine with ``PYTHONPATH=. python3 -m pytest -q tests -m gpu``."""
+import numpy as np
+import pytest
+
+import fwht_gpu as F
+from fwht_gpu import gpu
+from fwht_gpu.cuda import engine
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not gpu.available() or gpu.limits().max_cluster_log == 0,
+                       reason=f"no GPU with thread-block clusters: {gpu.status()}"),
+]
+
+#: (dtype, log2 n): a second pass of one cluster bit, a first pass over clusters, 16-bit pairs
+CASES = [(np.float32, 23), (np.float32, 27), (np.float16, 24), (np.float16, 28),
+         (F.bfloat16, 24), (np.float64, 22), (np.float64, 26)]
+
+
+def _tuning(log_cl: int | None = None) -> F.Tuning:
+    return F.Tuning(cluster_log=gpu.limits().max_cluster_log if log_cl is None else log_cl)
+
+
+def _bits(a):
+    a = a.get() if hasattr(a, "get") else np.asarray(a)
+    return a.view({8: np.uint64, 4: np.uint32, 2: np.uint16}[a.dtype.itemsize])
+
+
+def _data(rng, shape, dtype):
+    """Normal samples / 16: |H x| ~ 6 sqrt(n) / 16 stays finite in FP16 up to 2^30."""
+    return (rng.standard_normal(shape, dtype=np.float32) / 16).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype,log2n", CASES,
+                         ids=[f"{np.dtype(d).name}-{L}" for d, L in CASES])
+def test_two_cluster_passes_bit_exact(dtype, log2n, rng):
+    cp = gpu.cupy()
+    T = F.FWHT(1 << log2n, dtype, device="cuda", tuning=_tuning())
+    plan = T.plan_for(1)
+    assert plan.clustered and len(plan.passes) == 2, plan.describe()
+    x = _data(rng, (2, 1 << log2n) if log2n <= 24 else 1 << log2n, dtype)
+    want = F.run_plan(F.make_plan(1 << log2n, dtype), x)       # the NumPy engine's plan
+    got = T(cp.asarray(x))
+    assert np.array_equal(_bits(got), _bits(want)), f"{np.count_nonzero(_bits(got) != _bits(want))} differ"
+    d = cp.asarray(x)                                           # in place, scaled in the last pass
+    assert T(d, out=d, norm="ortho") is d
+    want = F.run_plan(F.make_plan(1 << log2n, dtype), x, factor=F.transform.norm_factor(1 << log2n,
+                                                                                       "ortho", False))
+    assert np.array_equal(_bits(d), _bits(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+def test_cluster_passes_at_2_30_equal_three_passes(dtype, rng):
+    """2^30 in two passes (clusters of 16, and of 8) gives the three-pass route's bits; the
+    kernels carry their cluster size."""
+    cp = gpu.cupy()
+    x = (cp.random.default_rng(1).standard_normal(1 << 30, dtype=cp.float32) / 16).astype(dtype)
+    three = F.FWHT(1 << 30, dtype, device="cuda", tuning=_tuning(0))
+    assert len(three.plan_for(1).passes) == 3
+    want = _bits(three(x))
+    for log_cl in sorted({3, gpu.limits().max_cluster_log}):
+        T = F.FWHT(1 << 30, dtype, device="cuda", tuning=_tuning(log_cl))
+        plan = T.plan_for(1)
+        assert len(plan.passes) == 2 and max(p.cluster_bits for p in plan.passes) == log_cl
+        assert np.array_equal(_bits(T(x)), want)
+        for step, fn in engine.launches(plan, 1 << 30, gpu.current_id())[0]:
+            width = cp.cuda.driver.funcGetAttribute(11, fn.kernel.ptr)   # REQUIRED_CLUSTER_WIDTH
+            assert width == 1 << getattr(step.cfg, "log_cl", 0) or not step.cfg.name.startswith(
+                "fwht_cluster_pass") and width == 0
+
+
+def test_overflow_is_judged_per_transform_in_cluster_passes():
+    """An FP16 overflow in one transform is reported; a non-finite input in another is not an
+    overflow (the flags and per-transform marks of the cluster pass)."""
+    cp = gpu.cupy()
+    T = F.FWHT(1 << 24, np.float16, device="cuda", tuning=_tuning())
+    assert T.plan_for(2).clustered
+    x = cp.ones((2, 1 << 24), dtype=cp.float16)
+    x[1, 12345] = np.inf
+    assert not np.isfinite(T(x)[1].get()).all()                 # inf input: no error
+    x[0] = 30000
+    with pytest.raises(F.TransformOverflowError):
+        T(x)
