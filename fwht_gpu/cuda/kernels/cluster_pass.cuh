@@ -17,8 +17,10 @@
 //  * waits at a second cluster barrier before its shared memory is reused.
 // The stages run in the NumPy engine's order (ascending bits, every operation rounded to T),
 // so the result has the bits of any other grouping of the same plain Folklore plan.
-// Template arguments, flags and the per-transform marking as fwht_pass's (C = T, ALG 0, no
-// prefetch); ntiles counts block tiles and, like gridDim.x, is a multiple of 2^LOG_CL, so
+// Round 0 and the shared rounds repeat fwht_pass's loops (its note: moving them out of
+// fwht_pass into shared functions would change the code of its 1731 instantiations), with
+// every round writing shared memory.  Template arguments, flags and the per-transform
+// marking as fwht_pass's (C = T, ALG 0, no prefetch); ntiles counts block tiles and, like gridDim.x, is a multiple of 2^LOG_CL, so
 // every block of a cluster runs the same barriers.  src may equal dst: a cluster reads its
 // whole tile before it writes any of it.
 #pragma once
