@@ -107,6 +107,12 @@ def test_plans_are_the_same_on_every_device():
                 cpu = F.make_plan(1 << L, dtype, alg, stab, "cpu", cdt)
                 gpu = F.make_plan(1 << L, dtype, alg, stab, "cuda", cdt)
                 assert cpu.passes == gpu.passes and cpu.rounding == gpu.rounding, (dtype, alg, stab, L)
+                # thread-block clusters regroup plain Folklore only (whose bits do not depend
+                # on the grouping): every other variant keeps the CPU's passes
+                hopper = F.make_plan(1 << L, dtype, alg, stab, "cuda", cdt, clusters=4,
+                                     tuning=F.Tuning(cluster_log=4))
+                assert hopper.passes == cpu.passes or (hopper.plain and hopper.clustered), \
+                    (dtype, alg, stab, L)
 
 
 def test_default_cpu_call_rounds_at_the_gpu_pass_boundaries(rng):
