@@ -359,7 +359,9 @@ def cluster_passes(stages: list[Stage], log2n: int, dtype, clusters: int,
     item = np.dtype(dtype).itemsize
     b1 = pass_bits(dtype, False, tuning=t)
     b2 = pass_bits(dtype, True, tuning=t)
-    bc = (t.cluster_tile_bytes // item).bit_length() - 1      # one block's contiguous bits
+    # one block's contiguous bits (at most a plain first pass's: a first pass of more bits
+    # than that spans clusters)
+    bc = min((t.cluster_tile_bytes // item).bit_length() - 1, b1)
     rmax = (t.cluster_tile_bytes // t.cluster_segment_bytes).bit_length() - 1
     s = min(b2 + clusters, log2n - b1)      # the second pass's bits
     c = log2n - s                           # the first's

@@ -47,7 +47,8 @@ def _precompile_gpu_kernels(request):
     from tests.gpu_cases import warm_cupy_kernels           # and CuPy's own kernels
     _PRECOMPILE["warm"] = warm_cupy_kernels(str(request.config.rootpath))
     yield
-    for module in (engine.KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER, pagh_kernels.FUSED):
+    for module in (engine.KERNELS, engine.CLUSTER_KERNELS, pagh_kernels.ESTIMATE, pagh_kernels.SCATTER,
+                   pagh_kernels.FUSED):
         module.cancel_pending()
     for proc in _PRECOMPILE["warm"]:
         if proc.poll() is None:

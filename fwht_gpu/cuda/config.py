@@ -390,7 +390,8 @@ def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) 
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
         if isinstance(cfg, ClusterConfig):      # whole clusters: every block the same barriers
-            assert ntiles % (1 << cfg.log_cl) == 0, (ntiles, cfg)
+            if ntiles % (1 << cfg.log_cl):      # (a cluster short of blocks would hang)
+                raise ValueError(f"{total} elements are not whole clusters of {cfg.name}'s tiles")
             grid = min(ntiles, (2**31 - 1) >> cfg.log_cl << cfg.log_cl)
         if isinstance(cfg, KernelConfig) and cfg.pipelined:   # resident blocks loop over tiles
             blocks = limits.sm_count * resident(cfg)

@@ -271,6 +271,7 @@ def k_kernel_names(plan: Plan, K: int, rows: int, inverse: bool) -> tuple[list[s
         return [launch.rows_cfg.name], []
     passes = []
     for cfg in config.configs_for(plan, rows * K * plan.n, limits()):
+        assert _module(cfg) is KERNELS        # (the K plans are planned without clusters)
         passes += [cfg.name, config.unpipelined(cfg).name]
     return [launch.stage_cfg.name], list(dict.fromkeys(passes))
 

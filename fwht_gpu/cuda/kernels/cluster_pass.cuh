@@ -85,6 +85,8 @@ struct ClusterPassTraits : PassTraits<T, T, LOG_R, LOG_G, LOG_E, LOG_T, STRIDED,
     static constexpr int SLICE_UNITS = Base::TILE_UNITS >> LOG_CL;
     static_assert(LOG_CL >= 1 && LOG_CL <= 4, "clusters of 2 to 16 blocks");
     static_assert(STRIDED || LOG_G == 0, "a contiguous cluster pass: one group per tile");
+    static_assert(SLICE_UNITS % Base::THREADS == 0, "the threads divide a block's slice");
+    static_assert(Base::FIRST_ROUND_BITS <= LOG_E, "round 0 within a thread's registers");
     // the padded tile (as fwht_pass's unpipelined tile; KernelConfig.smem_bytes' formula)
     static constexpr int SMEM_BYTES = Base::PADDED_UNITS * (int)sizeof(typename Base::U);
 };
