@@ -1,0 +1,196 @@
+"""The cluster pass kernel (``fwht_cluster_pass``, kernels/cluster_pass.cuh) emulated unit by
+unit on the CPU, for every configuration the planner ships: the template arguments' traits
+(round 0's vectors or items, the shared rounds, the cluster round's slices, 16-bit pairs), the
+kernel's addressing and loops, with coverage checks (every shared slot and every output unit
+written exactly once), against the pass's stages applied directly.  Exact int64 arithmetic:
+this checks the index arithmetic, not the rounding (the GPU tests compare bits)."""
+import numpy as np
+import pytest
+
+from fwht_gpu.cuda import config
+
+
+def pad_shift(ub):
+    """log2 of the units between two padding slots (tile.cuh's pad_shift)."""
+    return {8: 4, 4: 5, 2: 6}[ub]
+
+
+def radix2(v, k):
+    """Radix-2 stages on bits 0 .. k-1 of axis 0 of v, ascending (butterflies.cuh)."""
+    for m in range(k):
+        for j in range(v.shape[0]):
+            if j < (1 << k) and not (j & (1 << m)):
+                a, c = v[j].copy(), v[j | (1 << m)].copy()
+                v[j], v[j | (1 << m)] = a + c, a - c
+
+
+def traits(c):
+    """ClusterPassTraits / PassTraits of the configuration c, as the kernel derives them."""
+    P = c.paired
+    S = c.strided
+    UE = 2 if P else 1
+    pir = P and not S
+    LUR = c.log_r - (1 if pir else 0)
+    LUG = c.log_g - (1 if (P and S) else 0)
+    UR, UG = 1 << LUR, 1 << LUG
+    TU = UR * UG
+    TH = 1 << c.log_t
+    UPV = c.vec // UE
+    LUPV = UPV.bit_length() - 1
+    VPT = (TU // UPV) // TH
+    VIF = min(VPT, 2 if UPV >= 8 else 4)
+    LE = c.log_e
+    lim = LE if S else LUPV
+    FRB = min(lim, LUR)
+    bounds = []
+    i = 0
+    while True:
+        b = min(FRB + LE * i, LUR)
+        bounds.append(b)
+        if b >= LUR:
+            break
+        i += 1
+    ub_bytes = c.itemsize * UE
+    assert VPT >= 1 and (TU >> FRB) >= TH and FRB <= LE
+    return dict(UE=UE, pir=pir, LUR=LUR, LUG=LUG, UR=UR, UG=UG, TU=TU, TH=TH, UPV=UPV, VPT=VPT,
+                VIF=VIF, LE=LE, FRB=FRB, bounds=bounds, sh=pad_shift(ub_bytes))
+
+
+def simulate(c, src, first_bit):
+    """The pass of configuration c on src (int64 elements), unit by unit as the kernel runs it."""
+    T = traits(c)
+    S = c.strided
+    C = 1 << c.log_cl
+    UE, UR, UG, TU, TH = T["UE"], T["UR"], T["UG"], T["TU"], T["TH"]
+    pad = lambda i: i + (i >> T["sh"])
+    slot = (lambda g, r: pad(r * UG + g)) if S else (lambda g, r: pad(r + g * UR))
+    usrc = src.reshape(-1, UE)           # units (lanes last)
+    udst = np.zeros_like(usrc)
+    written = np.zeros(len(usrc), int)
+    inner = 1 << first_bit
+    uinner = inner // UE
+    ntiles = src.size // (1 << (c.log_r + c.log_g))
+    assert ntiles % C == 0
+    tpo = inner >> c.log_g if S else 1
+    npad = TU + ((TU - 1) >> T["sh"])
+    for ct in range(ntiles // C):
+        if S:
+            o, cbk = divmod(ct, tpo)
+            cb = (o * (1 << (c.log_r + c.log_cl + first_bit)) + (cbk << c.log_g)) // UE
+        else:
+            cb = ct * (TU << c.log_cl)
+        sms = []
+        for q in range(C):
+            sm = np.full((npad, UE), -10**18, dtype=np.int64)
+            sw = np.zeros(npad, int)
+            ub = cb + (q * UR * uinner if S else q * UR)
+            gidx = (lambda g, r: ub + r * uinner + g) if S else (lambda g, r: ub + g * UR + r)
+            tid = np.arange(TH)
+            FRB = T["FRB"]
+            if not S:
+                UPV, VIF = T["UPV"], T["VIF"]
+                for c0 in range(0, T["VPT"], VIF):
+                    for i in range(VIF):
+                        vi = (c0 + i) * TH + tid
+                        u0 = vi * UPV
+                        w = np.stack([usrc[ub + u0 + k] for k in range(UPV)])    # (UPV, TH, UE)
+                        if T["pir"]:
+                            a, b = w[..., 0].copy(), w[..., 1].copy()
+                            w[..., 0], w[..., 1] = a + b, a - b
+                        for blk in range(0, UPV, 1 << FRB):
+                            sub = w[blk:blk + (1 << FRB)]
+                            radix2(sub, FRB)
+                            w[blk:blk + (1 << FRB)] = sub
+                        for k in range(UPV):
+                            s = pad(u0 + k)
+                            sm[s] = w[k]
+                            np.add.at(sw, s, 1)
+            else:
+                items = (TU >> FRB) // TH
+                for it in range(items):
+                    item = it * TH + tid
+                    g = item & (UG - 1)
+                    r0 = (item >> T["LUG"]) << FRB
+                    w = np.stack([usrc[gidx(g, r0 + j)] for j in range(1 << FRB)])
+                    radix2(w, FRB)
+                    for j in range(1 << FRB):
+                        s = slot(g, r0 + j)
+                        sm[s] = w[j]
+                        np.add.at(sw, s, 1)
+            assert (np.sort(sw)[-TU:] == 1).all() and sw.sum() == TU, "round 0 coverage"
+            bnd = T["bounds"]
+            for ri in range(len(bnd) - 1):
+                b, k = bnd[ri], bnd[ri + 1] - bnd[ri]
+                items = (TU >> k) // TH
+                assert items >= 1 and (TU >> k) % TH == 0
+                touched = np.zeros(npad, int)
+                for it in range(items):
+                    item = it * TH + tid
+                    if S:
+                        g = item & (UG - 1)
+                        qq = item >> T["LUG"]
+                    else:
+                        qn = UR >> k
+                        qq = item & (qn - 1)
+                        g = item // qn
+                    r0 = ((qq >> b) << (b + k)) | (qq & ((1 << b) - 1))
+                    idx = [slot(g, r0 | (j << b)) for j in range(1 << k)]
+                    v = np.stack([sm[s] for s in idx])
+                    radix2(v, k)
+                    for j, s in enumerate(idx):
+                        sm[s] = v[j]
+                        np.add.at(touched, s, 1)
+                assert touched.sum() == TU and touched.max() == 1, "round coverage"
+            sms.append(sm)
+        SL = TU >> c.log_cl
+        for q in range(C):
+            for e0 in range(q * SL, (q + 1) * SL, TH):
+                e = e0 + tid
+                e = e[e < (q + 1) * SL]
+                if S:
+                    g = e & (UG - 1)
+                    r = e >> T["LUG"]
+                else:
+                    g = np.zeros_like(e)
+                    r = e
+                s = slot(g, r)
+                v = np.stack([sms[j][s] for j in range(C)])
+                radix2(v, c.log_cl)
+                for j in range(C):
+                    row = j * UR + r
+                    at = cb + row * uinner + g if S else cb + row
+                    udst[at] = v[j]
+                    np.add.at(written, at, 1)
+    assert (written == 1).all(), "output coverage"
+    return udst.reshape(-1)
+
+def reference(x, first_bit, nbits):
+    y = x.copy()
+    for b in range(first_bit, first_bit + nbits):
+        t = y.reshape(-1, 2, 1 << b)
+        a, c = t[:, 0].copy(), t[:, 1].copy()
+        t[:, 0], t[:, 1] = a + c, a - c
+    return y
+
+
+def _reference(x, first_bit, nbits):
+    y = x.copy()
+    for b in range(first_bit, first_bit + nbits):
+        t = y.reshape(-1, 2, 1 << b)
+        a, c = t[:, 0].copy(), t[:, 1].copy()
+        t[:, 0], t[:, 1] = a + c, a - c
+    return y
+
+
+#: Clusters of 2 and 16 (the smallest and the largest); every dtype and shape the planner makes.
+CONFIGS = [c for c in config.all_cluster_configs() if c.log_cl in (1, 4)]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_cluster_kernel_emulated_gives_its_pass(cfg):
+    rng = np.random.default_rng(0)
+    nbits = cfg.log_r + cfg.log_cl
+    first_bit = cfg.log_g + 1 if cfg.strided else 0          # two outer blocks when strided
+    total = (2 << (nbits + first_bit)) if cfg.strided else (2 << nbits)
+    x = rng.integers(-50, 50, total).astype(np.int64)
+    assert np.array_equal(simulate(cfg, x, first_bit), _reference(x, first_bit, nbits))
