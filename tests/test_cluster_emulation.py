@@ -164,16 +164,9 @@ def simulate(c, src, first_bit):
     assert (written == 1).all(), "output coverage"
     return udst.reshape(-1)
 
-def reference(x, first_bit, nbits):
-    y = x.copy()
-    for b in range(first_bit, first_bit + nbits):
-        t = y.reshape(-1, 2, 1 << b)
-        a, c = t[:, 0].copy(), t[:, 1].copy()
-        t[:, 0], t[:, 1] = a + c, a - c
-    return y
-
 
 def _reference(x, first_bit, nbits):
+    """Radix-2 stages on bits first_bit .. first_bit + nbits - 1 of x, ascending: the pass."""
     y = x.copy()
     for b in range(first_bit, first_bit + nbits):
         t = y.reshape(-1, 2, 1 << b)
