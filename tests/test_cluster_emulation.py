@@ -2,12 +2,15 @@
 unit on the CPU, for every configuration the planner ships: the template arguments' traits
 (round 0's vectors or items, the shared rounds, the cluster round's slices, 16-bit pairs), the
 kernel's addressing and loops, with coverage checks (every shared slot and every output unit
-written exactly once), against the pass's stages applied directly.  Exact int64 arithmetic:
-this checks the index arithmetic, not the rounding (the GPU tests compare bits)."""
+written exactly once), against the pass's stages applied directly (exact int64 arithmetic: the
+index arithmetic), and through a small-tile plan's two cluster passes against the NumPy
+engine's float32 bits."""
 import numpy as np
 import pytest
 
+import fwht_gpu as F
 from fwht_gpu.cuda import config
+from fwht_gpu.cuda.device import H100
 
 
 def pad_shift(ub):
@@ -57,7 +60,8 @@ def traits(c):
 
 
 def simulate(c, src, first_bit):
-    """The pass of configuration c on src (int64 elements), unit by unit as the kernel runs it."""
+    """The pass of configuration c on src (int64, or float32 rounded as the kernel rounds), unit by
+    unit as the kernel runs it."""
     T = traits(c)
     S = c.strided
     C = 1 << c.log_cl
@@ -81,7 +85,7 @@ def simulate(c, src, first_bit):
             cb = ct * (TU << c.log_cl)
         sms = []
         for q in range(C):
-            sm = np.full((npad, UE), -10**18, dtype=np.int64)
+            sm = np.full((npad, UE), -10**18, dtype=src.dtype)
             sw = np.zeros(npad, int)
             ub = cb + (q * UR * uinner if S else q * UR)
             gidx = (lambda g, r: ub + r * uinner + g) if S else (lambda g, r: ub + g * UR + r)
@@ -187,3 +191,21 @@ def test_cluster_kernel_emulated_gives_its_pass(cfg):
     total = (2 << (nbits + first_bit)) if cfg.strided else (2 << nbits)
     x = rng.integers(-50, 50, total).astype(np.int64)
     assert np.array_equal(simulate(cfg, x, first_bit), _reference(x, first_bit, nbits))
+
+
+def test_cluster_pass_addressing_gives_the_transform():
+    """Small tiles (a tuning that makes 2^14 take clustered passes) through the kernel,
+    emulated: the two cluster passes give the NumPy engine's bits."""
+    t = F.Tuning(single_pass_bytes=256, tile_bytes=256, strided_tile_bytes=128, segment_bytes=16,
+                 max_tile_bytes=256, wide_tile_bytes=256, cluster_tile_bytes=256,
+                 cluster_segment_bytes=16, cluster_log=2, min_tile_bytes=256)
+    x = np.random.default_rng(0).standard_normal((4, 1 << 14)).astype(np.float32)
+    for L in (12, 14):
+        plan = F.make_plan(1 << L, np.float32, device="cuda", tuning=t, clusters=2)
+        assert plan.clustered and len(plan.passes) == 2, plan.describe()
+        y = x[:, :1 << L].ravel()
+        for p, cfg in zip(plan.passes, config.configs_for(plan, y.size, H100)):
+            assert isinstance(cfg, config.ClusterConfig)
+            y = simulate(cfg, y, p.first_bit)
+        assert np.array_equal(y.reshape(4, -1).view(np.uint32),
+                              F.fwht(x[:, :1 << L]).view(np.uint32)), plan.describe()

@@ -308,11 +308,10 @@ def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
     t, dt = plan.tuning, plan.dtype
     item = dt.itemsize
     strided = first_bit > 0
-    log_g = max(0, min(first_bit, (t.cluster_tile_bytes // item).bit_length() - 1 - log_r)) \
-        if strided else 0
-    vec = min(16 // item, 1 << (log_r + log_g))
-    if strided:
-        vec = min(vec, 1 << log_g)
+    if strided:             # a strided tile as fwht_pass's, in cluster_tile_bytes
+        log_g, vec = _tile_groups(item, log_r, first_bit, 0, t.cluster_tile_bytes, t)
+    else:                   # one group: the cluster's rows are one transform's
+        log_g, vec = 0, min(16 // item, 1 << log_r)
     paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
     lr = log_r - (1 if paired and not strided else 0)
     units = log_r + log_g - (1 if paired else 0)
