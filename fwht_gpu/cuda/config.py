@@ -55,6 +55,14 @@ def _padded_units(units: int, unit_bytes: int) -> int:
     return units + (units >> {8: 4, 4: 5, 2: 6}[unit_bytes])
 
 
+def _padded_tile_bytes(tile: int, item: int, paired: bool) -> int:
+    """Bytes of a tile of ``tile`` elements held as ``item``-byte values (pairs of them when
+    ``paired``) in shared memory, padded (``PassTraits::PADDED_UNITS`` units)."""
+    per = 2 if paired else 1
+    unit = item * per
+    return (_padded_units(tile // per - 1, unit) + 1) * unit
+
+
 @dataclass(frozen=True)
 class PassGeometry:
     """What every pass kernel is instantiated with: the storage type, a tile of 2**log_r rows
@@ -148,10 +156,7 @@ class KernelConfig(PassGeometry):
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory (``PassTraits<...>::SMEM_BYTES`` in the kernel)."""
-        per = 2 if self.paired else 1
-        unit = self.witem * per
-        units = self.tile // per
-        padded = (_padded_units(units - 1, unit) + 1) * unit
+        padded = _padded_tile_bytes(self.tile, self.witem, self.paired)
         if not self.pipelined:
             return padded
         return (padded + 15) // 16 * 16 + self.tile * self.itemsize   # + the staging buffer
@@ -198,9 +203,7 @@ class ClusterConfig(PassGeometry):
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory: the padded tile (``ClusterPassTraits<...>::SMEM_BYTES``)."""
-        per = 2 if self.paired else 1
-        unit = self.itemsize * per
-        return (_padded_units(self.tile // per - 1, unit) + 1) * unit
+        return _padded_tile_bytes(self.tile, self.itemsize, self.paired)
 
 
 def _lowbit_log2(v: int) -> int:
