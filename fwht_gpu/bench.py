@@ -6,8 +6,9 @@ not flatter), next to the physical floor - a device-to-device copy of the same
 bytes (read + write; the faster of cudaMemcpy and a copy kernel) - and, for FP32/FP64
 single transforms, ``cupy.fft.rfft`` of the same length, all measured in the same process.
 On a GPU with thread-block clusters, each single length whose plan the clusters change
-(:func:`fwht_gpu.plan.cluster_passes`) gets a second row (kind ``clusters``) under the tuning
-with the largest clusters the device runs, next to the default route's.
+(:func:`fwht_gpu.plan.cluster_passes`) gets a second row next to the tuning's: kind ``plain``
+(the passes without clusters) when the tuning plans clusters, as by default, else kind
+``clusters`` (the largest clusters the device runs).
 With ``peer_sizes``, the peers a user would choose instead (fast-hadamard-transform and
 PyTorch baselines, when importable) are timed on the same batched rows in the same run, next
 to ``fwht_gpu`` on CuPy arrays and PyTorch tensors (:mod:`fwht_gpu.peers`, rows of kind
@@ -280,13 +281,16 @@ def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=pri
     return rows
 
 
-def _cluster_tuning(t: Tuning) -> Tuning | None:
-    """``t`` with the largest thread-block clusters this GPU runs, when ``t`` plans none (the
-    bench's second row of each single length the clusters change); None otherwise."""
+def _cluster_alternative(t: Tuning) -> tuple[str, Tuning] | None:
+    """The bench's second row for the single lengths the clusters change: (kind, tuning),
+    ``t`` without clusters (``plain``) when it plans them, else with the largest clusters this
+    GPU runs (``clusters``); None on a GPU without clusters."""
     most = gpu.limits().max_cluster_log
-    if not most or t.cluster_log:
+    if not most:
         return None
-    return dataclasses.replace(t, cluster_log=most)
+    if t.cluster_log:
+        return "plain", dataclasses.replace(t, cluster_log=0)
+    return "clusters", dataclasses.replace(t, cluster_log=most)
 
 
 def _echo_case(echo, kind: str, shape, r: dict) -> None:
@@ -326,14 +330,15 @@ def run(dtypes=("fp32", "fp16", "bf16", "fp64"), single=range(10, 31), batched=r
             r["kind"] = kind
             rows.append(r)
             _echo_case(echo, kind, shape, r)
-            ct = _cluster_tuning(t)
-            if kind == "single" and ct is not None and \
-                    cuda_plan(shape[1], dt, 1, tuning=ct).clustered:
-                r = bench_case(cp, shape, dt, fft, ct)     # the same length in cluster passes
-                r["kind"] = "clusters"
-                r["cluster_log"] = ct.cluster_log
+            alt = _cluster_alternative(t)
+            if kind == "single" and alt is not None and \
+                    cuda_plan(shape[1], dt, 1, tuning=alt[1]).clustered != \
+                    cuda_plan(shape[1], dt, 1, tuning=t).clustered:
+                r = bench_case(cp, shape, dt, fft, alt[1])     # the same length, other passes
+                r["kind"] = alt[0]
+                r["cluster_log"] = alt[1].cluster_log
                 rows.append(r)
-                _echo_case(echo, "cluster", shape, r)
+                _echo_case(echo, alt[0], shape, r)
     peer_versions, peer_settings = {}, {}
     if peer_sizes:
         prows, peer_versions, peer_settings = peers.bench(

@@ -60,9 +60,10 @@ class Tuning:
     #: log2 of the thread-block clusters (sm_90+) that let a plain Folklore transform of
     #: three or more passes take two (kernels/cluster_pass.cuh), at most the device's
     #: limit; 0: never. Plain Folklore only, whose bits do not depend on the grouping.
-    #: The exploration measured clusters of 16 fastest (H100, 2^30 FP32: two passes 7.77 ms
-    #: against three 9.36 ms); 0 until the engine's cluster kernels have been run on a GPU.
-    cluster_log: int = 0
+    #: Clusters of 16 measured fastest (H100 exploration, 2^30 FP32: two passes 7.77 ms
+    #: against three 9.36 ms; the engine's kernels on an H200: 6.85 ms against 7.03 ms, and
+    #: 2-16% faster from 2^24 to 2^29, ``fwht bench`` rows of kind ``plain``).
+    cluster_log: int = 4
     #: Shared-memory bytes of one block's tile in a cluster pass (64 KiB: three blocks per
     #: SM; 128 KiB blocks measured slower).
     cluster_tile_bytes: int = 1 << 16

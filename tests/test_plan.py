@@ -143,8 +143,11 @@ def test_cluster_passes_are_a_planner_decision():
     p = F.make_plan(1 << 30, np.float32, device="cuda", tuning=t4, clusters=3)
     assert tuple((q.nbits, q.cluster_bits) for q in p.passes) == ((17, 3), (13, 3))
     assert F.make_plan(1 << 30, np.float32, device="cuda", tuning=t3, clusters=4).passes == p.passes
-    # off: no device clusters, the default tuning (until measured), short transforms, other variants
-    for kw in (dict(tuning=t4), dict(clusters=4), dict(tuning=F.Tuning(cluster_log=0), clusters=4)):
+    # on by default where the device runs clusters
+    assert F.make_plan(1 << 30, np.float32, device="cuda", clusters=4).passes == \
+        F.make_plan(1 << 30, np.float32, device="cuda", tuning=t4, clusters=4).passes
+    # off: no device clusters, a tuning without them, short transforms, other variants
+    for kw in (dict(tuning=t4), dict(), dict(tuning=F.Tuning(cluster_log=0), clusters=4)):
         assert not F.make_plan(1 << 30, np.float32, device="cuda", **kw).clustered
     assert not F.make_plan(1 << 22, np.float32, device="cuda", tuning=t4, clusters=4).clustered
     for kw in (dict(algorithm="alman"), dict(stabilizer="kahan"), dict(compute_dtype="float64"),
@@ -159,7 +162,7 @@ def test_cluster_passes_are_a_planner_decision():
     for dt, L in ((np.float32, 23), (np.float16, 24)):
         x = rng.standard_normal(1 << L).astype(dt)
         two = F.make_plan(1 << L, dt, device="cuda", tuning=t4, clusters=4)
-        three = F.make_plan(1 << L, dt, device="cuda")
+        three = F.make_plan(1 << L, dt, device="cuda", clusters=4, tuning=F.Tuning(cluster_log=0))
         assert len(two.passes) == 2 and len(three.passes) == 3
         assert np.array_equal(F.run_plan(two, x).view(np.uint16 if dt == np.float16 else np.uint32),
                               F.run_plan(three, x).view(np.uint16 if dt == np.float16 else np.uint32))
