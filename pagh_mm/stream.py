@@ -4,10 +4,12 @@ memory-mapped ``.npy`` files and SciPy sparse matrices larger than a device's me
 ``pagh_mm.compress(A, B, devices=[0, 1])`` (this module's :func:`compress`) splits the inner
 dimension into chunks of one power of two (:mod:`pagh_mm.chunks`), gives each device a
 contiguous run of them, and streams the chunks to it. A reader thread per device copies chunk
-i + 1 from the source into pinned host memory (several threads for one copy), starts its
-transfer on a copy stream and makes there the reads of the device that decide the chunk's
-compression (the finiteness check, the statistics, the routes and memory plan:
-:func:`pagh_mm.chunks.chunk_prepare`), while chunk i is compressed on a compute stream. The
+i + 1 from the source into pinned host memory (several threads for one copy) and starts its
+transfer on a copy stream, while chunk i is compressed on a compute stream. Before chunk i's
+launches, the device's thread makes on a third stream the reads that decide its compression
+(the finiteness check, the statistics, the routes and memory plan:
+:func:`pagh_mm.chunks.chunk_prepare`): they wait for chunk i's copy and their own kernels, not
+for chunk i - 1's compression nor for chunk i + 1's copy. The
 launches that follow read nothing on the sparse pair route and on dense chunks of the fused
 kernel (after each worker's first chunk), so there the compute stream's queue is not drained
 between chunks and the GPU does not idle while the host prepares one (other routes still
@@ -292,9 +294,9 @@ class _Worker:
 
     def run(self, fn, starts, each, report, prepare=None) -> None:
         """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order; with ``prepare``,
-        each(k0, fn(prepare(*slabs))), prepare made on a GPU by the reader thread on its copy
-        stream once the chunk's copy is queued (its reads of the device wait for that copy, not
-        for the compute stream's work), fn on the compute stream."""
+        each(k0, fn(prepare(*slabs))), prepare made on a GPU on its own stream once the chunk's
+        copy is queued (its reads of the device wait for that copy, not for the compute stream's
+        work nor for the next chunk's copy), fn on the compute stream."""
         if self.device is None:
             for k0 in starts:
                 k1 = min(self.n, k0 + self.c)
@@ -311,6 +313,7 @@ class _Worker:
         dev = self.device
         with cp.cuda.Device(dev):
             copy = cp.cuda.Stream(non_blocking=True)
+            ahead_stream = cp.cuda.Stream(non_blocking=True)     # prepare's work and reads
             compute = cp.cuda.Stream(non_blocking=True)
             dense = [i for i, s in enumerate(self.sources) if not s.sparse and not s.gpu]
             staged = {i: s.staged(self.c) for i, s in enumerate(self.sources) if not s.gpu}
@@ -324,9 +327,10 @@ class _Worker:
             buffers = {i: [[cp.empty(size, dtype=dt) for dt, size in parts]
                            for _ in range(SLOTS)] for i, parts in staged.items()}
             free = [None] * SLOTS
-            # what a slot's chunk made on the copy stream (prepare's arrays), kept until that
-            # chunk's compression is done: freed earlier, the memory pool would give their
-            # memory to the copy stream's next allocations while the compute stream reads them
+            # what a slot's chunk made on the copy and prepare streams (copied slabs, prepare's
+            # arrays), kept until that chunk's compression is done: freed earlier, the memory
+            # pool would give their memory to those streams' next allocations while the compute
+            # stream reads them
             held = [None] * SLOTS
             copier = ThreadPoolExecutor(COPY_THREADS)
 
@@ -364,10 +368,6 @@ class _Worker:
                             out.append(_sparse_slab(csp, s, k0, k1, staging(i, slot),
                                                     buffers[i][slot], copy, copier))
                             self.times["host_copy"] += time.perf_counter() - t0
-                    if prepare is not None:
-                        t0 = time.perf_counter()
-                        out = [prepare(*out)]
-                        self.times["prepare"] += time.perf_counter() - t0
                     held[slot] = out              # (slabs copied from another GPU too)
                     ready = copy.record()
                 return out, ready, sum(s.nbytes(k0, k1) for s in self.sources)
@@ -380,27 +380,33 @@ class _Worker:
                         slabs, ready, nbytes = ahead.result()
                         waited = time.perf_counter() - t0
                         self.times["wait"] += waited
-                        if j + 1 < len(starts) and prepare is None:
+                        if j + 1 < len(starts):       # the next copy queues at once
                             ahead = reader.submit(load, j + 1)
+                        made = 0.0
+                        if prepare is not None:       # its reads wait for this chunk's copy
+                            t1 = time.perf_counter()  # and its own kernels only
+                            with ahead_stream:
+                                ahead_stream.wait_event(ready)
+                                slabs = [prepare(*slabs)]
+                                held[j % SLOTS] = [held[j % SLOTS], slabs]
+                                ready = ahead_stream.record()
+                            made = time.perf_counter() - t1
+                            self.times["prepare"] += made
                         with compute:                 # (each() adds on this stream too)
                             compute.wait_event(ready)
                             result = fn(*slabs)
                             del slabs
                             each(k0, result)
                             free[j % SLOTS] = compute.record()
-                        # a prepare reads the memory available after this chunk's launches
-                        # (their temporaries back in the pool), as one thread would
-                        if j + 1 < len(starts) and prepare is not None:
-                            ahead = reader.submit(load, j + 1)
-                        took = time.perf_counter() - t0 - waited
+                        took = time.perf_counter() - t0 - waited - made
                         self.times["compute"] += took
-                        self.chunks.append((k0, round(waited, 4), round(took, 4)))
+                        self.chunks.append((k0, round(waited, 4), round(took + made, 4)))
                         report(nbytes)
                     compute.synchronize()
             finally:
                 copier.shutdown()
-                for st in (copy, compute):      # (after an error: nothing queued outlives the
-                    try:                        # buffers it uses)
+                for st in (copy, ahead_stream, compute):   # (after an error: nothing queued
+                    try:                                   # outlives the buffers it uses)
                         st.synchronize()
                     except Exception:
                         pass
