@@ -29,6 +29,8 @@ except ImportError:                         # run from a checkout without instal
     from fwht_gpu import files, provenance
 
 SINGLE = [("fp32", 20), ("fp32", 24), ("fp32", 27), ("fp32", 30), ("fp64", 27), ("fp16", 30)]
+CLUSTER_DTYPES = ("fp32", "fp16")
+CLUSTER_SIZES = (24, 26, 28, 30)
 BATCHED_DTYPES = ("fp32", "fp16", "bf16", "fp64")
 BATCHED_SIZES = (8, 10, 12, 13, 14, 15)
 VARIANT_DTYPES = ("fp32", "fp16", "bf16")
@@ -77,6 +79,28 @@ def fwht_single(records) -> list[str]:
                     f"{r['ratio_passes_copy']:.2f}", vs])
     return _table(["dtype", "n", "passes", "time", "x copy", "x (passes x copy)",
                    "vs `cupy.fft.rfft`"], out)
+
+
+def fwht_clusters(records) -> list[str]:
+    """Single transforms of three or more plain passes: two passes over thread-block clusters
+    (the default on sm_90+) against the three passes without them, per record (device)."""
+    out = []
+    for rec in records:
+        dev = rec["device"]["name"].replace("NVIDIA ", "").split(" ")[0]
+        rows = [r for r in rec["rows"] if r["kind"] in ("single", "clusters", "plain")]
+        for dtype in CLUSTER_DTYPES:
+            for L in CLUSTER_SIZES:
+                pair = sorted((r for r in rows if r["dtype"] == dtype and r["log2n"] == L),
+                              key=lambda r: r["passes"])
+                if len(pair) != 2 or pair[0]["passes"] != 2:
+                    continue
+                two, three = pair
+                rf = two.get("speedup_vs_rfft")
+                out.append([dev, dtype, f"2^{L}", _ms(two["time_ms"]), f"{two['ratio_copy']:.2f}",
+                            _ms(three["time_ms"]), f"{three['time_ms'] / two['time_ms']:.2f}x",
+                            "" if rf is None else f"{rf:.2f}x"])
+    return _table(["GPU", "dtype", "n", "two passes (clusters)", "x copy", "three passes",
+                   "two vs three", "vs `cupy.fft.rfft`"], out)
 
 
 def fwht_batched(records) -> list[str]:
@@ -245,6 +269,8 @@ def fwht_cpu(records) -> list[str]:
 #: name -> (renderer, result files under benchmarks/results/, in the order they are merged)
 TABLES = {
     "fwht-single": (fwht_single, ["h200/fwht-bench.json"]),
+    "fwht-clusters": (fwht_clusters, ["h100/session23-fwht-clusters.json",
+                                      "h200/session23-cluster-rows.json"]),
     "fwht-batched": (fwht_batched, ["h200/fwht-bench.json"]),
     "fwht-variants": (fwht_variants, ["h100/fwht-variants.json"]),
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
