@@ -333,8 +333,12 @@ def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, 
                     cdt, interleave=int(interleave), tuning=t)
     foot = smem_bytes_per_element(dt, cdt if cdt != dt else None, stabilizer)
     passes = _group(stages, log2n, dt, foot, t)
-    if clusters and plain and len(passes) >= 3:
-        two = cluster_passes(stages, log2n, dt, clusters, t)
+    # global stabilizers: values and errors take the same stages in any grouping (stored as T
+    # between passes, folded after the last), so their bits do not depend on it either
+    stab_global = (stabilizer is not None and not stabilizer.endswith("-pass")
+                   and algorithm == "folklore" and cdt == dt)
+    if clusters and len(passes) >= 3 and (plain or (stab_global and t.cluster_stabilized)):
+        two = cluster_passes(stages, log2n, dt, clusters, t, foot)
         if two is not None:
             return Plan(int(n), dt, algorithm, stabilizer, device, two, cdt, tuning=t)
     if split and plain and len(passes) == 1 and log2n >= 2:
@@ -345,9 +349,11 @@ def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, 
 
 
 def cluster_passes(stages: list[Stage], log2n: int, dtype, clusters: int,
-                   t: Tuning = DEFAULT) -> tuple[Pass, ...] | None:
+                   t: Tuning = DEFAULT, footprint: int | None = None) -> tuple[Pass, ...] | None:
     """Two passes of a plain Folklore transform of 2**log2n (``stages``) with thread-block
-    clusters of at most 2**clusters blocks, or None when its shape does not allow them.
+    clusters of at most 2**clusters blocks, or None when its shape does not allow them;
+    with ``footprint`` shared-memory bytes per element (a global stabilizer's value and error)
+    the same rule over tiles of ``cluster_tile_bytes`` of both.
 
     The second (strided) pass keeps rows of 2**b2 (today's strided tiles: wide row segments)
     and spans clusters for up to ``clusters`` more bits; the first (contiguous) pass takes
@@ -357,12 +363,13 @@ def cluster_passes(stages: list[Stage], log2n: int, dtype, clusters: int,
     (first | second, cluster bits in brackets): 2^23 14 | 9 (1), 2^26 14 | 12 (4),
     2^27 15 (1) | 12 (4), 2^30 18 (4) | 12 (4)."""
     item = np.dtype(dtype).itemsize
-    b1 = pass_bits(dtype, False, tuning=t)
-    b2 = pass_bits(dtype, True, tuning=t)
-    # one block's contiguous bits (at most a plain first pass's: a first pass of more bits
-    # than that spans clusters)
-    bc = min((t.cluster_tile_bytes // item).bit_length() - 1, b1)
-    rmax = (t.cluster_tile_bytes // t.cluster_segment_bytes).bit_length() - 1
+    foot = footprint or item
+    b1 = pass_bits(dtype, False, footprint=foot, tuning=t)
+    b2 = pass_bits(dtype, True, footprint=foot, tuning=t)
+    # one block's contiguous bits (at most a first pass's without clusters: a first pass of
+    # more bits than that spans clusters)
+    bc = min((t.cluster_tile_bytes // foot).bit_length() - 1, b1)
+    rmax = (t.cluster_tile_bytes * item // foot // t.cluster_segment_bytes).bit_length() - 1
     s = min(b2 + clusters, log2n - b1)      # the second pass's bits
     c = log2n - s                           # the first's
     if c > bc + clusters:

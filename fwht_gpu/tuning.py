@@ -64,6 +64,10 @@ class Tuning:
     #: against three 9.36 ms; the engine's kernels on an H200: 6.85 ms against 7.03 ms, and
     #: 2-16% faster from 2^24 to 2^29, ``fwht bench`` rows of kind ``plain``).
     cluster_log: int = 4
+    #: Whether the global Kahan/Neumaier variants (``kahan``, ``neumaier``: grouping-independent
+    #: bits, as plain Folklore's) take cluster passes too (kernels/stabilized_cluster_pass.cuh:
+    #: values and errors over the cluster); False until those kernels have run on a GPU.
+    cluster_stabilized: bool = False
     #: Shared-memory bytes of one block's tile in a cluster pass (64 KiB: three blocks per
     #: SM; 128 KiB blocks measured slower).
     cluster_tile_bytes: int = 1 << 16

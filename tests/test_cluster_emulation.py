@@ -180,7 +180,8 @@ def _reference(x, first_bit, nbits):
 
 
 #: Clusters of 2 and 16 (the smallest and the largest); every dtype and shape the planner makes.
-CONFIGS = [c for c in config.all_cluster_configs() if c.log_cl in (1, 4)]
+CONFIGS = [c for c in config.all_cluster_configs()
+           if isinstance(c, config.ClusterConfig) and c.log_cl in (1, 4)]
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c.name for c in CONFIGS])
@@ -209,3 +210,137 @@ def test_cluster_pass_addressing_gives_the_transform():
             y = simulate(cfg, y, p.first_bit)
         assert np.array_equal(y.reshape(4, -1).view(np.uint32),
                               F.fwht(x[:, :1 << L]).view(np.uint32)), plan.describe()
+
+
+def simulate_stabilized(c, src, first_bit):
+    """The stabilized cluster pass of configuration c (``fwht_stabilized_cluster_pass``) on src,
+    element by element as the kernel addresses it: its load (stabilized_vec_global/_shared),
+    rounds (stabilized_round's items) and cluster round, each value's slot and output written
+    once. The values take plain radix-2 stages here (int64: the addressing); the errors
+    follow the values' slots and outputs in the kernel, so the same addressing carries them."""
+    S = c.strided
+    C = 1 << c.log_cl
+    R, G = 1 << c.log_r, 1 << c.log_g
+    TILE, TH, VEC = R * G, 1 << c.log_t, c.vec
+    VPR = G // VEC if S else 1
+    VPT = TILE // VEC // TH
+    VIF = min(VPT, 4)
+    assert VPT >= 1 and (TILE >> c.log_cl) % TH == 0
+    sh = pad_shift(c.itemsize)
+    pad = lambda i: i + (i >> sh)
+    slot = (lambda g, r: pad(r * G + g)) if S else (lambda g, r: pad(r + g * R))
+    dst = np.zeros_like(src)
+    written = np.zeros(src.size, int)
+    inner = 1 << first_bit
+    ntiles = src.size // TILE
+    assert ntiles % C == 0
+    tpo = inner >> c.log_g if S else 1
+    npad = pad(TILE)                                # padded_end: the errors start there
+    tid = np.arange(TH)
+    for ct in range(ntiles // C):
+        if S:
+            o, cbk = divmod(ct, tpo)
+            cb = o * ((R << c.log_cl) << first_bit) + (cbk << c.log_g)
+        else:
+            cb = ct * (TILE << c.log_cl)
+        sms = []
+        for q in range(C):
+            base = cb + (q * R * inner if S else q * TILE)
+            sx = np.full(npad, -10**18, dtype=src.dtype)
+            sw = np.zeros(npad, int)
+            for c0 in range(0, VPT, VIF):
+                for i in range(VIF):
+                    v = (c0 + i) * TH + tid
+                    r = v // VPR
+                    g0 = base + r * inner + (v - r * VPR) * VEC if S else base + v * VEC
+                    for k in range(VEC):
+                        s = pad(r * G + (v - r * VPR) * VEC + k) if S else pad(v * VEC + k)
+                        sx[s] = src[g0 + k]
+                        np.add.at(sw, s, 1)
+            assert sw.sum() == TILE and sw.max() == 1, "load coverage"
+            for b in range(0, c.log_r, c.log_e):
+                k = min(c.log_e, c.log_r - b)
+                items = (TILE >> k) // TH
+                assert items >= 1 and (TILE >> k) % TH == 0
+                touched = np.zeros(npad, int)
+                for it in range(items):
+                    item = it * TH + tid
+                    if S:
+                        g, qq = item & (G - 1), item >> c.log_g
+                    else:
+                        qn = R >> k
+                        qq, g = item & (qn - 1), item // qn
+                    r0 = ((qq >> b) << (b + k)) | (qq & ((1 << b) - 1))
+                    idx = [slot(g, r0 | (j << b)) for j in range(1 << k)]
+                    w = np.stack([sx[s] for s in idx])
+                    radix2(w, k)
+                    for j, s in enumerate(idx):
+                        sx[s] = w[j]
+                        np.add.at(touched, s, 1)
+                assert touched.sum() == TILE and touched.max() == 1, "round coverage"
+            sms.append(sx)
+        SL = TILE >> c.log_cl
+        for q in range(C):
+            for e0 in range(q * SL, (q + 1) * SL, TH):
+                e = e0 + tid
+                g, r = (e & (G - 1), e >> c.log_g) if S else (np.zeros_like(e), e)
+                s = slot(g, r)
+                w = np.stack([sms[j][s] for j in range(C)])
+                radix2(w, c.log_cl)
+                for j in range(C):
+                    row = j * R + r
+                    at = cb + row * inner + g if S else cb + row
+                    dst[at] = w[j]
+                    np.add.at(written, at, 1)
+    assert (written == 1).all(), "output coverage"
+    return dst
+
+
+#: The stabilized cluster passes: clusters of 2 and 16, every dtype and shape the planner makes.
+STABILIZED = [c for c in config.all_cluster_configs()
+              if isinstance(c, config.StabilizedClusterConfig) and c.log_cl in (1, 4) and c.stab == 1]
+
+
+@pytest.mark.parametrize("cfg", STABILIZED, ids=[c.name for c in STABILIZED])
+def test_stabilized_cluster_kernel_emulated_gives_its_pass(cfg):
+    rng = np.random.default_rng(1)
+    nbits = cfg.log_r + cfg.log_cl
+    first_bit = cfg.log_g + 1 if cfg.strided else 0          # two outer blocks when strided
+    total = (2 << (nbits + first_bit)) if cfg.strided else (2 << nbits)
+    x = rng.integers(-50, 50, total).astype(np.int64)
+    assert np.array_equal(simulate_stabilized(cfg, x, first_bit), _reference(x, first_bit, nbits))
+
+
+def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
+    """The global stabilizers take two cluster passes where a tuning asks (kernels, not yet run
+    on a GPU: off by default); the ``-pass`` stabilizers never (their bits depend on the
+    grouping); the NumPy engine gives a clustered stabilized plan the three-pass plan's bits,
+    and small tiles through the emulated kernel's addressing give the transform."""
+    on = F.Tuning(cluster_stabilized=True)
+    for st in ("kahan", "neumaier"):
+        p = F.make_plan(1 << 30, np.float32, stabilizer=st, device="cuda", clusters=4, tuning=on)
+        assert tuple((q.nbits, q.cluster_bits) for q in p.passes) == ((17, 4), (13, 4))
+        assert all(isinstance(c, config.StabilizedClusterConfig) and c.errvec
+                   for c in config.configs_for(p, 1 << 30, H100))
+        assert not F.make_plan(1 << 30, np.float32, stabilizer=st, device="cuda", clusters=4).clustered
+    assert not F.make_plan(1 << 26, np.float32, stabilizer="kahan-pass", device="cuda", clusters=4,
+                           tuning=on).clustered
+    rng = np.random.default_rng(2)
+    for dt, L in ((np.float32, 23), (np.float16, 24)):
+        x = rng.standard_normal(1 << L).astype(dt)
+        two = F.make_plan(1 << L, dt, stabilizer="neumaier", device="cuda", clusters=4, tuning=on)
+        three = F.make_plan(1 << L, dt, stabilizer="neumaier", device="cuda")
+        assert len(two.passes) == 2 and len(three.passes) == 3
+        u = np.uint16 if dt == np.float16 else np.uint32
+        assert np.array_equal(F.run_plan(two, x).view(u), F.run_plan(three, x).view(u))
+    t = F.Tuning(single_pass_bytes=512, tile_bytes=512, strided_tile_bytes=256, segment_bytes=16,
+                 max_tile_bytes=512, wide_tile_bytes=512, cluster_tile_bytes=512,
+                 cluster_segment_bytes=16, cluster_log=2, min_tile_bytes=512, cluster_stabilized=True)
+    x = rng.integers(-50, 50, (4, 1 << 14)).astype(np.int64)
+    plan = F.make_plan(1 << 14, np.float32, stabilizer="kahan", device="cuda", tuning=t, clusters=2)
+    assert [(p.nbits, p.cluster_bits) for p in plan.passes] == [(8, 2), (6, 2)], plan.describe()
+    y = x.ravel()
+    for p, cfg in zip(plan.passes, config.configs_for(plan, y.size, H100)):
+        assert isinstance(cfg, config.StabilizedClusterConfig)
+        y = simulate_stabilized(cfg, y, p.first_bit)
+    assert np.array_equal(y.reshape(4, -1), np.stack([_reference(r, 0, 14) for r in x]))

@@ -1,6 +1,8 @@
 """Cluster passes on the GPU (sm_90+; kernels/cluster_pass.cuh): two passes where plain
 Folklore takes three, with the bits of the NumPy engine and of the three-pass GPU route.
 Run on a GPU machine with ``PYTHONPATH=. python3 -m pytest -q tests -m gpu``."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -93,3 +95,32 @@ def test_overflow_is_judged_per_transform_in_cluster_passes():
     x[0] = 30000
     with pytest.raises(F.TransformOverflowError):
         T(x)
+
+
+#: (stabilizer, dtype, log2 n) of the stabilized cluster passes (kernels/stabilized_cluster_pass.cuh)
+STABILIZED = [("kahan", np.float32, 23), ("neumaier", np.float32, 27), ("kahan", np.float16, 24),
+              ("neumaier", F.bfloat16, 24), ("kahan", np.float64, 22), ("neumaier", np.float64, 26)]
+
+
+@pytest.mark.parametrize("stabilizer,dtype,log2n", STABILIZED,
+                         ids=[f"{s}-{np.dtype(d).name}-{L}" for s, d, L in STABILIZED])
+def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, rng):
+    """The global stabilizers in two cluster passes (values and errors across the cluster)
+    give the NumPy engine's bits up to 2^24 and the stabilized passes' without clusters beyond;
+    in place, scaled in the last pass, an error vector between the passes."""
+    cp = gpu.cupy()
+    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
+    T = F.FWHT(1 << log2n, dtype, stabilizer=stabilizer, device="cuda", tuning=on)
+    plan = T.plan_for(1)
+    assert plan.clustered and len(plan.passes) == 2, plan.describe()
+    x = cp.asarray(_data(rng, (2, 1 << log2n) if log2n <= 24 else 1 << log2n, dtype))
+    for norm in ("backward", "ortho"):
+        if log2n <= 24:
+            want = F.run_plan(F.make_plan(1 << log2n, dtype, stabilizer=stabilizer), x.get(),
+                              factor=F.transform.norm_factor(1 << log2n, norm, False))
+        else:
+            want = F.FWHT(1 << log2n, dtype, stabilizer=stabilizer, device="cuda",
+                          tuning=_tuning(0))(x, norm=norm)
+        d = x.copy()
+        assert T(d, out=d, norm=norm) is d
+        assert np.array_equal(_bits(d), _bits(want)), f"{norm}: {np.count_nonzero(_bits(d) != _bits(want))} differ"

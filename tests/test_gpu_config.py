@@ -72,9 +72,10 @@ def test_every_kernel_package_is_registered():
     units = modules.compile_units()
     assert {"fwht_gpu", "pagh_mm"} <= set(units)
     code, count = units["fwht_gpu"]
-    # 1731 power-of-two passes, 112 K * 2**k kernels, 64 cluster passes
-    assert count == 1907 and code.count("template __global__ void") == count
-    assert len(list(config.all_cluster_configs())) == 64
+    # 1731 power-of-two passes, 112 K * 2**k kernels, 64 plain and 96 stabilized cluster passes
+    assert count == 2003 and code.count("template __global__ void") == count
+    cfgs = list(config.all_cluster_configs())
+    assert len(cfgs) == 160 and sum(isinstance(c, config.StabilizedClusterConfig) for c in cfgs) == 96
 
 
 def test_cluster_configurations_fit_the_h100_and_need_clusters():
@@ -84,7 +85,7 @@ def test_cluster_configurations_fit_the_h100_and_need_clusters():
     assert {c.log_cl for c in cfgs} == {1, 2, 3, 4}
     for c in cfgs:
         assert 3 * (c.smem_bytes + config.BLOCK_RESERVED_SMEM) <= H100.smem_per_sm, c.name
-        units = c.tile // (2 if c.paired else 1)
+        units = c.tile // (2 if getattr(c, "paired", False) else 1)
         assert (units >> c.log_cl) % (1 << c.log_t) == 0 and c.log_t == 8, c.name
         assert c.strided or c.log_g == 0
     t = F.Tuning(cluster_log=4)
@@ -97,6 +98,15 @@ def test_cluster_configurations_fit_the_h100_and_need_clusters():
     assert all(s.grid % 16 == 0 for s in launches)
     with pytest.raises(ValueError, match="clusters of at most 1"):
         config.configs_for(plan, 1 << 30, A100)
+    # the global stabilizers' (values and errors: rows of 2^9 in 64-byte segments)
+    plan = F.make_plan(1 << 30, np.float32, stabilizer="kahan", device="cuda", clusters=4,
+                       tuning=F.Tuning(cluster_stabilized=True))
+    c0, c1 = config.configs_for(plan, 1 << 30, H100)
+    assert (c0.log_r, c0.log_g, c0.log_cl, c0.strided) == (13, 0, 4, False)
+    assert (c1.log_r, c1.log_g, c1.log_cl, c1.strided) == (9, 4, 4, True)
+    assert [s.grid for s in config.pass_launches(plan, 1 << 30, H100)] == [1 << 17, 1 << 17]
+    with pytest.raises(ValueError, match="clusters of at most 1"):
+        config.configs_for(plan, 1 << 30, A100)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
@@ -106,7 +116,8 @@ def test_cluster_passes_compile_for_hopper_and_trap_before(tmp_path):
     cfgs = list(config.all_cluster_configs())
     lines = [f'#include "{engine.CLUSTER_SOURCE}"'] + [c.declaration() for c in cfgs[::7]]
     for c in cfgs:
-        traits = c.name.replace("fwht_cluster_pass<", "ClusterPassTraits<")
+        traits = c.name.replace("fwht_stabilized_cluster_pass<", "StabilizedClusterTraits<").replace(
+            "fwht_cluster_pass<", "ClusterPassTraits<")
         lines.append(f'static_assert({traits}::SMEM_BYTES == {c.smem_bytes}, "{c.name}");')
     src = tmp_path / "cluster.cu"
     src.write_text("\n".join(lines) + "\n")

@@ -206,6 +206,25 @@ class ClusterConfig(PassGeometry):
         return _padded_tile_bytes(self.tile, self.itemsize, self.paired)
 
 
+@dataclass(frozen=True)
+class StabilizedClusterConfig(StabilizedConfig):
+    """Template arguments of one ``fwht_stabilized_cluster_pass`` instantiation
+    (kernels/stabilized_cluster_pass.cuh): a block's tile as :class:`StabilizedConfig`'s (values
+    and errors), spread over clusters of 2**log_cl blocks; ``tile`` is a block's."""
+
+    log_cl: int = 1
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_stabilized_cluster_pass", self.ctype, self.log_r, self.log_g,
+                         self.log_cl, self.log_e, self.log_t, self.strided, self.vec, self.stab,
+                         self.errvec)
+
+
+#: The configurations whose kernels span thread-block clusters (their own translation unit).
+CLUSTER_CONFIGS = (ClusterConfig, StabilizedClusterConfig)
+
+
 def _lowbit_log2(v: int) -> int:
     return (v & -v).bit_length() - 1
 
@@ -298,16 +317,27 @@ def stabilized_config(plan: Plan, first_bit: int, nbits: int, total: int,
                             stab=stab, errvec=errvec)
 
 
-def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
-                   limits: Limits = H100) -> ClusterConfig:
-    """The tile, threads and vector width of a cluster pass of ``plan``: blocks of 2**log_r
-    rows in clusters of 2**log_cl (a strided pass's row segments fill
-    ``tuning.cluster_tile_bytes``); ValueError when the device runs no such clusters."""
+def _check_clusters(log_cl: int, limits: Limits) -> None:
     if log_cl > limits.max_cluster_log:
         raise ValueError(f"a plan with clusters of {1 << log_cl} thread blocks, and {limits.name} "
                          f"runs clusters of at most {1 << limits.max_cluster_log}: plan with "
                          f"make_plan(..., clusters={limits.max_cluster_log}) or "
                          "Tuning(cluster_log=0)")
+
+
+def _check_cluster_tile(cfg, limits: Limits):
+    if cfg.smem_bytes > limits.smem_per_block:
+        raise ValueError(f"cluster pass tile of {cfg.smem_bytes} bytes exceeds {limits.name}'s "
+                         f"{limits.smem_per_block} bytes per block: lower Tuning.cluster_tile_bytes")
+    return cfg
+
+
+def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
+                   limits: Limits = H100) -> ClusterConfig:
+    """The tile, threads and vector width of a cluster pass of ``plan``: blocks of 2**log_r
+    rows in clusters of 2**log_cl (a strided pass's row segments fill
+    ``tuning.cluster_tile_bytes``); ValueError when the device runs no such clusters."""
+    _check_clusters(log_cl, limits)
     t, dt = plan.tuning, plan.dtype
     item = dt.itemsize
     strided = first_bit > 0
@@ -322,12 +352,30 @@ def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
     log_e = min(t.log_e, lr)
     log_t = max(0, min(t.cluster_log_threads, units - log_e, units - (uvec.bit_length() - 1),
                        units - log_cl))
-    cfg = ClusterConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec,
-                        paired=paired, log_cl=log_cl)
-    if cfg.smem_bytes > limits.smem_per_block:
-        raise ValueError(f"cluster pass tile of {cfg.smem_bytes} bytes exceeds {limits.name}'s "
-                         f"{limits.smem_per_block} bytes per block: lower Tuning.cluster_tile_bytes")
-    return cfg
+    return _check_cluster_tile(ClusterConfig(CTYPES[dt], item, log_r, log_g, log_e, log_t,
+                                             strided, vec, paired=paired, log_cl=log_cl), limits)
+
+
+def stabilized_cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
+                              limits: Limits = H100) -> StabilizedClusterConfig:
+    """The tile, threads and template flags of a stabilized cluster pass of ``plan``: blocks
+    of 2**log_r rows in clusters of 2**log_cl, values and errors within
+    ``tuning.cluster_tile_bytes`` (a strided pass's row segments fill its share of values)."""
+    _check_clusters(log_cl, limits)
+    t, dt = plan.tuning, plan.dtype
+    item = dt.itemsize
+    foot = smem_bytes_per_element(dt, None, plan.stabilizer)
+    strided = first_bit > 0
+    if strided:
+        log_g, vec = _tile_groups(item, log_r, first_bit, 0, t.cluster_tile_bytes * item // foot, t)
+    else:
+        log_g, vec = 0, min(16 // item, 1 << log_r)
+    tl = log_r + log_g
+    log_e = min(t.log_e, log_r)
+    log_t = max(0, min(t.cluster_log_threads, tl - log_e, tl - (vec.bit_length() - 1), tl - log_cl))
+    return _check_cluster_tile(StabilizedClusterConfig(
+        CTYPES[dt], item, log_r, log_g, log_e, log_t, strided, vec,
+        stab={"kahan": 1, "neumaier": 2}[plan.stabilizer_kind], errvec=True, log_cl=log_cl), limits)
 
 
 def configs_for(plan: Plan, total: int, limits: Limits = H100) -> list[PassGeometry]:
@@ -337,7 +385,8 @@ def configs_for(plan: Plan, total: int, limits: Limits = H100) -> list[PassGeome
     for p in plan.passes:
         first = p.first_bit + plan.interleave
         if p.cluster_bits:
-            out.append(cluster_config(plan, p.nbits - p.cluster_bits, p.cluster_bits, first, limits))
+            make = cluster_config if plan.stabilizer is None else stabilized_cluster_config
+            out.append(make(plan, p.nbits - p.cluster_bits, p.cluster_bits, first, limits))
         elif plan.stabilizer is not None:
             out.append(stabilized_config(plan, first, p.nbits, total, limits))
         else:
@@ -391,7 +440,7 @@ def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) 
     for i, (p, cfg) in enumerate(zip(plan.passes, cfgs)):
         ntiles = total // cfg.tile
         grid = min(ntiles, 2**31 - 1)
-        if isinstance(cfg, ClusterConfig):      # whole clusters: every block the same barriers
+        if isinstance(cfg, CLUSTER_CONFIGS):    # whole clusters: every block the same barriers
             if ntiles % (1 << cfg.log_cl):      # (a cluster short of blocks would hang)
                 raise ValueError(f"{total} elements are not whole clusters of {cfg.name}'s tiles")
             grid = min(ntiles, (2**31 - 1) >> cfg.log_cl << cfg.log_cl)
@@ -476,21 +525,24 @@ def all_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
 
 def all_cluster_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
     """Every cluster-pass configuration the planner and launcher can produce on ``limits``
-    with ``tuning``'s settings and clusters of 8 and 16 blocks (whatever
-    ``tuning.cluster_log`` says: the shapes the tuning can turn on), each once."""
+    with ``tuning``'s settings and clusters of 2 to 16 blocks, for plain Folklore and the
+    global stabilizers (whatever ``tuning.cluster_log`` and ``cluster_stabilized`` say: the
+    shapes the tuning can turn on), each once."""
     seen = set()
     for log_cl in range(1, limits.max_cluster_log + 1):
-        t = dataclasses.replace(tuning, cluster_log=log_cl)
+        t = dataclasses.replace(tuning, cluster_log=log_cl, cluster_stabilized=True)
         for dt in _dt.SUPPORTED:
-            for log2n in range(2, 37):
-                plan = make_plan(1 << log2n, dt, device="cuda", tuning=t, clusters=log_cl)
-                if not plan.clustered:
-                    continue
-                for log_batch in (0, 1, 4):
-                    for cfg in configs_for(plan, 1 << (log2n + log_batch), limits):
-                        if isinstance(cfg, ClusterConfig) and cfg not in seen:
-                            seen.add(cfg)
-                            yield cfg
+            for stabilizer in (None, "kahan", "neumaier"):
+                for log2n in range(2, 37):
+                    plan = make_plan(1 << log2n, dt, stabilizer=stabilizer, device="cuda", tuning=t,
+                                     clusters=log_cl)
+                    if not plan.clustered:
+                        continue
+                    for log_batch in (0, 1, 4):
+                        for cfg in configs_for(plan, 1 << (log2n + log_batch), limits):
+                            if isinstance(cfg, CLUSTER_CONFIGS) and cfg not in seen:
+                                seen.add(cfg)
+                                yield cfg
 
 
 def instantiation_source(configs, entry: str) -> str:

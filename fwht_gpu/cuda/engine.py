@@ -45,13 +45,13 @@ def compile_unit() -> tuple[str, int]:
 
 def _module(cfg) -> KernelModule:
     """The kernel module (translation unit) a pass configuration's kernel lives in."""
-    return CLUSTER_KERNELS if isinstance(cfg, config.ClusterConfig) else KERNELS
+    return CLUSTER_KERNELS if isinstance(cfg, config.CLUSTER_CONFIGS) else KERNELS
 
 
 def kernel(cfg: config.PassGeometry):
     """The compiled kernel of ``cfg`` on the current device."""
     fn = _module(cfg).function(cfg.name, cfg.smem_bytes)
-    if isinstance(cfg, config.ClusterConfig) and cfg.log_cl > 3:     # 16 blocks: opt in
+    if isinstance(cfg, config.CLUSTER_CONFIGS) and cfg.log_cl > 3:   # 16 blocks: opt in
         cupy().cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE, 1)
     return fn
 
