@@ -258,10 +258,32 @@ def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
             extra = "  passes " + " ".join(f"{v:.4f}" for v in row["pass_ms"])
         rows.append(row)
         echo(f"{name:5} {f'2^{L}':>5} {vname:16} {row['passes']:>6} {t:10.4f} {t / base:10.2f}{extra}")
+        other = _stabilized_alternative(plan, n, dt, alg, stab, cdt, tuning)
+        if other is not None:                  # the same variant with(out) cluster passes
+            label, alt = other
+            t2, _ = _timer(cp, lambda i, alt=alt: engine.run(alt, srcs[i % count], dst, check=False))
+            rows.append({"kind": "variant", "dtype": name, "log2n": L, "variant": f"{vname} {label}",
+                         "passes": len(alt.passes), "time_ms": t2, "ratio_folklore": t2 / base,
+                         "clustered": alt.clustered})
+            echo(f"{name:5} {f'2^{L}':>5} {vname + ' ' + label:16} {len(alt.passes):>6} {t2:10.4f} "
+                 f"{t2 / base:10.2f}")
     srcs.clear()
     dst = None
     cp.get_default_memory_pool().free_all_blocks()
     return rows
+
+
+def _stabilized_alternative(plan, n, dt, alg, stab, cdt, tuning):
+    """("clusters" or "3 passes", plan) of a global stabilizer's row under the other
+    ``Tuning.cluster_stabilized``, when the plans differ (a GPU with clusters); else None."""
+    t = Tuning() if tuning is None else tuning
+    if stab is None or not gpu.limits().max_cluster_log:
+        return None
+    alt = cuda_plan(n, dt, 1, alg, stab, cdt,
+                    dataclasses.replace(t, cluster_stabilized=not t.cluster_stabilized))
+    if alt.passes == plan.passes:
+        return None
+    return ("clusters" if alt.clustered else "no clusters"), alt
 
 
 def bench_variants(cp, dtypes=("fp32", "fp16"), sizes=(20, 24, 27, 30), echo=print,
