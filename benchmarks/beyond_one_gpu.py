@@ -88,7 +88,29 @@ def bandwidth(cp, devices, nbytes=1 << 30, repeats=3):
     print("host-to-device from pinned memory: " +
           ", ".join(f"GPU {d} {g:.1f} GB/s" for d, g in alone.items()) +
           f"; all {len(devices)} at once {together:.1f} GB/s", flush=True)
-    return alone, together
+    # a C-ordered factor's chunk of columns goes as one pitched (2-d) copy of narrow rows
+    d = devices[0]
+    pitched = {}
+    with cp.cuda.Device(d):
+        s = cp.cuda.Stream(non_blocking=True)
+        rt = cp.cuda.runtime
+        for width in (8 << 10, 16 << 10, 32 << 10, 64 << 10):
+            rows = nbytes // (4 * width)                # every fourth row-width of the host buffer
+
+            def go():
+                rt.memcpy2DAsync(bufs[d].data.ptr, width, host.ctypes.data, 4 * width, width, rows,
+                                 rt.memcpyHostToDevice, s.ptr)
+                s.synchronize()
+            go()
+            ts = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                go()
+                ts.append(time.perf_counter() - t)
+            pitched[width] = rows * width / statistics.median(ts) / 1e9
+    print(f"    pitched rows (a C-ordered factor's column chunk) to GPU {d}: " +
+          ", ".join(f"{w >> 10} KiB {g:.1f} GB/s" for w, g in pitched.items()), flush=True)
+    return alone, together, pitched
 
 
 def _profile(fn, sync):
@@ -322,7 +344,8 @@ def main():
     rows = []
     bw = bandwidth(cp, devices)
     rows.append({"case": "bandwidth", "pinned_h2d_gbs": {str(k): v for k, v in bw[0].items()},
-                 "pinned_h2d_all_gbs": bw[1]})
+                 "pinned_h2d_all_gbs": bw[1],
+                 "pinned_h2d_pitched_gbs": {str(k): v for k, v in bw[2].items()}})
     client = cluster = None
     if a.dask_cuda:
         from dask_cuda import LocalCUDACluster
