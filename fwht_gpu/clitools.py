@@ -166,7 +166,7 @@ class Progress:
     :meth:`message`, or the previous call).  ``stream`` and whether it is a terminal are
     looked up at each call (``None``: ``sys.stderr``)."""
 
-    LABELS = {"inner": "inner dimension", "tiles": "row tiles", "bytes": "read"}
+    LABELS = {"inner": "inner dimension", "tiles": "entries scanned", "bytes": "read"}
     #: Stages whose counts are bytes (shown as sizes: "1.50 GiB/8.00 GiB").
     BYTES = frozenset({"bytes"})
     INTERVALS = {"auto": 10.0, "always": 2.0}
@@ -215,6 +215,11 @@ class Progress:
         self._end_line(stream)
         stream.write(f"{text}\n")
         stream.flush()
+
+    def restart(self) -> None:
+        """Time the next stage from now: work since the previous event (reading inputs, a
+        warm-up) is not its elapsed time."""
+        self._mark = self.clock()
 
     def close(self) -> None:
         """End a pending terminal line (e.g. before an error message)."""

@@ -256,7 +256,9 @@ def info(debug) -> None:
               help="planted: number of planted large entries (default n / 16, at most 300).")
 @click.option("--terms", type=click.IntRange(16, None), default=16384, show_default=True,
               help="cooccurrence: the most frequent identifiers kept (the product is terms x terms).")
-@click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True)
+@click.option("--reps", "-d", type=click.IntRange(1, None), default=5, show_default=True,
+              help="planted: repetitions d of the sketch (cooccurrence chooses its own with the "
+                   "certificate).")
 @click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP)
 @click.option("--device", type=click.Choice(["auto", "cpu", "gpu"]), default="auto", show_default=True)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines (--progress never).")

@@ -87,10 +87,10 @@ def test_tty_clears_leftovers_of_a_longer_line():
     clock.now += 1
     p("tiles", 10_000_000, 10_000_000)
     first, second, third = out.getvalue().split("\r")[1:]
-    assert second == "row tiles: 9000000/10000000 (90%), 2 min 00 s elapsed, eta 13.3 s"
+    assert second == "entries scanned: 9000000/10000000 (90%), 2 min 00 s elapsed, eta 13.3 s"
     assert len(first) < len(second)
     assert third.endswith(" \n") and len(third) == len(second) + 1  # blanks over the rest
-    assert third.rstrip() == "row tiles: 10000000/10000000 (100%), 2 min 01 s elapsed"
+    assert third.rstrip() == "entries scanned: 10000000/10000000 (100%), 2 min 01 s elapsed"
 
 
 def test_tty_throttled_to_ten_redraws_a_second():
@@ -191,12 +191,12 @@ def test_stage_change_and_new_run_reset_the_estimate():
     assert out.getvalue().splitlines() == [
         "inner dimension: 50/100 (50%), 1.0 s elapsed, eta ?",
         "inner dimension: 100/100 (100%), 2.0 s elapsed",
-        "row tiles: 10/100 (10%), 5.0 s elapsed, eta ?",
-        "row tiles: 20/100 (20%), 15.0 s elapsed, eta 1 min 20 s",
-        "row tiles: 5/100 (5%), 1.0 s elapsed, eta ?",
-        "row tiles: 55/100 (55%), 2.0 s elapsed, eta 0.9 s",
-        "row tiles: 100/100 (100%), 3.0 s elapsed",
-        "row tiles: 30/100 (30%), 2.0 s elapsed, eta ?",
+        "entries scanned: 10/100 (10%), 5.0 s elapsed, eta ?",
+        "entries scanned: 20/100 (20%), 15.0 s elapsed, eta 1 min 20 s",
+        "entries scanned: 5/100 (5%), 1.0 s elapsed, eta ?",
+        "entries scanned: 55/100 (55%), 2.0 s elapsed, eta 0.9 s",
+        "entries scanned: 100/100 (100%), 3.0 s elapsed",
+        "entries scanned: 30/100 (30%), 2.0 s elapsed, eta ?",
     ]
 
 
@@ -205,7 +205,7 @@ def test_new_stage_on_a_terminal_keeps_the_unfinished_line():
     p("tiles", 3, 10)
     clock.now += 1
     p("inner", 1, 10)
-    assert out.getvalue().startswith("\rrow tiles: 3/10 (30%), 0.0 s elapsed, eta ?\n\r")
+    assert out.getvalue().startswith("\rentries scanned: 3/10 (30%), 0.0 s elapsed, eta ?\n\r")
 
 
 def test_zero_total_is_complete():
