@@ -274,7 +274,7 @@ def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
 
 
 def _stabilized_alternative(plan, n, dt, alg, stab, cdt, tuning):
-    """("clusters" or "3 passes", plan) of a global stabilizer's row under the other
+    """("clusters" or "no clusters", plan) of a global stabilizer's row under the other
     ``Tuning.cluster_stabilized``, when the plans differ (a GPU with clusters); else None."""
     t = Tuning() if tuning is None else tuning
     if stab is None or not gpu.limits().max_cluster_log:

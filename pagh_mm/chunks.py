@@ -126,9 +126,10 @@ class Prepared:
 
 def chunk_prepare(a, b, plan: Plan, pairs: bool, cache: dict | None = None) -> Prepared:
     """The part of :func:`chunk_sums` that reads the device (the finiteness check, the
-    statistics, the routes and the memory plan): a GPU stream worker makes it on its copy
-    stream while the compute stream still adds the previous chunk, so that no read waits for
-    that chunk. ``cache``: as :func:`chunk_sums`' (the GPU sides' distinct hash functions)."""
+    statistics, the routes and the memory plan): a GPU stream worker makes it on a stream of
+    its own once the chunk's copy is queued, while the compute stream still adds the previous
+    chunk, so that no read waits for that chunk. ``cache``: as :func:`chunk_sums`' (the GPU
+    sides' distinct hash functions)."""
     a, b, be = matrices(*_pair(a, b, plan.gram), plan.check_finite)
     sides = (Side(a, 1, plan.params, plan.log2b, be),) if plan.gram else \
         (Side(a, 1, plan.params, plan.log2b, be), Side(b, 2, plan.params, plan.log2b, be))

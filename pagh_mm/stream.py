@@ -278,9 +278,10 @@ class _Worker:
 
     def __init__(self, device, sources, c: int, n: int):
         self.device, self.sources, self.c, self.n = device, sources, c, n
-        #: seconds spent waiting for chunks, compressing them (from the wait's end), and (in
-        #: the reader thread) copying pageable slabs into pinned buffers and preparing the
-        #: chunks' work (:func:`pagh_mm.chunks.chunk_prepare`): where a run went
+        #: seconds spent waiting for chunks, compressing them (from the wait's end, without
+        #: the prepare), copying pageable slabs into pinned buffers (the reader thread) and
+        #: preparing the chunks' work (:func:`pagh_mm.chunks.chunk_prepare`, on its own
+        #: stream, including its wait for the chunk's copy): where a run went
         self.times = {"wait": 0.0, "compute": 0.0, "host_copy": 0.0, "prepare": 0.0}
         #: per chunk of a GPU run, over the passes of the latest call: (first inner index,
         #: seconds waited for it, seconds from then until its compression was queued)

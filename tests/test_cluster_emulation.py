@@ -212,14 +212,37 @@ def test_cluster_pass_addressing_gives_the_transform():
                               F.fwht(x[:, :1 << L]).view(np.uint32)), plan.describe()
 
 
-def simulate_stabilized(c, src, first_bit):
-    """The stabilized cluster pass of configuration c (``fwht_stabilized_cluster_pass``) on src,
-    element by element as the kernel addresses it: its load (stabilized_vec_global/_shared),
-    rounds (stabilized_round's items) and cluster round, each value's slot and output written
-    once. The values take plain radix-2 stages here (int64: the addressing); the errors
-    follow the values' slots and outputs in the kernel, so the same addressing carries them."""
-    S = c.strided
-    C = 1 << c.log_cl
+def _stab_butterfly(A, B, eA, eB, neumaier):
+    """butterflies.cuh's stab_butterfly, every operation in the arrays' dtype."""
+    eS, eD = eA + eB, eA - eB
+    A1, B1 = (A + B) - eS, (A - B) - eD
+    if not neumaier:
+        return A1, B1, ((A1 - A) - B) + eS, ((B1 - A) + B) + eD
+    a1, a, b, b1 = abs(A1), abs(A), abs(B), abs(B1)
+    t = np.where((a1 >= b) & (a >= b), (A1 - A) - B,
+                 np.where((a1 >= a) & (b >= a), (A1 - B) - A, (-A - B) + A1))
+    u = np.where((b1 >= b) & (a >= b), (B1 - A) + B,
+                 np.where((b1 >= a) & (b >= a), (B1 + B) - A, (-A + B) + B1))
+    return A1, B1, t + eS, u + eD
+
+
+def _stab_stages(v, e, k, neumaier):
+    """stab_radix2_stages: compensated stages on bits 0 .. k-1 of axis 0, ascending."""
+    for m in range(k):
+        for j in range(v.shape[0]):
+            if j < (1 << k) and not (j & (1 << m)):
+                o = j | (1 << m)
+                v[j], v[o], e[j], e[o] = _stab_butterfly(v[j].copy(), v[o].copy(), e[j].copy(),
+                                                          e[o].copy(), neumaier)
+
+
+def simulate_stabilized(c, src, dst, err, first_bit, first, last):
+    """One launch of the stabilized cluster pass of configuration c (``fwht_stabilized_cluster_pass``)
+    as the kernel addresses and computes it: its load (stabilized_vec_global/_shared: values, and
+    past the first pass their errors), compensated rounds (stabilized_round's items) and cluster
+    round, the stores of values and errors (or the folded values in the last pass), every slot
+    and output written once; in place allowed (src is dst, err read before it is written)."""
+    S, C, neu = c.strided, 1 << c.log_cl, c.stab == 2
     R, G = 1 << c.log_r, 1 << c.log_g
     TILE, TH, VEC = R * G, 1 << c.log_t, c.vec
     VPR = G // VEC if S else 1
@@ -229,7 +252,6 @@ def simulate_stabilized(c, src, first_bit):
     sh = pad_shift(c.itemsize)
     pad = lambda i: i + (i >> sh)
     slot = (lambda g, r: pad(r * G + g)) if S else (lambda g, r: pad(r + g * R))
-    dst = np.zeros_like(src)
     written = np.zeros(src.size, int)
     inner = 1 << first_bit
     ntiles = src.size // TILE
@@ -246,7 +268,7 @@ def simulate_stabilized(c, src, first_bit):
         sms = []
         for q in range(C):
             base = cb + (q * R * inner if S else q * TILE)
-            sx = np.full(npad, -10**18, dtype=src.dtype)
+            sx = np.zeros(2 * npad, dtype=src.dtype)           # values, then errors at npad
             sw = np.zeros(npad, int)
             for c0 in range(0, VPT, VIF):
                 for i in range(VIF):
@@ -256,6 +278,7 @@ def simulate_stabilized(c, src, first_bit):
                     for k in range(VEC):
                         s = pad(r * G + (v - r * VPR) * VEC + k) if S else pad(v * VEC + k)
                         sx[s] = src[g0 + k]
+                        sx[npad + s] = 0 if first else err[g0 + k]
                         np.add.at(sw, s, 1)
             assert sw.sum() == TILE and sw.max() == 1, "load coverage"
             for b in range(0, c.log_r, c.log_e):
@@ -272,10 +295,10 @@ def simulate_stabilized(c, src, first_bit):
                         qq, g = item & (qn - 1), item // qn
                     r0 = ((qq >> b) << (b + k)) | (qq & ((1 << b) - 1))
                     idx = [slot(g, r0 | (j << b)) for j in range(1 << k)]
-                    w = np.stack([sx[s] for s in idx])
-                    radix2(w, k)
+                    v, e = np.stack([sx[s] for s in idx]), np.stack([sx[npad + s] for s in idx])
+                    _stab_stages(v, e, k, neu)
                     for j, s in enumerate(idx):
-                        sx[s] = w[j]
+                        sx[s], sx[npad + s] = v[j], e[j]
                         np.add.at(touched, s, 1)
                 assert touched.sum() == TILE and touched.max() == 1, "round coverage"
             sms.append(sx)
@@ -285,12 +308,16 @@ def simulate_stabilized(c, src, first_bit):
                 e = e0 + tid
                 g, r = (e & (G - 1), e >> c.log_g) if S else (np.zeros_like(e), e)
                 s = slot(g, r)
-                w = np.stack([sms[j][s] for j in range(C)])
-                radix2(w, c.log_cl)
+                v = np.stack([sms[j][s] for j in range(C)])
+                ev = np.stack([sms[j][npad + s] for j in range(C)])
+                _stab_stages(v, ev, c.log_cl, neu)
                 for j in range(C):
                     row = j * R + r
                     at = cb + row * inner + g if S else cb + row
-                    dst[at] = w[j]
+                    if last:
+                        dst[at] = v[j] - ev[j]
+                    else:
+                        dst[at], err[at] = v[j], ev[j]
                     np.add.at(written, at, 1)
     assert (written == 1).all(), "output coverage"
     return dst
@@ -307,15 +334,16 @@ def test_stabilized_cluster_kernel_emulated_gives_its_pass(cfg):
     nbits = cfg.log_r + cfg.log_cl
     first_bit = cfg.log_g + 1 if cfg.strided else 0          # two outer blocks when strided
     total = (2 << (nbits + first_bit)) if cfg.strided else (2 << nbits)
-    x = rng.integers(-50, 50, total).astype(np.int64)
-    assert np.array_equal(simulate_stabilized(cfg, x, first_bit), _reference(x, first_bit, nbits))
+    x = rng.integers(-50, 50, total).astype(np.int64)      # (exact: the errors stay 0)
+    y = simulate_stabilized(cfg, x.copy(), np.zeros_like(x), np.zeros_like(x), first_bit, True, False)
+    assert np.array_equal(y, _reference(x, first_bit, nbits))
 
 
 def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
     """The global stabilizers take two cluster passes where a tuning asks (kernels, not yet run
     on a GPU: off by default); the ``-pass`` stabilizers never (their bits depend on the
-    grouping); the NumPy engine gives a clustered stabilized plan the three-pass plan's bits,
-    and small tiles through the emulated kernel's addressing give the transform."""
+    grouping); the NumPy engine gives a clustered stabilized plan the bits of one pass, and
+    small tiles through the emulated kernel (values and errors) give the NumPy engine's bits."""
     on = F.Tuning(cluster_stabilized=True)
     for st in ("kahan", "neumaier"):
         p = F.make_plan(1 << 30, np.float32, stabilizer=st, device="cuda", clusters=4, tuning=on)
@@ -326,21 +354,38 @@ def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
     assert not F.make_plan(1 << 26, np.float32, stabilizer="kahan-pass", device="cuda", clusters=4,
                            tuning=on).clustered
     rng = np.random.default_rng(2)
-    for dt, L in ((np.float32, 23), (np.float16, 24)):
-        x = rng.standard_normal(1 << L).astype(dt)
-        two = F.make_plan(1 << L, dt, stabilizer="neumaier", device="cuda", clusters=4, tuning=on)
-        three = F.make_plan(1 << L, dt, stabilizer="neumaier", device="cuda")
-        assert len(two.passes) == 2 and len(three.passes) == 3
+    for dt in (np.float32, np.float16):      # (the NumPy engine: two passes' bits are one's)
+        item = np.dtype(dt).itemsize
+        small = F.Tuning(single_pass_bytes=64 * item, tile_bytes=64 * item, max_tile_bytes=64 * item,
+                         strided_tile_bytes=32 * item, segment_bytes=2 * item, cluster_log=2,
+                         wide_tile_bytes=64 * item, cluster_tile_bytes=64 * item,
+                         cluster_segment_bytes=2 * item, min_tile_bytes=64 * item,
+                         cluster_stabilized=True)
+        x = (rng.standard_normal(1 << 12) * 100).astype(dt)
+        two = F.make_plan(1 << 12, dt, stabilizer="neumaier", device="cuda", clusters=2, tuning=small)
+        one = F.make_plan(1 << 12, dt, stabilizer="neumaier")
+        assert two.clustered and len(two.passes) == 2 and len(one.passes) == 1
         u = np.uint16 if dt == np.float16 else np.uint32
-        assert np.array_equal(F.run_plan(two, x).view(u), F.run_plan(three, x).view(u))
-    t = F.Tuning(single_pass_bytes=512, tile_bytes=512, strided_tile_bytes=256, segment_bytes=16,
-                 max_tile_bytes=512, wide_tile_bytes=512, cluster_tile_bytes=512,
-                 cluster_segment_bytes=16, cluster_log=2, min_tile_bytes=512, cluster_stabilized=True)
-    x = rng.integers(-50, 50, (4, 1 << 14)).astype(np.int64)
-    plan = F.make_plan(1 << 14, np.float32, stabilizer="kahan", device="cuda", tuning=t, clusters=2)
-    assert [(p.nbits, p.cluster_bits) for p in plan.passes] == [(8, 2), (6, 2)], plan.describe()
-    y = x.ravel()
-    for p, cfg in zip(plan.passes, config.configs_for(plan, y.size, H100)):
-        assert isinstance(cfg, config.StabilizedClusterConfig)
-        y = simulate_stabilized(cfg, y, p.first_bit)
-    assert np.array_equal(y.reshape(4, -1), np.stack([_reference(r, 0, 14) for r in x]))
+        assert np.array_equal(F.run_plan(two, x).view(u), F.run_plan(one, x).view(u))
+    # float values and errors through the emulated kernel, both passes in place, against the
+    # NumPy engine's bits of the stabilized transform without clusters (small tiles)
+    for st in ("kahan", "neumaier"):
+        for dt in (np.float32, np.float64):
+            item = np.dtype(dt).itemsize
+            t = F.Tuning(single_pass_bytes=64 * item, tile_bytes=64 * item,
+                         strided_tile_bytes=32 * item, segment_bytes=2 * item,
+                         max_tile_bytes=64 * item, wide_tile_bytes=64 * item,
+                         cluster_tile_bytes=64 * item, cluster_segment_bytes=2 * item,
+                         cluster_log=2, min_tile_bytes=64 * item, cluster_stabilized=True)
+            plan = F.make_plan(1 << 12, dt, stabilizer=st, device="cuda", tuning=t, clusters=2)
+            assert len(plan.passes) == 2 and all(p.cluster_bits for p in plan.passes), plan.describe()
+            x = (rng.standard_normal((3, 1 << 12)) * 1e3).astype(dt)
+            y, err = x.ravel().copy(), np.full(x.size, np.nan, dtype=dt)
+            for i, (p, cfg) in enumerate(zip(plan.passes, config.configs_for(plan, x.size, H100))):
+                assert isinstance(cfg, config.StabilizedClusterConfig)
+                simulate_stabilized(cfg, y, y, err, p.first_bit, i == 0, i == len(plan.passes) - 1)
+            want = F.run_plan(F.make_plan(1 << 12, dt, stabilizer=st), x)
+            u = {4: np.uint32, 8: np.uint64}[item]
+            assert np.count_nonzero(err), "errors carried between the passes"
+            assert np.array_equal(y.reshape(3, -1).view(u), want.view(u)), (st, dt)
+            assert not np.array_equal(want.view(u), F.fwht(x).view(u))   # (the compensation shows)

@@ -98,18 +98,22 @@ def test_overflow_is_judged_per_transform_in_cluster_passes():
 
 
 #: (stabilizer, dtype, log2 n) of the stabilized cluster passes (kernels/stabilized_cluster_pass.cuh)
-STABILIZED = [("kahan", np.float32, 23), ("neumaier", np.float32, 27), ("kahan", np.float16, 24),
-              ("neumaier", F.bfloat16, 24), ("kahan", np.float64, 22), ("neumaier", np.float64, 26)]
+#: (clusters of 2 to 8: strided blocks of 2^9 rows, the portable cluster size)
+STABILIZED = [("kahan", np.float32, 23, None), ("neumaier", np.float32, 27, None),
+              ("kahan", np.float16, 24, None), ("neumaier", F.bfloat16, 24, None),
+              ("kahan", np.float64, 22, None), ("neumaier", np.float64, 26, None),
+              ("kahan", np.float32, 24, 1), ("neumaier", np.float64, 25, 2),
+              ("kahan", np.float16, 27, 3)]
 
 
-@pytest.mark.parametrize("stabilizer,dtype,log2n", STABILIZED,
-                         ids=[f"{s}-{np.dtype(d).name}-{L}" for s, d, L in STABILIZED])
-def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, rng):
+@pytest.mark.parametrize("stabilizer,dtype,log2n,log_cl", STABILIZED,
+                         ids=[f"{s}-{np.dtype(d).name}-{L}-{c}" for s, d, L, c in STABILIZED])
+def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, log_cl, rng):
     """The global stabilizers in two cluster passes (values and errors across the cluster)
     give the NumPy engine's bits up to 2^24 and the stabilized passes' without clusters beyond;
     in place, scaled in the last pass, an error vector between the passes."""
     cp = gpu.cupy()
-    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
+    on = dataclasses.replace(_tuning(log_cl), cluster_stabilized=True)
     T = F.FWHT(1 << log2n, dtype, stabilizer=stabilizer, device="cuda", tuning=on)
     plan = T.plan_for(1)
     assert plan.clustered and len(plan.passes) == 2, plan.describe()
@@ -124,3 +128,19 @@ def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, rng):
         d = x.copy()
         assert T(d, out=d, norm=norm) is d
         assert np.array_equal(_bits(d), _bits(want)), f"{norm}: {np.count_nonzero(_bits(d) != _bits(want))} differ"
+
+
+def test_overflow_is_judged_per_transform_in_stabilized_cluster_passes():
+    """As the plain cluster passes': an FP16 overflow in one transform is reported, a
+    non-finite input in another is not (Kahan, both passes clustered at 2^28)."""
+    cp = gpu.cupy()
+    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
+    T = F.FWHT(1 << 28, np.float16, stabilizer="kahan", device="cuda", tuning=on)
+    assert all(p.cluster_bits for p in T.plan_for(2).passes)
+    x = cp.zeros((2, 1 << 28), dtype=cp.float16)
+    x[1, 12345] = np.inf
+    y = T(x)
+    assert np.isfinite(y[0].get()).all() and not np.isfinite(y[1].get()).all()   # no error
+    x[0] = 30000
+    with pytest.raises(F.TransformOverflowError):
+        T(x)

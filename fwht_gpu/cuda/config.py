@@ -362,6 +362,8 @@ def stabilized_cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: in
     of 2**log_r rows in clusters of 2**log_cl, values and errors within
     ``tuning.cluster_tile_bytes`` (a strided pass's row segments fill its share of values)."""
     _check_clusters(log_cl, limits)
+    if plan.fold_each_pass:
+        raise ValueError(f"{plan.stabilizer}: a stabilizer folded at every pass has no cluster passes")
     t, dt = plan.tuning, plan.dtype
     item = dt.itemsize
     foot = smem_bytes_per_element(dt, None, plan.stabilizer)

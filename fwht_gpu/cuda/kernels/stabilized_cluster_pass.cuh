@@ -35,10 +35,11 @@ struct StabilizedClusterTraits : StabilizedPassTraits<T, LOG_R, LOG_G, LOG_E, LO
     static_assert(SLICE % Base::THREADS == 0, "the threads divide a block's slice");
 };
 
-// The blocks of 2^log_t threads to keep resident on an SM (__launch_bounds__): three, as many
-// as a 64 KiB tile of values and errors lets share one (85 registers per thread at 256).
+// The blocks of 2^log_t threads to keep resident on an SM (__launch_bounds__): 768 threads,
+// three blocks of 256 as 64 KiB tiles of values and errors allow (at most 85 registers per
+// thread; ptxas gives 77-80), one block of 512 or 1024.
 __host__ __device__ constexpr int stabilized_cluster_blocks(int log_t) {
-    return log_t >= 8 ? 3 : (768 >> log_t);
+    return (768 >> log_t) > 0 ? (768 >> log_t) : 1;
 }
 
 template <typename T, int LOG_R, int LOG_G, int LOG_CL, int LOG_E, int LOG_T, bool STRIDED, int VEC,
