@@ -27,6 +27,17 @@ def radix2(v, k):
                 v[j], v[j | (1 << m)] = a + c, a - c
 
 
+def round_item(item, b, k, rows, log_g, strided):
+    """(group, first row) of the items of a round over row bits [b, b + k) (tile.cuh's
+    round_item, on arrays of items)."""
+    if strided:
+        g, q = item & ((1 << log_g) - 1), item >> log_g
+    else:
+        qn = rows >> k
+        q, g = item & (qn - 1), item // qn
+    return g, ((q >> b) << (b + k)) | (q & ((1 << b) - 1))
+
+
 def traits(c):
     """ClusterPassTraits / PassTraits of the configuration c, as the kernel derives them."""
     P = c.paired
@@ -129,15 +140,7 @@ def simulate(c, src, first_bit):
                 assert items >= 1 and (TU >> k) % TH == 0
                 touched = np.zeros(npad, int)
                 for it in range(items):
-                    item = it * TH + tid
-                    if S:
-                        g = item & (UG - 1)
-                        qq = item >> T["LUG"]
-                    else:
-                        qn = UR >> k
-                        qq = item & (qn - 1)
-                        g = item // qn
-                    r0 = ((qq >> b) << (b + k)) | (qq & ((1 << b) - 1))
+                    g, r0 = round_item(it * TH + tid, b, k, UR, T["LUG"], S)
                     idx = [slot(g, r0 | (j << b)) for j in range(1 << k)]
                     v = np.stack([sm[s] for s in idx])
                     radix2(v, k)
@@ -287,13 +290,7 @@ def simulate_stabilized(c, src, dst, err, first_bit, first, last):
                 assert items >= 1 and (TILE >> k) % TH == 0
                 touched = np.zeros(npad, int)
                 for it in range(items):
-                    item = it * TH + tid
-                    if S:
-                        g, qq = item & (G - 1), item >> c.log_g
-                    else:
-                        qn = R >> k
-                        qq, g = item & (qn - 1), item // qn
-                    r0 = ((qq >> b) << (b + k)) | (qq & ((1 << b) - 1))
+                    g, r0 = round_item(it * TH + tid, b, k, R, c.log_g, S)
                     idx = [slot(g, r0 | (j << b)) for j in range(1 << k)]
                     v, e = np.stack([sx[s] for s in idx]), np.stack([sx[npad + s] for s in idx])
                     _stab_stages(v, e, k, neu)

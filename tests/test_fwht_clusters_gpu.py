@@ -82,11 +82,14 @@ def test_cluster_passes_at_2_30_equal_three_passes(dtype, rng):
                 "fwht_cluster_pass") and width == 0
 
 
-def test_overflow_is_judged_per_transform_in_cluster_passes():
+@pytest.mark.parametrize("stabilizer", [None, "kahan"], ids=["plain", "kahan"])
+def test_overflow_is_judged_per_transform_in_cluster_passes(stabilizer):
     """An FP16 overflow in one transform is reported; a non-finite input in another is not an
-    overflow (the flags and per-transform marks of a cluster pass: at 2^28 both passes are)."""
+    overflow (the flags and per-transform marks of a cluster pass, plain or stabilized: at 2^28
+    both passes are)."""
     cp = gpu.cupy()
-    T = F.FWHT(1 << 28, np.float16, device="cuda", tuning=_tuning())
+    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
+    T = F.FWHT(1 << 28, np.float16, stabilizer=stabilizer, device="cuda", tuning=on)
     assert all(p.cluster_bits for p in T.plan_for(2).passes)
     x = cp.zeros((2, 1 << 28), dtype=cp.float16)
     x[1, 12345] = np.inf
@@ -128,19 +131,3 @@ def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, log_cl, r
         d = x.copy()
         assert T(d, out=d, norm=norm) is d
         assert np.array_equal(_bits(d), _bits(want)), f"{norm}: {np.count_nonzero(_bits(d) != _bits(want))} differ"
-
-
-def test_overflow_is_judged_per_transform_in_stabilized_cluster_passes():
-    """As the plain cluster passes': an FP16 overflow in one transform is reported, a
-    non-finite input in another is not (Kahan, both passes clustered at 2^28)."""
-    cp = gpu.cupy()
-    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
-    T = F.FWHT(1 << 28, np.float16, stabilizer="kahan", device="cuda", tuning=on)
-    assert all(p.cluster_bits for p in T.plan_for(2).passes)
-    x = cp.zeros((2, 1 << 28), dtype=cp.float16)
-    x[1, 12345] = np.inf
-    y = T(x)
-    assert np.isfinite(y[0].get()).all() and not np.isfinite(y[1].get()).all()   # no error
-    x[0] = 30000
-    with pytest.raises(F.TransformOverflowError):
-        T(x)

@@ -16,7 +16,9 @@
 // other grouping of the plan (the NumPy engine's), stored as T between passes, so the result
 // has the bits of the stabilized passes without clusters.  ntiles counts block tiles and,
 // like gridDim.x, is a multiple of 2^LOG_CL; src may equal dst (and err is read before it is
-// written): a cluster reads its whole tile before any of its blocks writes.
+// written): a cluster reads its whole tile before any of its blocks writes.  The load loop
+// repeats fwht_stabilized_pass's (moving it into a shared function would change that kernel's
+// generated code; the same reason as fwht_pass's note, and cluster_pass.cuh's).
 #pragma once
 
 #include "cluster_pass.cuh"
