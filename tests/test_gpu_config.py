@@ -121,10 +121,11 @@ def test_cluster_passes_compile_for_hopper_and_trap_before(tmp_path):
         lines.append(f'static_assert({traits}::SMEM_BYTES == {c.smem_bytes}, "{c.name}");')
     src = tmp_path / "cluster.cu"
     src.write_text("\n".join(lines) + "\n")
-    for arch, want in (("sm_90", True), ("sm_80", False)):
+    for arch, want, extra in (("sm_90", True, []), ("sm_80", False, []),
+                              ("sm_90", True, ["-DFWHT_CLUSTER_SPLIT_BARRIER=1"])):   # (explored)
         out = tmp_path / f"{arch}.ptx"
-        r = subprocess.run(["nvcc", "-std=c++17", "--ptx", f"-arch={arch}", "-o", str(out), str(src)],
-                           capture_output=True, text=True)
+        r = subprocess.run(["nvcc", "-std=c++17", "--ptx", f"-arch={arch}", *extra, "-o", str(out),
+                            str(src)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-3000:]
         assert (".reqnctapercluster" in out.read_text()) == want
 
