@@ -336,8 +336,12 @@ def main():
                     help="print a cProfile of one streamed run from pinned memory per dense case")
     ap.add_argument("--pinned-all-chunks", default="",
                     help="comma-separated chunk sizes of extra pinned runs on all the devices")
+    ap.add_argument("--tail-splits", type=int, default=None,
+                    help="pagh_mm.stream.TAIL_SPLITS: halvings of each worker's last chunk")
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.tail_splits is not None:
+        stream.TAIL_SPLITS = a.tail_splits
     from fwht_gpu import gpu
     cp = gpu.cupy()
     devices = [int(x) for x in a.devices.split(",")]

@@ -86,14 +86,18 @@ class PairwiseSum:
         self._push(self.level, first >> self.level, node)
         self.next = first + self.block
 
-    def add_node(self, first: int, node) -> None:
-        """The block's own pairwise sum ``node`` (None: no terms), computed by the caller."""
-        if first % self.block or first < self.next:
-            raise ValueError(f"a block from {first} is not aligned to blocks of {self.block} in "
-                             "increasing order")
+    def add_node(self, first: int, node, size: int | None = None) -> None:
+        """The block's own pairwise sum ``node`` (None: no terms), computed by the caller;
+        ``size``: the node of a smaller aligned power of two of summands, ``first ..
+        first + size - 1`` (a subtree of a block: the same tree)."""
+        size = self.block if size is None else size
+        if size < 1 or size & (size - 1) or size > self.block or first % size or first < self.next:
+            raise ValueError(f"a node of {size} summands from {first} is not an aligned power of "
+                             f"two of at most {self.block}, in increasing order")
         self._absent(first)
-        self._push(self.level, first >> self.level, node)
-        self.next = first + self.block
+        level = size.bit_length() - 1
+        self._push(level, first >> level, node)
+        self.next = first + size
 
     def skip_to(self, upto: int) -> None:
         """The summands up to ``upto`` not added are zero (absent): a run's end."""
@@ -114,7 +118,9 @@ class PairwiseSum:
     def _absent(self, upto: int) -> None:
         """Absent nodes for the summands next .. upto - 1 (all zero), in aligned runs."""
         while self.next < upto:
-            level = self.level
+            # (after a node smaller than a block, the next aligned run may be smaller too)
+            level = min(self.level, (self.next & -self.next).bit_length() - 1) if self.next \
+                else self.level
             while self.next % (2 << level) == 0 and self.next + (2 << level) <= upto:
                 level += 1
             self._push(level, self.next >> level, None)

@@ -63,6 +63,10 @@ last_workers: list = []
 #: their chunks' compression (H100s, sparse 2^20 x 64 on two: 3 took each worker's waits for
 #: chunks from 0.03-0.05 s to 0.016 s).
 SLOTS = 3
+#: Halvings of each worker's last chunk in the sums pass (:func:`_runs`' ``tail``): 0
+#: until measured (the smaller last pieces shorten the compression after the last copy; each
+#: piece costs a chunk's fixed work).
+TAIL_SPLITS = 0
 #: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them), each
 #: copying a band of at least BAND_BYTES (two H100s, sparse 2^20 x 64: the 1-d ranges of the
 #: sparse arrays in 16 bands each on both workers took 10% longer than in 8).
@@ -293,21 +297,22 @@ class _Worker:
         return SLOTS * sum(np.dtype(dt).itemsize * size for s in self.sources
                        for dt, size in s.staged(self.c))
 
-    def run(self, fn, starts, each, report, prepare=None) -> None:
-        """each(k0, fn(*slabs of chunk k0)) for the chunk starts, in order; with ``prepare``,
-        each(k0, fn(prepare(*slabs))), prepare made on a GPU on its own stream once the chunk's
+    def run(self, fn, spans, each, report, prepare=None) -> None:
+        """each(span, fn(*slabs of the span's chunk)) for the chunks' spans (first inner index,
+        end, tree node size: :func:`_runs`), in order; with ``prepare``,
+        each(span, fn(prepare(*slabs))), prepare made on a GPU on its own stream once the chunk's
         copy is queued (its reads of the device wait for that copy, not for the compute stream's
         work nor for the next chunk's copy), fn on the compute stream."""
         if self.device is None:
-            for k0 in starts:
-                k1 = min(self.n, k0 + self.c)
+            for span in spans:
+                k0, k1, _ = span
                 slabs = [s.slab(k0, k1) for s in self.sources]
-                each(k0, fn(*slabs) if prepare is None else fn(prepare(*slabs)))
+                each(span, fn(*slabs) if prepare is None else fn(prepare(*slabs)))
                 report(sum(s.nbytes(k0, k1) for s in self.sources))
             return
-        self._run_gpu(fn, starts, each, report, prepare)
+        self._run_gpu(fn, spans, each, report, prepare)
 
-    def _run_gpu(self, fn, starts, each, report, prepare) -> None:
+    def _run_gpu(self, fn, spans, each, report, prepare) -> None:
         cp = fwht_gpu.gpu.cupy()
         import cupyx
         import cupyx.scipy.sparse as csp
@@ -337,8 +342,7 @@ class _Worker:
 
             def load(j):
                 slot = j % SLOTS
-                k0 = starts[j]
-                k1 = min(self.n, k0 + self.c)
+                k0, k1, _ = spans[j]
                 if free[slot] is not None:
                     free[slot].synchronize()          # the slot's last chunk is compressed
                 held[slot] = None
@@ -375,13 +379,14 @@ class _Worker:
 
             try:
                 with ThreadPoolExecutor(1) as reader:
-                    ahead = reader.submit(load, 0) if starts else None
-                    for j, k0 in enumerate(starts):
+                    ahead = reader.submit(load, 0) if spans else None
+                    for j, span in enumerate(spans):
+                        k0 = span[0]
                         t0 = time.perf_counter()
                         slabs, ready, nbytes = ahead.result()
                         waited = time.perf_counter() - t0
                         self.times["wait"] += waited
-                        if j + 1 < len(starts):       # the next copy queues at once
+                        if j + 1 < len(spans):        # the next copy queues at once
                             ahead = reader.submit(load, j + 1)
                         made = 0.0
                         if prepare is not None:       # its reads wait for this chunk's copy
@@ -397,7 +402,7 @@ class _Worker:
                             compute.wait_event(ready)
                             result = fn(*slabs)
                             del slabs
-                            each(k0, result)
+                            each(span, result)
                             free[j % SLOTS] = compute.record()
                         took = time.perf_counter() - t0 - waited - made
                         self.times["compute"] += took
@@ -417,11 +422,26 @@ def _workers_for(devices, sources, c: int, n: int):
     return [_Worker(None if d == "cpu" else d, sources, c, n) for d in devices]
 
 
-def _runs(n: int, c: int, count: int):
-    """The chunk starts of each of ``count`` workers: contiguous runs, as equal as can be."""
+def _runs(n: int, c: int, count: int, tail: int | None = None):
+    """The chunks of each of ``count`` workers, contiguous runs as equal as can be: spans
+    (first inner index, end, size of its node in the summation tree: ``c``, more than the span
+    for the last chunk of a partial end). ``tail`` (default :data:`TAIL_SPLITS`): a run's
+    last whole chunk goes as aligned pieces of c/2, c/4, ..., c/2**tail, c/2**tail (nodes of
+    the same tree, so the same bits), so that less compression follows the run's last copy."""
+    tail = TAIL_SPLITS if tail is None else tail
     starts = list(range(0, n, c))
     g = len(starts)
-    return [starts[w * g // count:(w + 1) * g // count] for w in range(count)]
+    runs = []
+    for w in range(count):
+        run = [(k0, min(n, k0 + c), c) for k0 in starts[w * g // count:(w + 1) * g // count]]
+        if run and tail and run[-1][1] - run[-1][0] == c and c >> tail:
+            k0 = run.pop()[0]
+            sizes = [c >> i for i in range(1, tail + 1)] + [c >> tail]
+            for size in sizes:
+                run.append((k0, k0 + size, size))
+                k0 += size
+        runs.append(run)
+    return runs
 
 
 def _together(workers, runs, task) -> None:
@@ -516,10 +536,10 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
 
         def task(worker, run):
             _check_room(worker, 0)
-            worker.run(gram_fn(fn), run, lambda k0, r: out.__setitem__(k0, _move_all(r, home)),
-                       report)
-        _together(workers, runs, task)
-        return [out[k0] for k0 in sorted(out)]
+            worker.run(gram_fn(fn), run,
+                       lambda span, r: out.__setitem__(span[0], _move_all(r, home)), report)
+        _together(workers, _runs(n, c, len(workers), tail=0), task)   # (the shares are summed
+        return [out[k0] for k0 in sorted(out)]                       # chunk by chunk: whole ones)
 
     def sums(plan, pairs):
         begin()
@@ -530,24 +550,25 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
         def task(worker, run):
             levels = max(1, len(run)).bit_length() + 1
             _check_room(worker, levels * node + node)
-            start = run[0] if run else 0
+            start = run[0][0] if run else 0
             tot, diag = PairwiseSum(be.xp, c, start), PairwiseSum(be.xp, c, start)
             direct = [None]
             cache: dict = {}
 
-            def each(k0, r):
+            def each(span, r):
+                k0, _, size = span
                 t, d, g, s = r
                 seen[k0] = s
-                tot.add_node(k0, t)
-                diag.add_node(k0, g)
+                tot.add_node(k0, t, size)
+                diag.add_node(k0, g, size)
                 if d is not direct[0]:          # (a chunk may add into the worker's table)
                     direct[0] = _plus(direct[0], d)
             worker.run(partial(chunks.chunk_launch, plan=plan, pairs=pairs, cache=cache), run,
                        each, report,
                        gram_fn(partial(chunks.chunk_prepare, plan=plan, pairs=pairs, cache=cache)))
             if run:
-                tot.skip_to(min(n, run[-1] + c))
-                diag.skip_to(min(n, run[-1] + c))
+                tot.skip_to(min(n, run[-1][0] + run[-1][2]))
+                diag.skip_to(min(n, run[-1][0] + run[-1][2]))
             parts[workers.index(worker)] = (tot, diag, direct[0])
 
         _together(workers, runs, task)

@@ -75,6 +75,64 @@ def test_pairwise_sums_of_runs_merge_into_the_whole_tree():
         reduction.PairwiseSum(np, 2).merge(s)
 
 
+def test_pairwise_sums_of_smaller_aligned_nodes_are_the_same_tree():
+    """A block given as aligned pieces (halves, quarters, ... of it: subtrees), within runs
+    merged in order, gives the bits of the whole blocks' tree; misaligned pieces are refused."""
+    rng = np.random.default_rng(1)
+    for trial in range(200):
+        G, block = int(rng.integers(1, 12)), 1 << int(rng.integers(1, 4))
+        x = rng.standard_normal((G * block, 2))
+        whole = reduction.PairwiseSum(np, block)
+        for g in range(G):
+            whole.add(g * block, x[g * block:(g + 1) * block].copy())
+        cut = int(rng.integers(0, G + 1))
+        runs = [reduction.PairwiseSum(np, block), reduction.PairwiseSum(np, block, cut * block)]
+        for g in range(G):
+            s, k0 = runs[g >= cut], g * block
+            sizes = [block]
+            if rng.random() < 0.5:             # the block as c/2, c/4, ..., c/2^t, c/2^t
+                t = int(rng.integers(1, block.bit_length()))
+                sizes = [block >> i for i in range(1, t + 1)] + [block >> t]
+            for size in sizes:
+                s.add_node(k0, reduction.block_sum(x[k0:k0 + size].copy(), np), size)
+                k0 += size
+        runs[0].skip_to(cut * block)
+        runs[1].skip_to(G * block)
+        runs[0].merge(runs[1])
+        assert _same(whole.total(), runs[0].total())
+    s = reduction.PairwiseSum(np, 8)
+    s.add_node(0, np.ones(2), 4)
+    with pytest.raises(ValueError, match="aligned power of two"):
+        s.add_node(6, np.ones(2), 4)
+
+
+@pytest.mark.parametrize("tail", [1, 3])
+@pytest.mark.parametrize("kind", ["dense", "sparse-int", "sparse-float"])
+def test_runs_ending_in_smaller_chunks_give_the_same_bits(monkeypatch, tail, kind):
+    """Each worker's last chunk split into aligned pieces (stream.TAIL_SPLITS): the bits of the
+    whole arrays (given and automatic buckets, the Gram diagonal), the factors read once."""
+    monkeypatch.setattr(stream, "TAIL_SPLITS", tail)
+    first, second = stream._runs(1000, 128, 2)
+    assert first[:3] == [(0, 128, 128), (128, 256, 128), (256, 384, 128)]
+    assert first[3:] == ([(384, 448, 64), (448, 512, 64)] if tail == 1 else
+                         [(384, 448, 64), (448, 480, 32), (480, 496, 16), (496, 512, 16)])
+    assert second[-1] == (896, 1000, 128)                 # a partial last chunk stays whole
+    rng = np.random.default_rng(5)
+    A, B = _factors(kind, rng)
+    for workers, chunk in ((1, 64), (3, 128)):
+        kw = dict(buckets=1024, reps=3, seed=7)
+        ref = pagh_mm.compress(A, B, **kw)
+        sk = stream.compress(A, B, devices=["cpu"] * workers, chunk=chunk, **kw)
+        assert _same(sk.sketch, ref.sketch)
+        ref = pagh_mm.compress(A, B, k=5, seed=3)
+        sk = stream.compress(A, B, devices=["cpu"] * workers, chunk=chunk, k=5, seed=3)
+        assert sk.buckets == ref.buckets and _same(sk.sketch, ref.sketch)
+    X = rng.integers(-3, 4, (2000, 150)).astype(float)
+    ref = pagh_mm.compress_gram(X, buckets=256, seed=1)
+    sk = stream.compress(X.T, X, buckets=256, seed=1, devices=["cpu", "cpu"], chunk=256)
+    assert _same(sk.sketch, ref.sketch) and _same(sk.diagonal, ref.diagonal)
+
+
 @pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
                                   "sparse-counts", "sparse-float"])
 @pytest.mark.parametrize("workers,chunk", [(1, None), (1, 64), (3, 128), (2, 1024)])
@@ -328,7 +386,7 @@ def test_cli_devices_cpu_streams_npy_files(tmp_path):
 @pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status()}")
 @pytest.mark.parametrize("kind", ["dense", "dense-fp32", "dense-int", "F-order", "sparse-int",
                                   "sparse-counts", "sparse-float"])
-def test_streamed_to_the_gpu_gives_the_cpu_bits(kind):
+def test_streamed_to_the_gpu_gives_the_cpu_bits(kind, monkeypatch):
     cp = gpu.cupy()
     rng = np.random.default_rng(6)
     A, B = _factors(kind, rng)
@@ -338,6 +396,10 @@ def test_streamed_to_the_gpu_gives_the_cpu_bits(kind):
     for devices, chunk in (([0], None), ([0], 64), ([0, 0], 128), (list(range(min(2, count))), 128)):
         sk = stream.compress(A, B, devices=devices, chunk=chunk, **kw)
         assert sk.backend.gpu and _same(sk.sketch, ref.sketch), (devices, chunk)
+    monkeypatch.setattr(stream, "TAIL_SPLITS", 2)      # each run's last chunk in pieces
+    for devices in ([0], list(range(min(2, count)))):
+        sk = stream.compress(A, B, devices=devices, chunk=128, **kw)
+        assert _same(sk.sketch, ref.sketch), devices
     if not sps.issparse(A):                  # CuPy factors: chunks are views (or copies)
         sk = stream.compress(cp.asarray(A), cp.asarray(B), devices=[0, 0], chunk=128, **kw)
         assert _same(sk.sketch, ref.sketch)
