@@ -5,7 +5,9 @@
 For each n and transform dtype: compress a dense N(0, 1) A (C order, then F order) by B
 with the fused kernel (with and without the contiguous copy of A's blocks), and with the
 staged path; prints the median wall time of the compression and the profile's stages
-(GPU synchronized between stages), and checks that every variant gives the same bits."""
+(GPU synchronized between stages), and checks that every variant gives the same bits.
+``--gather-batch G`` (repeatable) adds the fused kernel compiled with
+``PAGH_FUSED_GATHER_BATCH=G`` (the sketch's gathers G at a time per thread; the library: 1)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +16,9 @@ import time
 
 import pagh_mm
 from fwht_gpu import gpu, provenance
+from fwht_gpu.cuda import modules
 from pagh_mm import matmul
+from pagh_mm.cuda import kernels
 
 
 def _time(fn, repeats=3):
@@ -36,9 +40,14 @@ def main(argv=None) -> int:
     ap.add_argument("--buckets", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", action="append")
+    ap.add_argument("--gather-batch", type=int, action="append", default=[])
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
+    library = kernels.FUSED
+    batched = {g: modules.KernelModule(library.path, library.options +
+                                       (f"-DPAGH_FUSED_GATHER_BATCH={g}",))
+               for g in a.gather_batch}
     rows = []
     for n in a.n or [8192, 16384]:
         rng = cp.random.default_rng(n)
@@ -47,12 +56,15 @@ def main(argv=None) -> int:
         for dt in a.dtype or ["float64", "float32"]:
             kw = dict(buckets=a.buckets, reps=a.reps, seed=1, dtype=dt)
             ref = None
-            variants = [("fused, A C-order, contiguous copy", A, True, True),
-                        ("fused, A C-order, strided columns", A, True, False),
-                        ("fused, A F-order", cp.asfortranarray(A), True, True),
-                        ("staged", A, False, True)]
-            for name, AA, fused, contiguous in variants:
+            variants = [("fused, A C-order, contiguous copy", A, True, True, library),
+                        ("fused, A C-order, strided columns", A, True, False, library),
+                        ("fused, A F-order", cp.asfortranarray(A), True, True, library),
+                        ("staged", A, False, True, library)]
+            variants += [(f"fused, A C-order, contiguous copy, gathers by {g}", A, True, True, m)
+                         for g, m in batched.items()]
+            for name, AA, fused, contiguous, module in variants:
                 matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = fused, contiguous
+                kernels.FUSED = module
                 t, sk = _time(lambda: pagh_mm.compress(AA, B, **kw))
                 prof = {}
                 pagh_mm.compress(AA, B, profile=prof, **kw)
@@ -65,8 +77,10 @@ def main(argv=None) -> int:
                 sk = None
                 cp.get_default_memory_pool().free_all_blocks()
     matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = True, True
+    kernels.FUSED = library
     if a.json:
         settings = {"n": a.n or [8192, 16384], "buckets": a.buckets, "reps": a.reps,
+                    "gather_batch": a.gather_batch,
                     "dtypes": a.dtype or ["float64", "float32"], "repeats": 3}
         provenance.write(provenance.record("pagh-fused-explore", rows, settings, device="gpu"),
                          a.json)

@@ -144,3 +144,20 @@ def test_shared_memory_formula_equals_the_kernels(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
 
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
+def test_explored_fused_gather_batches_compile(tmp_path):
+    """pagh_mm's fused kernel with the exploration's batched gathers (PAGH_FUSED_GATHER_BATCH,
+    benchmarks/explore_fused.py --gather-batch) compiles for sm_90."""
+    from pagh_mm.cuda import kernels
+    lines = [f'#include "{kernels.FUSED.path}"']
+    for name, t, s in kernels.fused_names()[::9]:
+        params = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*")
+                           for p in kernels.FUSED_PARAMS)
+        lines.append(f"template __global__ void {name}({params});")
+    src = tmp_path / "fused.cu"
+    src.write_text("\n".join(lines) + "\n")
+    r = subprocess.run(["nvcc", "-std=c++17", "--ptx", "-arch=sm_90", "-DPAGH_FUSED_GATHER_BATCH=4",
+                        "-o", os.devnull, str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
