@@ -59,10 +59,11 @@ class Tuning:
     split_bytes: int = 1 << 17
     #: log2 of the thread-block clusters (sm_90+) that let a plain Folklore transform of
     #: three or more passes take two (kernels/cluster_pass.cuh), at most the device's
-    #: limit; 0: never. Plain Folklore only, whose bits do not depend on the grouping.
-    #: Clusters of 16 measured fastest (H100 exploration, 2^30 FP32: two passes 7.77 ms
-    #: against three 9.36 ms; the engine's kernels on an H200: 6.85 ms against 7.03 ms, and
-    #: 2-16% faster from 2^24 to 2^29, ``fwht bench`` rows of kind ``plain``).
+    #: limit; 0: never. Plain Folklore (and, with ``cluster_stabilized``, the global
+    #: stabilizers), whose bits do not depend on the grouping. Clusters of 16 measured
+    #: fastest (session 21's exploration); the engine's kernels (session 23, ``fwht bench``
+    #: rows of kind ``plain``): H100 FP32 1.26-1.32x faster than three passes from 2^24 to
+    #: 2^29, 2^30 7.37 against 8.98 ms; H200 1.03-1.18x (FP16 2^24 0.97x).
     cluster_log: int = 4
     #: Whether the global Kahan/Neumaier variants (``kahan``, ``neumaier``: grouping-independent
     #: bits, as plain Folklore's) take cluster passes too (kernels/stabilized_cluster_pass.cuh:
