@@ -149,8 +149,8 @@ class Plan:
         if self.split:
             lines.append("  split: a lone single-pass transform as two passes over more SMs (same bits)")
         if self.clustered:
-            lines.append("  clusters: passes whose top bits span a thread-block cluster (sm_90+; same "
-                         "bits as any other grouping of plain Folklore)")
+            lines.append("  clusters: passes whose top bits span a thread-block cluster (sm_90+; the "
+                         "same bits as any other grouping of this variant)")
         if self.tuning != DEFAULT:
             lines.append(f"  tuning: {self.tuning.changes()}")
         for k, p in enumerate(self.passes):
@@ -292,9 +292,10 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
     SMs: a lone single-pass Folklore transform of at least ``tuning.split_bytes`` with fewer
     transforms than SMs is split into two passes (``split`` True/False forces the choice).
     ``clusters``: log2 of the largest thread-block cluster the device runs (0: none); a plain
-    Folklore transform that takes three or more passes then takes two whose top bits span
-    clusters of 2**min(clusters, tuning.cluster_log) blocks (:func:`cluster_passes`), where
-    its shape allows.
+    Folklore transform (and with ``tuning.cluster_stabilized`` a globally stabilized one) that
+    takes three or more passes then takes two whose top bits span clusters of
+    2**min(clusters, tuning.cluster_log) blocks (:func:`cluster_passes`), where its shape
+    allows.
     """
     log2n = check_length(int(n), "n")
     dt = _dt.resolve(dtype)

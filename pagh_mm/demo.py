@@ -113,8 +113,8 @@ def cooccurrence(echo, k: int = 100, max_terms: int = 16384, lines_per_doc: int 
     else:
         echo(f"the exact product is faster in this run ({t_exact:.2f} s against {ours:.2f} s). "
              f"The sketch's kernels run {threads} threads and SciPy's product one, so other "
-             "processes busy on these cores slow the sketch more; on an idle 2-core machine the "
-             "sketch measured 1.33-1.63x faster on this corpus (README).")
+             "processes busy on these cores slow the sketch more: compare the two on an idle "
+             "machine.")
     echo(f"what decides it: the exact product makes ~{multiplies / 1e6:.0f} M multiplications "
          f"(sum of squared document lengths) into {C.nnz / 1e6:.0f} M distinct counts that it "
          f"stores and searches; the sketch makes ~{2.5 * multiplies / 1e6:.0f} M bucket updates "

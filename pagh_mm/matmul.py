@@ -455,8 +455,8 @@ def _route(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, p
            clock) -> _Route:
     """Every decision of :func:`_add_all` before it launches work: the routes, the memory plan
     (checked against the memory available) and the blocks to visit. Every read of the device
-    the compression makes is here, so that a caller may make them ahead (a stream worker on its
-    copy stream) while the device still computes the previous chunk."""
+    the compression makes is here, so that a caller may make them ahead (a stream worker, on a
+    stream of their own) while the device still computes the previous chunk."""
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
     gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
     if fused:

@@ -81,10 +81,8 @@ class PairwiseSum:
         if first % self.block or first < self.next or not 0 < values.shape[0] <= self.block:
             raise ValueError(f"a block of {values.shape[0]} summands from {first} is not aligned "
                              f"to blocks of {self.block} in increasing order")
-        self._absent(first)
-        node = block_sum(values, self.xp) if pos is None else tree_sum(pos, values, self.xp)
-        self._push(self.level, first >> self.level, node)
-        self.next = first + self.block
+        self.add_node(first, block_sum(values, self.xp) if pos is None else
+                      tree_sum(pos, values, self.xp))
 
     def add_node(self, first: int, node, size: int | None = None) -> None:
         """The block's own pairwise sum ``node`` (None: no terms), computed by the caller;

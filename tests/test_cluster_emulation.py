@@ -38,6 +38,16 @@ def round_item(item, b, k, rows, log_g, strided):
     return g, ((q >> b) << (b + k)) | (q & ((1 << b) - 1))
 
 
+def slice_positions(q, slice_units, threads, strided, log_g):
+    """(group, row) of the positions block q of a cluster finishes in the cluster round, a
+    step of its threads at a time (both cluster kernels' slice loop)."""
+    tid = np.arange(threads)
+    for e0 in range(q * slice_units, (q + 1) * slice_units, threads):
+        e = e0 + tid
+        e = e[e < (q + 1) * slice_units]
+        yield (e & ((1 << log_g) - 1), e >> log_g) if strided else (np.zeros_like(e), e)
+
+
 def traits(c):
     """ClusterPassTraits / PassTraits of the configuration c, as the kernel derives them."""
     P = c.paired
@@ -151,15 +161,7 @@ def simulate(c, src, first_bit):
             sms.append(sm)
         SL = TU >> c.log_cl
         for q in range(C):
-            for e0 in range(q * SL, (q + 1) * SL, TH):
-                e = e0 + tid
-                e = e[e < (q + 1) * SL]
-                if S:
-                    g = e & (UG - 1)
-                    r = e >> T["LUG"]
-                else:
-                    g = np.zeros_like(e)
-                    r = e
+            for g, r in slice_positions(q, SL, TH, S, T["LUG"]):
                 s = slot(g, r)
                 v = np.stack([sms[j][s] for j in range(C)])
                 radix2(v, c.log_cl)
@@ -301,9 +303,7 @@ def simulate_stabilized(c, src, dst, err, first_bit, first, last):
             sms.append(sx)
         SL = TILE >> c.log_cl
         for q in range(C):
-            for e0 in range(q * SL, (q + 1) * SL, TH):
-                e = e0 + tid
-                g, r = (e & (G - 1), e >> c.log_g) if S else (np.zeros_like(e), e)
+            for g, r in slice_positions(q, SL, TH, S, c.log_g):
                 s = slot(g, r)
                 v = np.stack([sms[j][s] for j in range(C)])
                 ev = np.stack([sms[j][npad + s] for j in range(C)])

@@ -332,6 +332,16 @@ def _check_cluster_tile(cfg, limits: Limits):
     return cfg
 
 
+def _cluster_tile(item: int, log_r: int, first_bit: int, tile_bytes: int,
+                  t: Tuning) -> tuple[bool, int, int]:
+    """(strided, log2 G, vector width) of a block's tile in a cluster pass: a strided pass's
+    row segments fill ``tile_bytes`` (fwht_pass's rule); a contiguous one has one group (the
+    cluster's rows are one transform's)."""
+    if first_bit > 0:
+        return (True, *_tile_groups(item, log_r, first_bit, 0, tile_bytes, t))
+    return False, 0, min(16 // item, 1 << log_r)
+
+
 def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
                    limits: Limits = H100) -> ClusterConfig:
     """The tile, threads and vector width of a cluster pass of ``plan``: blocks of 2**log_r
@@ -340,11 +350,7 @@ def cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: int,
     _check_clusters(log_cl, limits)
     t, dt = plan.tuning, plan.dtype
     item = dt.itemsize
-    strided = first_bit > 0
-    if strided:             # a strided tile as fwht_pass's, in cluster_tile_bytes
-        log_g, vec = _tile_groups(item, log_r, first_bit, 0, t.cluster_tile_bytes, t)
-    else:                   # one group: the cluster's rows are one transform's
-        log_g, vec = 0, min(16 // item, 1 << log_r)
+    strided, log_g, vec = _cluster_tile(item, log_r, first_bit, t.cluster_tile_bytes, t)
     paired = item == 2 and vec >= 2 and (log_g >= 1 if strided else log_r >= 1)
     lr = log_r - (1 if paired and not strided else 0)
     units = log_r + log_g - (1 if paired else 0)
@@ -367,11 +373,7 @@ def stabilized_cluster_config(plan: Plan, log_r: int, log_cl: int, first_bit: in
     t, dt = plan.tuning, plan.dtype
     item = dt.itemsize
     foot = smem_bytes_per_element(dt, None, plan.stabilizer)
-    strided = first_bit > 0
-    if strided:
-        log_g, vec = _tile_groups(item, log_r, first_bit, 0, t.cluster_tile_bytes * item // foot, t)
-    else:
-        log_g, vec = 0, min(16 // item, 1 << log_r)
+    strided, log_g, vec = _cluster_tile(item, log_r, first_bit, t.cluster_tile_bytes * item // foot, t)
     tl = log_r + log_g
     log_e = min(t.log_e, log_r)
     log_t = max(0, min(t.cluster_log_threads, tl - log_e, tl - (vec.bit_length() - 1), tl - log_cl))
