@@ -275,12 +275,14 @@ def _variant_rows(cp, name, L, only, per_pass, tuning, echo) -> list[dict]:
 
 def _stabilized_alternative(plan, n, dt, alg, stab, cdt, tuning):
     """("clusters" or "no clusters", plan) of a global stabilizer's row under the other
-    ``Tuning.cluster_stabilized``, when the plans differ (a GPU with clusters); else None."""
+    cluster choice (``Tuning.cluster_stabilized``, ``cluster_neumaier_itemsize``), when the
+    plans differ (a GPU with clusters); else None."""
     t = Tuning() if tuning is None else tuning
     if stab is None or not gpu.limits().max_cluster_log:
         return None
     alt = cuda_plan(n, dt, 1, alg, stab, cdt,
-                    dataclasses.replace(t, cluster_stabilized=not t.cluster_stabilized))
+                    dataclasses.replace(t, cluster_stabilized=not plan.clustered,
+                                        cluster_neumaier_itemsize=0))
     if alt.passes == plan.passes:
         return None
     return ("clusters" if alt.clustered else "no clusters"), alt

@@ -292,7 +292,8 @@ def make_plan(n: int, dtype, algorithm: str = "folklore", stabilizer: str | None
     SMs: a lone single-pass Folklore transform of at least ``tuning.split_bytes`` with fewer
     transforms than SMs is split into two passes (``split`` True/False forces the choice).
     ``clusters``: log2 of the largest thread-block cluster the device runs (0: none); a plain
-    Folklore transform (and with ``tuning.cluster_stabilized`` a globally stabilized one) that
+    Folklore transform (and with ``tuning.cluster_stabilized`` a globally stabilized one;
+    Neumaier's for elements of ``tuning.cluster_neumaier_itemsize`` bytes or more) that
     takes three or more passes then takes two whose top bits span clusters of
     2**min(clusters, tuning.cluster_log) blocks (:func:`cluster_passes`), where its shape
     allows.
@@ -338,7 +339,9 @@ def _plan(n: int, log2n: int, dt, algorithm: str, stabilizer, device: str, cdt, 
     # between passes, folded after the last), so their bits do not depend on it either
     stab_global = (stabilizer is not None and not stabilizer.endswith("-pass")
                    and algorithm == "folklore" and cdt == dt)
-    if clusters and len(passes) >= 3 and (plain or (stab_global and t.cluster_stabilized)):
+    stab_clusters = stab_global and t.cluster_stabilized and (
+        stabilizer != "neumaier" or dt.itemsize >= t.cluster_neumaier_itemsize)
+    if clusters and len(passes) >= 3 and (plain or stab_clusters):
         two = cluster_passes(stages, log2n, dt, clusters, t, foot)
         if two is not None:
             return Plan(int(n), dt, algorithm, stabilizer, device, two, cdt, tuning=t)

@@ -337,17 +337,24 @@ def test_stabilized_cluster_kernel_emulated_gives_its_pass(cfg):
 
 
 def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
-    """The global stabilizers take two cluster passes where a tuning asks (kernels, not yet run
-    on a GPU: off by default); the ``-pass`` stabilizers never (their bits depend on the
+    """The global stabilizers take two cluster passes (Neumaier in FP64 only unless a tuning
+    asks); the ``-pass`` stabilizers never (their bits depend on the
     grouping); the NumPy engine gives a clustered stabilized plan the bits of one pass, and
     small tiles through the emulated kernel (values and errors) give the NumPy engine's bits."""
-    on = F.Tuning(cluster_stabilized=True)
+    on = F.Tuning(cluster_stabilized=True, cluster_neumaier_itemsize=0)
     for st in ("kahan", "neumaier"):
         p = F.make_plan(1 << 30, np.float32, stabilizer=st, device="cuda", clusters=4, tuning=on)
         assert tuple((q.nbits, q.cluster_bits) for q in p.passes) == ((17, 4), (13, 4))
         assert all(isinstance(c, config.StabilizedClusterConfig) and c.errvec
                    for c in config.configs_for(p, 1 << 30, H100))
-        assert not F.make_plan(1 << 30, np.float32, stabilizer=st, device="cuda", clusters=4).clustered
+    # by default Kahan in every dtype, Neumaier (arithmetic-bound in FP32/FP16) in FP64 only
+    default = {(st, dt): F.make_plan(1 << 28, dt, stabilizer=st, device="cuda", clusters=4).clustered
+               for st in ("kahan", "neumaier") for dt in (np.float16, np.float32, np.float64)}
+    assert default == {("kahan", np.float16): True, ("kahan", np.float32): True,
+                       ("kahan", np.float64): True, ("neumaier", np.float16): False,
+                       ("neumaier", np.float32): False, ("neumaier", np.float64): True}
+    assert not F.make_plan(1 << 30, np.float32, stabilizer="kahan", device="cuda", clusters=4,
+                           tuning=F.Tuning(cluster_stabilized=False)).clustered
     assert not F.make_plan(1 << 26, np.float32, stabilizer="kahan-pass", device="cuda", clusters=4,
                            tuning=on).clustered
     rng = np.random.default_rng(2)
@@ -357,7 +364,7 @@ def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
                          strided_tile_bytes=32 * item, segment_bytes=2 * item, cluster_log=2,
                          wide_tile_bytes=64 * item, cluster_tile_bytes=64 * item,
                          cluster_segment_bytes=2 * item, min_tile_bytes=64 * item,
-                         cluster_stabilized=True)
+                         cluster_stabilized=True, cluster_neumaier_itemsize=0)
         x = (rng.standard_normal(1 << 12) * 100).astype(dt)
         two = F.make_plan(1 << 12, dt, stabilizer="neumaier", device="cuda", clusters=2, tuning=small)
         one = F.make_plan(1 << 12, dt, stabilizer="neumaier")
@@ -373,7 +380,8 @@ def test_stabilized_cluster_passes_are_planned_and_keep_the_bits():
                          strided_tile_bytes=32 * item, segment_bytes=2 * item,
                          max_tile_bytes=64 * item, wide_tile_bytes=64 * item,
                          cluster_tile_bytes=64 * item, cluster_segment_bytes=2 * item,
-                         cluster_log=2, min_tile_bytes=64 * item, cluster_stabilized=True)
+                         cluster_log=2, min_tile_bytes=64 * item, cluster_stabilized=True,
+                         cluster_neumaier_itemsize=0)
             plan = F.make_plan(1 << 12, dt, stabilizer=st, device="cuda", tuning=t, clusters=2)
             assert len(plan.passes) == 2 and all(p.cluster_bits for p in plan.passes), plan.describe()
             x = (rng.standard_normal((3, 1 << 12)) * 1e3).astype(dt)

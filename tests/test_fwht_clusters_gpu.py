@@ -88,7 +88,7 @@ def test_overflow_is_judged_per_transform_in_cluster_passes(stabilizer):
     overflow (the flags and per-transform marks of a cluster pass, plain or stabilized: at 2^28
     both passes are)."""
     cp = gpu.cupy()
-    on = dataclasses.replace(_tuning(), cluster_stabilized=True)
+    on = dataclasses.replace(_tuning(), cluster_stabilized=True, cluster_neumaier_itemsize=0)
     T = F.FWHT(1 << 28, np.float16, stabilizer=stabilizer, device="cuda", tuning=on)
     assert all(p.cluster_bits for p in T.plan_for(2).passes)
     x = cp.zeros((2, 1 << 28), dtype=cp.float16)
@@ -116,7 +116,7 @@ def test_stabilized_cluster_passes_bit_exact(stabilizer, dtype, log2n, log_cl, r
     give the NumPy engine's bits up to 2^24 and the stabilized passes' without clusters beyond;
     in place, scaled in the last pass, an error vector between the passes."""
     cp = gpu.cupy()
-    on = dataclasses.replace(_tuning(log_cl), cluster_stabilized=True)
+    on = dataclasses.replace(_tuning(log_cl), cluster_stabilized=True, cluster_neumaier_itemsize=0)
     T = F.FWHT(1 << log2n, dtype, stabilizer=stabilizer, device="cuda", tuning=on)
     plan = T.plan_for(1)
     assert plan.clustered and len(plan.passes) == 2, plan.describe()

@@ -100,7 +100,7 @@ def test_cluster_configurations_fit_the_h100_and_need_clusters():
         config.configs_for(plan, 1 << 30, A100)
     # the global stabilizers' (values and errors: rows of 2^9 in 64-byte segments)
     plan = F.make_plan(1 << 30, np.float32, stabilizer="kahan", device="cuda", clusters=4,
-                       tuning=F.Tuning(cluster_stabilized=True))
+                       tuning=F.Tuning(cluster_stabilized=True, cluster_neumaier_itemsize=0))
     c0, c1 = config.configs_for(plan, 1 << 30, H100)
     assert (c0.log_r, c0.log_g, c0.log_cl, c0.strided) == (13, 0, 4, False)
     assert (c1.log_r, c1.log_g, c1.log_cl, c1.strided) == (9, 4, 4, True)

@@ -150,8 +150,8 @@ def test_cluster_passes_are_a_planner_decision():
     for kw in (dict(tuning=t4), dict(), dict(tuning=F.Tuning(cluster_log=0), clusters=4)):
         assert not F.make_plan(1 << 30, np.float32, device="cuda", **kw).clustered
     assert not F.make_plan(1 << 22, np.float32, device="cuda", tuning=t4, clusters=4).clustered
-    for kw in (dict(algorithm="alman"), dict(stabilizer="kahan"), dict(compute_dtype="float64"),
-               dict(interleave=3)):
+    for kw in (dict(algorithm="alman"), dict(stabilizer="kahan-pass"), dict(stabilizer="neumaier"),
+               dict(compute_dtype="float64"), dict(interleave=3)):
         assert not F.make_plan(1 << 26, np.float32, device="cuda", tuning=t4, clusters=4, **kw).clustered
     with pytest.raises(ValueError, match="clusters"):
         F.make_plan(1 << 26, np.float32, device="cuda", clusters=-1)

@@ -530,11 +530,12 @@ def all_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
 def all_cluster_configs(tuning: Tuning = DEFAULT, limits: Limits = H100):
     """Every cluster-pass configuration the planner and launcher can produce on ``limits``
     with ``tuning``'s settings and clusters of 2 to 16 blocks, for plain Folklore and the
-    global stabilizers (whatever ``tuning.cluster_log`` and ``cluster_stabilized`` say: the
-    shapes the tuning can turn on), each once."""
+    global stabilizers (whatever ``tuning.cluster_log``, ``cluster_stabilized`` and
+    ``cluster_neumaier_itemsize`` say: the shapes the tuning can turn on), each once."""
     seen = set()
     for log_cl in range(1, limits.max_cluster_log + 1):
-        t = dataclasses.replace(tuning, cluster_log=log_cl, cluster_stabilized=True)
+        t = dataclasses.replace(tuning, cluster_log=log_cl, cluster_stabilized=True,
+                                cluster_neumaier_itemsize=0)
         for dt in _dt.SUPPORTED:
             for stabilizer in (None, "kahan", "neumaier"):
                 for log2n in range(2, 37):
