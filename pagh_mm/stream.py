@@ -63,10 +63,12 @@ last_workers: list = []
 #: their chunks' compression (H100s, sparse 2^20 x 64 on two: 3 took each worker's waits for
 #: chunks from 0.03-0.05 s to 0.016 s).
 SLOTS = 3
-#: Halvings of each worker's last chunk in the sums pass (:func:`_runs`' ``tail``): the
-#: smaller last pieces shorten the compression after the last copy; each piece costs a
-#: chunk's fixed work (two H200s, n = 16384 FP64 pinned on one GPU, chunks of 4096: 1.27x the
-#: transfer time with 0, 1.22x with 1, 1.13x with 2).
+#: Halvings of each worker's last chunk in the sums pass of dense factors (:func:`_runs`'
+#: ``tail``): the smaller last pieces shorten the compression after the last copy; each piece
+#: costs a chunk's fixed work. Two H200s, n = 16384 FP64 pinned on one GPU, chunks of 4096:
+#: 1.27x the transfer time with 0, 1.22x with 1, 1.13-1.23x with 2 (four runs); n = 32768 on
+#: two GPUs 1.22x -> 1.12x. Not for sparse factors (2^22 x 64 on two GPUs: 1.82x one GPU
+#: with 0, 1.63x with 2; 2^20 1.71x and 1.65x): their chunks' host work is the larger cost.
 TAIL_SPLITS = 2
 #: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them), each
 #: copying a band of at least BAND_BYTES (two H100s, sparse 2^20 x 64: the 1-d ranges of the
@@ -500,7 +502,9 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             target = max(CHUNK_BYTES, min(PINNED_CHUNK_BYTES, free // 8))
     c = chunk_size(sources, n, len(devices), chunk, target)
     workers = _workers_for(devices, sources, c, n)
-    runs = _runs(n, c, len(workers))
+    # the last chunk in pieces for dense factors only: a sparse chunk's fixed host work costs
+    # more than the compression the pieces move ahead of the last copy
+    runs = _runs(n, c, len(workers), tail=None if not any(s.sparse for s in sources) else 0)
     global last_workers
     last_workers = workers
     home = workers[0].device

@@ -109,8 +109,8 @@ def test_pairwise_sums_of_smaller_aligned_nodes_are_the_same_tree():
 @pytest.mark.parametrize("tail", [1, 3])
 @pytest.mark.parametrize("kind", ["dense", "sparse-int", "sparse-float"])
 def test_runs_ending_in_smaller_chunks_give_the_same_bits(monkeypatch, tail, kind):
-    """Each worker's last chunk split into aligned pieces (stream.TAIL_SPLITS): the bits of the
-    whole arrays (given and automatic buckets, the Gram diagonal), the factors read once."""
+    """Each worker's last chunk split into aligned pieces (stream.TAIL_SPLITS, dense factors):
+    the bits of the whole arrays (given and automatic buckets, the Gram diagonal), the factors read once."""
     monkeypatch.setattr(stream, "TAIL_SPLITS", tail)
     first, second = stream._runs(1000, 128, 2)
     assert first[:3] == [(0, 128, 128), (128, 256, 128), (256, 384, 128)]
@@ -119,6 +119,11 @@ def test_runs_ending_in_smaller_chunks_give_the_same_bits(monkeypatch, tail, kin
     assert second[-1] == (896, 1000, 128)                 # a partial last chunk stays whole
     rng = np.random.default_rng(5)
     A, B = _factors(kind, rng)
+    tails, runs = [], stream._runs         # the pieces for dense factors only (sparse chunks'
+    monkeypatch.setattr(stream, "_runs", lambda *a, **k: tails.append(k.get("tail")) or
+                        runs(*a, **k))     # fixed host work costs more than they save)
+    stream.compress(A, B, devices=["cpu"], chunk=128, buckets=64, reps=1, seed=1)
+    assert tails == [0 if kind.startswith("sparse") else None]
     for workers, chunk in ((1, 64), (3, 128)):
         kw = dict(buckets=1024, reps=3, seed=7)
         ref = pagh_mm.compress(A, B, **kw)
