@@ -408,6 +408,15 @@ def test_streamed_to_the_gpu_gives_the_cpu_bits(kind, monkeypatch):
     if not sps.issparse(A):                  # CuPy factors: chunks are views (or copies)
         sk = stream.compress(cp.asarray(A), cp.asarray(B), devices=[0, 0], chunk=128, **kw)
         assert _same(sk.sketch, ref.sketch)
+        import cupyx                         # page-locked: by DMA, a pitched factor's last
+        pA, pB = (cupyx.empty_pinned(M.shape, M.dtype, order="F" if M.flags.f_contiguous
+                                     and not M.flags.c_contiguous else "C") for M in (A, B))
+        pA[...], pB[...] = A, B              # chunk in one copy, its pieces views of it
+        for one_copy in (False, True):
+            monkeypatch.setattr(stream, "TAIL_ONE_COPY", one_copy)
+            for devices in ([0], list(range(min(2, count)))):
+                sk = stream.compress(pA, pB, devices=devices, chunk=128, **kw)
+                assert _same(sk.sketch, ref.sketch), (devices, one_copy)
 
 
 @pytest.mark.gpu
