@@ -70,14 +70,15 @@ def main(argv=None) -> int:
     bw = []
     for _ in range(3):
         d = cp.empty(A.nbytes // 8, np.float64)
-        s0 = cp.cuda.Event(); s1 = cp.cuda.Event()
+        s0, s1 = cp.cuda.Event(), cp.cuda.Event()
         s0.record()
         cp.cuda.runtime.memcpyAsync(d.data.ptr, A.ctypes.data, A.nbytes, 1, 0)
         s1.record(); s1.synchronize()
         bw.append(A.nbytes / cp.cuda.get_elapsed_time(s0, s1) * 1e3 / 1e9)
         del d
     floor = (A.nbytes + B.nbytes) / (max(bw) * 1e9)
-    print(f"tail splits {stream.TAIL_SPLITS}, one copy {stream.TAIL_ONE_COPY}; pinned H2D {max(bw):.1f} GB/s: floor {floor * 1e3:.1f} ms for {a.n} x {a.n} FP64 x 2")
+    print(f"tail splits {stream.TAIL_SPLITS}, one copy {stream.TAIL_ONE_COPY}; pinned H2D "
+          f"{max(bw):.1f} GB/s: floor {floor * 1e3:.1f} ms for {a.n} x {a.n} FP64 x 2")
     for i in range(a.runs + 1):
         stream._dma, stream._Worker._run_gpu = dma, run_gpu
         ev.clear()

@@ -67,14 +67,14 @@ class Tuning:
     cluster_log: int = 4
     #: Whether the global Kahan/Neumaier variants (``kahan``, ``neumaier``: grouping-independent
     #: bits, as plain Folklore's) take cluster passes too (kernels/stabilized_cluster_pass.cuh:
-    #: values and errors over the cluster). Session 24, two H200s (``fwht bench --variants``,
-    #: three passes against two): Kahan FP32 2^23 0.172 -> 0.108 ms, 2^27 2.52 -> 1.85, 2^30
-    #: 23.9 -> 19.3; FP16 2^30 20.5 -> 16.8; FP64 2^23 0.453 -> 0.214, 2^27 7.57 -> 4.32.
+    #: values and errors over the cluster). Session 24 (``fwht bench --variants``, three
+    #: passes against two): H100 Kahan FP32 2^23 0.204 -> 0.116 ms, 2^27 3.16 -> 1.85, 2^30
+    #: 29.0 -> 19.6, FP64 2^27 9.90 -> 4.71; H200 FP16 2^30 20.5 -> 16.8, FP64 2^23 0.453 -> 0.214.
     cluster_stabilized: bool = True
     #: Neumaier's cluster passes only for elements of at least this many bytes: in FP32 and
-    #: FP16 it is bound by its arithmetic, not by passes (same run: FP32 2^27 3.93 -> 4.05 ms,
-    #: 2^30 35.1 -> 38.5, FP16 2^30 35.4 -> 39.5, FP32 2^23 0.258 -> 0.234), in FP64 by
-    #: memory (2^23 0.936 -> 0.455 ms, 2^27 16.7 -> 8.67).
+    #: FP16 it is bound by its arithmetic, not by passes (H100 FP32 2^23 0.283 -> 0.242 ms,
+    #: 2^27 4.28 -> 4.08, 2^30 38.0 -> 38.6; H200 FP32 2^27 3.93 -> 4.05, 2^30 35.1 -> 38.5,
+    #: FP16 2^30 35.4 -> 39.5), in FP64 by memory (H100 2^23 1.10 -> 0.494 ms, 2^27 19.3 -> 8.94).
     cluster_neumaier_itemsize: int = 8
     #: Shared-memory bytes of one block's tile in a cluster pass (64 KiB: three blocks per
     #: SM; 128 KiB blocks measured slower).

@@ -110,7 +110,8 @@ def test_pairwise_sums_of_smaller_aligned_nodes_are_the_same_tree():
 @pytest.mark.parametrize("kind", ["dense", "sparse-int", "sparse-float"])
 def test_runs_ending_in_smaller_chunks_give_the_same_bits(monkeypatch, tail, kind):
     """Each worker's last chunk split into aligned pieces (stream.TAIL_SPLITS, dense factors):
-    the bits of the whole arrays (given and automatic buckets, the Gram diagonal), the factors read once."""
+    the bits of the whole arrays (given and automatic buckets, the Gram diagonal), the factors
+    read once."""
     monkeypatch.setattr(stream, "TAIL_SPLITS", tail)
     first, second = stream._runs(1000, 128, 2)
     assert first[:3] == [(0, 128, 128), (128, 256, 128), (256, 384, 128)]
