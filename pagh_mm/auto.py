@@ -13,7 +13,10 @@ the slack for its error and for the largest-repetition noise estimate, tau the t
 else F / sqrt(2 k) for a top-k query (exact when the product is k equal entries plus a
 background of the same mass; smaller cuts need more buckets, and the query then peels and
 scans again, or says which ``buckets`` to use).  Without a stated query: 8 (m + p)
-buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="auto"`` is 5.
+buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="auto"`` is 5,
+or for a stated query whose compression goes through the transforms the count in
+:data:`AUTO_REPS` whose buckets cost the fewest additions (7 repetitions need a smaller margin,
+so fewer buckets: a top-300 query 2^17 instead of 2^18).
 """
 from __future__ import annotations
 
@@ -29,6 +32,15 @@ from .backend import is_sparse
 
 AUTO = "auto"
 DEFAULT_REPS = 5
+#: The repetition counts ``reps="auto"`` chooses from for a stated query whose compression
+#: goes through the transforms (not pair-accumulated, no bit sketches): the one whose
+#: buckets cost the fewest additions, d (n b log2 b + SCAN_WEIGHT m p). Odd (a median of
+#: one middle value); at most 7 (the GPU scan keeps up to 8 repetitions' buckets in
+#: registers). A top-300 query needs 2^18 buckets with 5 and 2^17 with 7: 0.66x the work.
+AUTO_REPS = (5, 7)
+#: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
+#: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).
+SCAN_WEIGHT = 8
 MIN_LOG2B = 10
 #: Rows s of each Count-Sketch of the Frobenius-norm estimate (relative standard deviation of
 #: the squared norm at most sqrt(4 / s + 4 / s^2): about 25%).
@@ -210,7 +222,9 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
     buckets, sized for a cut half the model's, which spread products (co-occurrences, where
     the top k hold far less than half of ||C||_F^2) need, instead of a second compression
     (``CHEAP_SLACK_DECODE`` times with bit sketches, ``decoding``).  ``frobenius``: the
-    estimate of ||AB||_F when it was formed elsewhere (:mod:`pagh_mm.dask`)."""
+    estimate of ||AB||_F when it was formed elsewhere (:mod:`pagh_mm.dask`).  ``reps="auto"``
+    with a stated query and neither ``cheap`` nor ``decoding``: the count of
+    :data:`AUTO_REPS` whose buckets cost the least (module docstring)."""
     d = DEFAULT_REPS if reps == AUTO else int(reps)
     if buckets != AUTO:
         return Choice(int(buckets), d, reason="buckets given" if reps != AUTO else "buckets given, reps auto")
@@ -228,26 +242,47 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         reason = f"auto: ||AB||_F estimate {F:.4g}"
     else:
         count = min(m * p, (F / cut) ** 2)
-        lam = certificate.multiplier(d, count, delta)
-        want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
         slack = (CHEAP_SLACK_DECODE if decoding else CHEAP_SLACK) \
             if cheap and threshold is None else 1
-        b = 1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2))))
         norm = "||AB - diag||_F" if diagonal is not None else "||AB||_F"
         reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g}, "
                   f"failure probability {delta:g}"
                   + (f", x{slack} (pair-accumulated: buckets cost no compression time)"
                      if slack > 1 else ""))
+        # the repetitions: more of them need a smaller margin (the median's binomial tail
+        # falls faster), so fewer buckets; where the transforms set the compression's cost
+        # (d b log2 b per inner index), the count with the least of it and of the scan's
+        options = (d,) if reps != AUTO or cheap or decoding else AUTO_REPS
+        costs = []
+        for dd in options:
+            lam = certificate.multiplier(dd, count, delta)
+            want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
+            bb, note = _capped(1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2)))),
+                               dd, m, p, be)
+            costs.append((dd * (A.shape[1] * bb * math.log2(bb) + SCAN_WEIGHT * m * p), dd, bb,
+                          note))
+        _, d, b, note = min(costs)
+        if len(options) > 1:
+            reason += (f", reps {d} (of {', '.join(map(str, options))}: the fewest transform "
+                       f"additions, {b} buckets)")
+        return Choice(b, d, F, cut, reason + note)
+    b, note = _capped(b, d, m, p, be)
+    return Choice(b, d, F, cut, reason + note)
+
+
+def _capped(b: int, d: int, m: int, p: int, be) -> tuple[int, str]:
+    """``b`` within 4 m p (rounded up), the memory available to d repetitions and 2**30; the
+    reason's note for a cap."""
+    note = ""
     most = 1 << max(MIN_LOG2B, (4 * m * p - 1).bit_length())    # beyond: rarely any collision
     if b > most:
         b = most
-        reason += f"; at most 4 m p rounded up ({most})"
+        note += f"; at most 4 m p rounded up ({most})"
     cap = _memory_cap(d, be)
     if cap is not None and b > cap:
         b = cap
-        reason += f"; capped by the memory available to {b} (certificates may need more)"
-    b = min(b, 1 << 30)
-    return Choice(b, d, F, cut, reason)
+        note += f"; capped by the memory available to {b} (certificates may need more)"
+    return min(b, 1 << 30), note
 
 
 def _memory_cap(d: int, be) -> int | None:

@@ -279,11 +279,11 @@ def _dma(buf, slab, stream):
     if slab.flags.c_contiguous or slab.flags.f_contiguous:
         rt.memcpyAsync(dst.data.ptr, slab.ctypes.data, n * it, rt.memcpyHostToDevice, stream.ptr)
         return dst.reshape(slab.shape, order="C" if slab.flags.c_contiguous else "F")
-    if slab.strides[1] == it:               # rows contiguous, pitched
+    if slab.strides[1] == it and slab.strides[0] >= cols * it:     # rows contiguous, pitched
         rt.memcpy2DAsync(dst.data.ptr, cols * it, slab.ctypes.data, slab.strides[0], cols * it,
                          rows, rt.memcpyHostToDevice, stream.ptr)
         return dst.reshape(rows, cols)
-    if slab.strides[0] == it:               # columns contiguous, pitched
+    if slab.strides[0] == it and slab.strides[1] >= rows * it:     # columns contiguous, pitched
         rt.memcpy2DAsync(dst.data.ptr, rows * it, slab.ctypes.data, slab.strides[1], rows * it,
                          cols, rt.memcpyHostToDevice, stream.ptr)
         return dst.reshape(cols, rows).T
@@ -358,13 +358,12 @@ class _Worker:
             # factor), the pieces its views
             jt = next((j for j, sp in enumerate(spans) if sp[2] < self.c), None)
             tail = {}
-            if TAIL_ONE_COPY and jt is not None and spans[-1][1] - spans[jt][0] == self.c:
-                r0, r1 = spans[jt][0], spans[-1][1]
+            if TAIL_ONE_COPY and jt is not None:
+                r0, r1 = spans[jt][0], spans[-1][1]     # (the pieces of one chunk: r1 - r0 = c)
                 for i in dense:
-                    reg = self.sources[i].slab(r0, r1)
-                    if self.sources[i].pinned and not (reg.flags.c_contiguous or
-                                                       reg.flags.f_contiguous) \
-                            and reg.itemsize in reg.strides:
+                    piece = self.sources[i].slab(r0, spans[jt][1])
+                    if self.sources[i].pinned and not (piece.flags.c_contiguous or
+                                                       piece.flags.f_contiguous):
                         tail[i] = None              # its device view, once copied
 
             def load(j):
@@ -377,9 +376,9 @@ class _Worker:
                 with cp.cuda.Device(dev), copy:
                     for i, s in enumerate(self.sources):
                         slab = s.slab(k0, k1) if not s.sparse or s.gpu else None
-                        if i in tail and j >= jt:
-                            if j == jt:
-                                tail[i] = _dma(buffers[i][slot][0], s.slab(r0, r1), copy)
+                        if i in tail and j == jt:     # (None: not one 2-d copy, pieces then)
+                            tail[i] = _dma(buffers[i][slot][0], s.slab(r0, r1), copy)
+                        if i in tail and j >= jt and tail[i] is not None:
                             out.append(s.part(tail[i], k0 - r0, k1 - r0))
                         elif i in dense:
                             buf = buffers[i][slot][0]
