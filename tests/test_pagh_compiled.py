@@ -250,10 +250,11 @@ def heavy_factors_for_pruning():
     return A.tocsc(), B.tocsr()
 
 
+@pytest.mark.parametrize("reps", [5, 7])
 @pytest.mark.parametrize("kind", ["dense", "gram"])
-def test_compiled_scans_give_the_specifications_answers(kind):
+def test_compiled_scans_give_the_specifications_answers(kind, reps):
     A, B = _factors(kind, np.random.default_rng(5))
-    sk = pagh_mm.compress(A, B, buckets=256, reps=5, seed=1)
+    sk = pagh_mm.compress(A, B, buckets=256, reps=reps, seed=1)
     queries = [lambda: sk.top_k(9, by=by, exclude_diagonal=ex) for by in ("abs", "value")
                for ex in (False, True)]
     queries += [lambda: sk.top_k(5, verify=True), lambda: sk.above(0.5 * float(abs(sk.sketch).max()),
@@ -266,14 +267,15 @@ def test_compiled_scans_give_the_specifications_answers(kind):
         assert got.certified == want.certified
 
 
-@pytest.mark.parametrize("prune", [False, True])
+@pytest.mark.parametrize("prune,reps", [(False, 5), (True, 5), (False, 7), (False, 3)])
 @pytest.mark.parametrize("kind", ["dense", "gram"])
-def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatch):
+def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, reps, monkeypatch):
     """Small tiles (many of them, a seeded first one), rows with more passing entries than
     their first room (scanned again with room for them, or the two-pass way) and entries
     rejected after three repetitions; or (``prune``) only the entries heavy buckets point to,
     in blocks of rows, Gram entries with blind repetitions included: the specification's
-    answers, certificates included, and next_key bounds every entry not returned."""
+    answers, certificates included, and next_key bounds every entry not returned; five
+    repetitions (one pass) and others (the two-pass tiles)."""
     used = _watch_pruned(monkeypatch) if prune else []
     if prune:                                   # whatever it costs (the answer must not change)
         monkeypatch.setattr(pagh_mm.query, "PRUNE_COST", 1e9)
@@ -291,7 +293,10 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
     else:
         A, B = rng.standard_normal((240, 80)), rng.standard_normal((80, 230))
         A[:8] *= 20.0                                                # crowded rows
-    sk = pagh_mm.compress(A, B, buckets=512, reps=5, seed=2)
+    sk = pagh_mm.compress(A, B, buckets=512, reps=reps, seed=2)
+    scanned, one_pass = [], compiled.scan_tile           # the one-pass kernel's repetitions
+    monkeypatch.setattr(compiled, "scan_tile",
+                        lambda h1, *a: scanned.append(h1.shape[0]) or one_pass(h1, *a))
     m, p = sk.shape
     ii, jj = np.meshgrid(np.arange(m), np.arange(p), indexing="ij")
     est = sk.estimate(ii, jj)
@@ -324,6 +329,7 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, monkeypatc
             assert np.array_equal(got.exact, want.exact)
             assert got.certified == want.certified and got.margin == want.margin
     assert any(used) == prune and (not prune or not all(used))      # pruned, and fallbacks
+    assert prune or set(scanned) == ({5} if reps == 5 else set())
 
 
 def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
