@@ -61,7 +61,7 @@ def one(task):
     """One seed of a family in a regime: compress (one sketch per distinct bucket count)
     and ask each query, counting its scans.  Returns (family, regime, seed, {query: record},
     seconds)."""
-    name, regime, seed, scale, delta = task
+    name, regime, seed, scale, delta, reps = task
     f = T.BY_NAME[name]
     t0 = time.perf_counter()
     A, B, C, by, k = T.problem(f, seed, scale)
@@ -69,7 +69,7 @@ def one(task):
     for q, b in f.regime(regime).items():
         b = scaled_buckets(b, scale, regime)
         if b not in sketches:
-            sketches[b] = pagh_mm.compress(A, B, buckets=b, reps=5, seed=seed)
+            sketches[b] = pagh_mm.compress(A, B, buckets=b, reps=reps, seed=seed)
         _SCANS[0] = 0
         recs[q] = T.ask(sketches[b], f, q, C, by, k, delta)
         recs[q].update(rounds=_SCANS[0], buckets=b)
@@ -133,13 +133,14 @@ def main() -> None:
                     help="m and p relative to the test's sizes (128 x 128 and so on)")
     ap.add_argument("--delta", type=float, default=T.DELTA, help="failure_probability asked for")
     ap.add_argument("--families", nargs="*", default=T.NAMES, choices=T.NAMES)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of every sketch")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default=None, help="write a provenance record (JSON) here")
     args = ap.parse_args()
     n_seeds = {"main": args.seeds, "edge": args.seeds // 4 if args.edge_seeds is None
                else args.edge_seeds, "small": args.seeds // 5 if args.small_seeds is None
                else args.small_seeds}
-    tasks = [(name, regime, s, args.scale, args.delta) for name in args.families
+    tasks = [(name, regime, s, args.scale, args.delta, args.reps) for name in args.families
              for regime in T.REGIMES if T.BY_NAME[name].regime(regime)
              for s in range(n_seeds[regime])]
     t0 = time.perf_counter()
