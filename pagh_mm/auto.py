@@ -33,14 +33,20 @@ from .backend import is_sparse
 AUTO = "auto"
 DEFAULT_REPS = 5
 #: The repetition counts ``reps="auto"`` chooses from for a stated query whose compression
-#: goes through the transforms (not pair-accumulated, no bit sketches): the one whose
-#: buckets cost the fewest additions, d (n b log2 b + SCAN_WEIGHT m p). Odd (a median of
+#: goes through the transforms (not pair-accumulated, no bit sketches) and costs at least
+#: AUTO_REPS_MIN_WORK: the one whose buckets cost the fewest additions, d (n b log2 b +
+#: SCAN_WEIGHT m p); the first is the default (DEFAULT_REPS). Odd (a median of
 #: one middle value); at most 7 (the GPU scan keeps up to 8 repetitions' buckets in
 #: registers). A top-300 query needs 2^18 buckets with 5 and 2^17 with 7: 0.66x the work.
 AUTO_REPS = (5, 7)
 #: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
 #: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).
 SCAN_WEIGHT = 8
+#: Below this many additions with 5 repetitions (about a second of the 2-core CPU's
+#: compression) 5 stays: small products gain nothing measurable, and on the CPU the one-pass
+#: scan is for 5 (other counts take the two-pass tiles and more compiled kernels: the CPU test
+#: suite took 7:46 with 5 everywhere, 10:10-10:38 when its small products took 7).
+AUTO_REPS_MIN_WORK = 1e10
 MIN_LOG2B = 10
 #: Rows s of each Count-Sketch of the Frobenius-norm estimate (relative standard deviation of
 #: the squared norm at most sqrt(4 / s + 4 / s^2): about 25%).
@@ -261,7 +267,7 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
                                dd, m, p, be)
             costs.append((dd * (A.shape[1] * bb * math.log2(bb) + SCAN_WEIGHT * m * p), dd, bb,
                           note))
-        _, d, b, note = min(costs)
+        _, d, b, note = costs[0] if costs[0][0] < AUTO_REPS_MIN_WORK else min(costs)
         if len(options) > 1:
             reason += (f", reps {d} (of {', '.join(map(str, options))}: the fewest transform "
                        f"additions, {b} buckets)")

@@ -214,8 +214,8 @@ def test_auto_parameters_are_reported_and_certify():
         assert auto.frobenius_estimate(A32, B32, pagh_mm.backend.cpu(), seed=0) == whole
     sk = pagh_mm.compress(A, B, k=4, seed=2)
     assert sk.chosen.reason.startswith("auto") and sk.buckets == sk.chosen.buckets
-    assert "buckets=" in sk.describe() and sk.reps == sk.chosen.reps in auto.AUTO_REPS
-    assert f"reps {sk.reps} (of 5, 7" in sk.chosen.reason     # the dense rule picks reps too
+    assert "buckets=" in sk.describe() and sk.reps == 5      # (a small product keeps 5)
+    assert "reps 5 (of 5, 7" in sk.chosen.reason
     with warnings.catch_warnings():
         warnings.simplefilter("error", pagh_mm.CertificateWarning)
         top = sk.top_k(4, verify=True)
@@ -232,8 +232,8 @@ def test_auto_parameters_are_reported_and_certify():
 def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
     """reps="auto" for a stated query through the transforms: the count of AUTO_REPS whose
     buckets cost the fewest additions (a top-300 of a 16384^2 product: 7 repetitions of 2^17
-    buckets, not 5 of 2^18); 5 where buckets cost no compression (pairs) or with bit sketches,
-    and whenever reps or buckets are given."""
+    buckets, not 5 of 2^18); 5 where buckets cost no compression (pairs), with bit sketches,
+    for small products (AUTO_REPS_MIN_WORK), and whenever reps or buckets are given."""
     be = pagh_mm.backend.cpu()
     big = np.broadcast_to(np.float64(0), (16384, 16384))         # shapes only: F is given
     kw = dict(k=300, delta=1e-3, seed=0, frobenius=1e6)
@@ -247,6 +247,10 @@ def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
     thin = np.broadcast_to(np.float64(0), (16384, 8))             # a short inner dimension:
     t = auto.choose(thin, thin.T, be, auto.AUTO, auto.AUTO, **kw)   # the scan's d m p decides
     assert t.reps == 5
+    small = np.broadcast_to(np.float64(0), (1024, 64))            # little work: 5 stays
+    assert auto.choose(small, small.T, be, auto.AUTO, auto.AUTO, **kw).reps == 5
+    mid = np.broadcast_to(np.float64(0), (1024, 1024))            # 2.4e10 additions with 5
+    assert auto.choose(mid, mid, be, auto.AUTO, auto.AUTO, **kw).reps == 7
 
 
 def test_an_auto_sketch_grows_when_a_verified_query_needs_it():
