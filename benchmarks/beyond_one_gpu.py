@@ -338,13 +338,10 @@ def main():
                     help="comma-separated chunk sizes of extra pinned runs on all the devices")
     ap.add_argument("--tail-splits", type=int, default=None,
                     help="pagh_mm.stream.TAIL_SPLITS: halvings of each worker's last chunk")
-    ap.add_argument("--tail-one-copy", action="store_true",
-                    help="pagh_mm.stream.TAIL_ONE_COPY: a pitched factor's last chunk in one copy")
     ap.add_argument("--json")
     a = ap.parse_args()
     if a.tail_splits is not None:
         stream.TAIL_SPLITS = a.tail_splits
-    stream.TAIL_ONE_COPY = stream.TAIL_ONE_COPY or a.tail_one_copy
     from fwht_gpu import gpu
     cp = gpu.cupy()
     devices = [int(x) for x in a.devices.split(",")]

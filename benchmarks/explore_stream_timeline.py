@@ -26,12 +26,10 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--tail-splits", type=int, default=None, help="pagh_mm.stream.TAIL_SPLITS")
-    ap.add_argument("--tail-one-copy", action="store_true", help="pagh_mm.stream.TAIL_ONE_COPY")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
     if a.tail_splits is not None:
         stream.TAIL_SPLITS = a.tail_splits
-    stream.TAIL_ONE_COPY = stream.TAIL_ONE_COPY or a.tail_one_copy
     import cupyx
     rng = np.random.default_rng(0)
     A = cupyx.empty_pinned((a.n, a.n), np.float64)
@@ -77,7 +75,7 @@ def main(argv=None) -> int:
         bw.append(A.nbytes / cp.cuda.get_elapsed_time(s0, s1) * 1e3 / 1e9)
         del d
     floor = (A.nbytes + B.nbytes) / (max(bw) * 1e9)
-    print(f"tail splits {stream.TAIL_SPLITS}, one copy {stream.TAIL_ONE_COPY}; pinned H2D "
+    print(f"tail splits {stream.TAIL_SPLITS}; pinned H2D "
           f"{max(bw):.1f} GB/s: floor {floor * 1e3:.1f} ms for {a.n} x {a.n} FP64 x 2")
     for i in range(a.runs + 1):
         stream._dma, stream._Worker._run_gpu = dma, run_gpu

@@ -70,12 +70,6 @@ SLOTS = 3
 #: two GPUs 1.22x -> 1.12x. Not for sparse factors (2^22 x 64 on two GPUs: 1.82x one GPU
 #: with 0, 1.63x with 2; 2^20 1.71x and 1.65x): their chunks' host work is the larger cost.
 TAIL_SPLITS = 2
-#: Whether a run's last chunk, sent in pieces, comes in one copy for a pinned factor whose
-#: slabs are pitched (a C-ordered A's columns): narrow pitched rows copy slowly (one H100,
-#: n = 16384 FP64, session 24's timeline: A's rows of 32 KiB at 47 GB/s, of 8-16 KiB (the
-#: pieces) at 32 GB/s, contiguous slabs at 55 GB/s; the link busy 89.6 ms against 77.8 ms
-#: for the same bytes in one copy). False until it has run on a GPU (built without one).
-TAIL_ONE_COPY = False
 #: Threads of one host-to-pinned copy (a memory-mapped source reads from disk with them), each
 #: copying a band of at least BAND_BYTES (two H100s, sparse 2^20 x 64: the 1-d ranges of the
 #: sparse arrays in 16 bands each on both workers took 10% longer than in 8).
@@ -150,10 +144,6 @@ class _Source:
 
     def slab(self, k0: int, k1: int):
         return self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1, :]
-
-    def part(self, view, a: int, b: int):
-        """Inner indices a..b of ``view``, a slab of this factor (on any device)."""
-        return view[:, a:b] if self.which == 1 else view[a:b, :]
 
     def shape(self, k0: int, k1: int) -> tuple:
         return (self.other, k1 - k0) if self.which == 1 else (k1 - k0, self.other)
@@ -352,20 +342,6 @@ class _Worker:
             # stream reads them
             held = [None] * SLOTS
             copier = ThreadPoolExecutor(COPY_THREADS)
-            # a run's last chunk in pieces (_runs' tail): with TAIL_ONE_COPY, a pinned factor
-            # whose slabs are pitched (a C-ordered A's columns) comes in one copy of the whole
-            # chunk, into the first piece's buffer (kept: the later pieces copy only the other
-            # factor), the pieces its views
-            jt = next((j for j, sp in enumerate(spans) if sp[2] < self.c), None)
-            tail = {}
-            if TAIL_ONE_COPY and jt is not None:
-                r0, r1 = spans[jt][0], spans[-1][1]     # (the pieces of one chunk: r1 - r0 = c)
-                for i in dense:
-                    piece = self.sources[i].slab(r0, spans[jt][1])
-                    if self.sources[i].pinned and not (piece.flags.c_contiguous or
-                                                       piece.flags.f_contiguous):
-                        tail[i] = None              # its device view, once copied
-
             def load(j):
                 slot = j % SLOTS
                 k0, k1, _ = spans[j]
@@ -376,11 +352,7 @@ class _Worker:
                 with cp.cuda.Device(dev), copy:
                     for i, s in enumerate(self.sources):
                         slab = s.slab(k0, k1) if not s.sparse or s.gpu else None
-                        if i in tail and j == jt:     # (None: not one 2-d copy, pieces then)
-                            tail[i] = _dma(buffers[i][slot][0], s.slab(r0, r1), copy)
-                        if i in tail and j >= jt and tail[i] is not None:
-                            out.append(s.part(tail[i], k0 - r0, k1 - r0))
-                        elif i in dense:
+                        if i in dense:
                             buf = buffers[i][slot][0]
                             view = _dma(buf, slab, copy) if s.pinned else None
                             if view is None:          # staged: a parallel copy, then DMA

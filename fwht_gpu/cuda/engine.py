@@ -247,14 +247,13 @@ def _nonfinite_transforms(a, n: int, row_shift: int):
 
 @functools.lru_cache(maxsize=None)
 def _resident_blocks(cfg: config.KernelConfig, smem_per_sm: int) -> int:
-    """Blocks of ``cfg`` that fit on one SM at once (CUDA occupancy calculator)."""
-    fn = kernel(cfg)
-    try:
-        return max(1, int(cupy().cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            fn.ptr, 1 << cfg.log_t, cfg.smem_bytes)))
-    except Exception:   # estimate from shared memory, registers and threads
-        regs = max(1, fn.num_regs) * (1 << cfg.log_t)
-        return max(1, min(smem_per_sm // cfg.smem_bytes, 65536 // regs, 2048 >> cfg.log_t))
+    """Blocks of a pipelined ``cfg`` launched per SM: an estimate from shared memory, registers
+    and threads. The CUDA occupancy calculator answers fewer for the wide-compute row kernels
+    (2^8-2^10: 20-32 blocks against 25-107) and those grids ran no faster (one H100, FP16 and
+    BF16 rows in FP32, FP32 rows in FP64, 2^8-2^11: 0.99-1.05x the estimate's time, the same
+    bits; ``benchmarks/explore_resident_blocks.py``)."""
+    regs = max(1, kernel(cfg).num_regs) * (1 << cfg.log_t)
+    return max(1, min(smem_per_sm // cfg.smem_bytes, 65536 // regs, 2048 >> cfg.log_t))
 
 
 @functools.lru_cache(maxsize=None)
