@@ -6,8 +6,8 @@ For each n and transform dtype: compress a dense N(0, 1) A (C order, then F orde
 with the fused kernel (with and without the contiguous copy of A's blocks), and with the
 staged path; prints the median wall time of the compression and the profile's stages
 (GPU synchronized between stages), and checks that every variant gives the same bits.
-``--gather-batch G`` (repeatable) adds the fused kernel compiled with
-``PAGH_FUSED_GATHER_BATCH=G`` (the sketch's gathers G at a time per thread; the library: 1)."""
+(Session 23's ``--gather-batch G``, the sketch's gathers G at a time per thread, measured
+slower in FP64 in session 24 and was removed with its kernel macro in session 25.)"""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,6 @@ import time
 
 import pagh_mm
 from fwht_gpu import gpu, provenance
-from fwht_gpu.cuda import modules
 from pagh_mm import matmul
 from pagh_mm.cuda import kernels
 
@@ -40,14 +39,10 @@ def main(argv=None) -> int:
     ap.add_argument("--buckets", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", action="append")
-    ap.add_argument("--gather-batch", type=int, action="append", default=[])
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
     library = kernels.FUSED
-    batched = {g: modules.KernelModule(library.path, library.options +
-                                       (f"-DPAGH_FUSED_GATHER_BATCH={g}",))
-               for g in a.gather_batch}
     rows = []
     for n in a.n or [8192, 16384]:
         rng = cp.random.default_rng(n)
@@ -60,8 +55,6 @@ def main(argv=None) -> int:
                         ("fused, A C-order, strided columns", A, True, False, library),
                         ("fused, A F-order", cp.asfortranarray(A), True, True, library),
                         ("staged", A, False, True, library)]
-            variants += [(f"fused, A C-order, contiguous copy, gathers by {g}", A, True, True, m)
-                         for g, m in batched.items()]
             for name, AA, fused, contiguous, module in variants:
                 matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = fused, contiguous
                 kernels.FUSED = module
@@ -80,7 +73,6 @@ def main(argv=None) -> int:
     kernels.FUSED = library
     if a.json:
         settings = {"n": a.n or [8192, 16384], "buckets": a.buckets, "reps": a.reps,
-                    "gather_batch": a.gather_batch,
                     "dtypes": a.dtype or ["float64", "float32"], "repeats": 3}
         provenance.write(provenance.record("pagh-fused-explore", rows, settings, device="gpu"),
                          a.json)

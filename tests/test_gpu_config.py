@@ -121,10 +121,9 @@ def test_cluster_passes_compile_for_hopper_and_trap_before(tmp_path):
         lines.append(f'static_assert({traits}::SMEM_BYTES == {c.smem_bytes}, "{c.name}");')
     src = tmp_path / "cluster.cu"
     src.write_text("\n".join(lines) + "\n")
-    for arch, want, extra in (("sm_90", True, []), ("sm_80", False, []),
-                              ("sm_90", True, ["-DFWHT_CLUSTER_SPLIT_BARRIER=1"])):   # (explored)
+    for arch, want in (("sm_90", True), ("sm_80", False)):
         out = tmp_path / f"{arch}.ptx"
-        r = subprocess.run(["nvcc", "-std=c++17", "--ptx", f"-arch={arch}", *extra, "-o", str(out),
+        r = subprocess.run(["nvcc", "-std=c++17", "--ptx", f"-arch={arch}", "-o", str(out),
                             str(src)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-3000:]
         assert (".reqnctapercluster" in out.read_text()) == want
@@ -142,22 +141,4 @@ def test_shared_memory_formula_equals_the_kernels(tmp_path):
     src.write_text("\n".join(lines) + "\n")
     r = subprocess.run(["nvcc", "-std=c++17", "--ptx", "-arch=sm_90", "-o", os.devnull, str(src)],
                        capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
-def test_explored_fused_gather_batches_compile(tmp_path):
-    """pagh_mm's fused kernel with the exploration's batched gathers (PAGH_FUSED_GATHER_BATCH,
-    benchmarks/explore_fused.py --gather-batch) compiles for sm_90."""
-    from pagh_mm.cuda import kernels
-    lines = [f'#include "{kernels.FUSED.path}"']
-    for name, t, s in kernels.fused_names()[::9]:
-        params = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*")
-                           for p in kernels.FUSED_PARAMS)
-        lines.append(f"template __global__ void {name}({params});")
-    src = tmp_path / "fused.cu"
-    src.write_text("\n".join(lines) + "\n")
-    r = subprocess.run(["nvcc", "-std=c++17", "--ptx", "-arch=sm_90", "-DPAGH_FUSED_GATHER_BATCH=4",
-                        "-o", os.devnull, str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]

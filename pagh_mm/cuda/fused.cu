@@ -45,12 +45,6 @@ __device__ __forceinline__ int round_index(int q, int lo, int r, int threads) {
 
 // Values of one chunk of the bucket-sorted key list in shared memory (see sketch()).
 constexpr int CHUNK = 2048;
-// Exploration only (benchmarks/explore_fused.py --gather-batch G compiles this file with it;
-// the library compiles 1, the loop below as it was): each thread loads the keys, signs and
-// buckets of G chunk positions before their values, so G dependent gathers are in flight.
-#ifndef PAGH_FUSED_GATHER_BATCH
-#define PAGH_FUSED_GATHER_BATCH 1
-#endif
 struct Stage {
     double* val;       // CHUNK signed values s(i) x_i
     int* bucket;       // CHUNK buckets
@@ -78,32 +72,10 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
     for (i64 c0 = p0; c0 < p1; c0 += CHUNK, parity ^= 1) {
         const int len = (int)min((i64)CHUNK, p1 - c0);
         __syncthreads();                      // the previous chunk is summed, its carry written
-#if PAGH_FUSED_GATHER_BATCH > 1
-        constexpr int GB = PAGH_FUSED_GATHER_BATCH;
-        for (int i0 = threadIdx.x; i0 < len; i0 += GB * (int)blockDim.x) {
-            i64 kk[GB];
-            double sg[GB];
-            int bp[GB];
-#pragma unroll
-            for (int g = 0; g < GB; ++g) {
-                const int i = i0 + g * (int)blockDim.x;
-                if (i < len) { kk[g] = keys[c0 + i]; sg[g] = sgn[c0 + i]; bp[g] = bpos[c0 + i]; }
-            }
-#pragma unroll
-            for (int g = 0; g < GB; ++g) {
-                const int i = i0 + g * (int)blockDim.x;
-                if (i < len) {
-                    st.val[i] = __dmul_rn(sg[g], (double)x[kk[g] * s_key]);
-                    st.bucket[i] = bp[g];
-                }
-            }
-        }
-#else
         for (int i = threadIdx.x; i < len; i += blockDim.x) {
             st.val[i] = __dmul_rn(sgn[c0 + i], (double)x[keys[c0 + i] * s_key]);
             st.bucket[i] = bpos[c0 + i];
         }
-#endif
         __syncthreads();
         const bool more = c0 + len < p1;
         const int next = more ? bpos[c0 + len] : -1;

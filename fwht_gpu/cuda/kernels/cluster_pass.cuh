@@ -37,22 +37,7 @@
 #define FWHT_CLUSTER_DIMS(c)
 #endif
 
-// Exploration only (benchmarks/explore_cluster_variants.py compiles this unit with it set to 1;
-// the library compiles 0): the barrier that guards a block's tile before its reuse split into
-// its arrive, after the cluster round's reads, and its wait, after the next tile's first
-// global loads are issued (before any write of the tile), so the loads overlap the wait.
-#ifndef FWHT_CLUSTER_SPLIT_BARRIER
-#define FWHT_CLUSTER_SPLIT_BARRIER 0
-#endif
-
 #if FWHT_CLUSTERS
-// the two halves of cluster_sync (every arrive followed by its wait before the next arrive)
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 // this block's rank in its cluster
 __device__ __forceinline__ int cluster_rank() {
     unsigned r;
@@ -151,10 +136,6 @@ fwht_cluster_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, in
     unsigned remote[CLUSTER];                  // the cluster's tiles, by block rank
 #pragma unroll
     for (int j = 0; j < CLUSTER; ++j) remote[j] = map_rank(sm, j);
-#if FWHT_CLUSTER_SPLIT_BARRIER
-    bool pending = false;                      // an arrive whose wait is still to come
-    auto settle = [&] { if (pending) { cluster_wait(); pending = false; } };
-#endif
 
     for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const i64 cb = cluster_base(t >> LOG_CL);
@@ -179,9 +160,6 @@ fwht_cluster_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, in
                         buf[i] = *reinterpret_cast<const V*>(usrc + ub + (i64)vi * UNITS_PER_VEC);
                     }
                 }
-#if FWHT_CLUSTER_SPLIT_BARRIER
-                settle();                      // the tile is free: no block reads it any more
-#endif
 #pragma unroll
                 for (int i = 0; i < VECS_IN_FLIGHT; ++i) {
                     U w[ITEM_UNITS > UNITS_PER_VEC ? ITEM_UNITS : UNITS_PER_VEC];
@@ -209,9 +187,6 @@ fwht_cluster_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, in
 #pragma unroll
                 for (int j = 0; j < ITEM_UNITS; ++j)
                     if (j < (1 << FIRST_ROUND_BITS)) raw[j] = usrc[gidx(g, r0 + j)];
-#if FWHT_CLUSTER_SPLIT_BARRIER
-                settle();                      // the tile is free: no block reads it any more
-#endif
                 U w[ITEM_UNITS];
                 bool bad = false;
 #pragma unroll
@@ -264,16 +239,8 @@ fwht_cluster_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, in
                 udst[STRIDED ? cb + row * uinner + g : cb + row] = finish(v[j]);
             }
         }
-#if FWHT_CLUSTER_SPLIT_BARRIER
-        cluster_arrive();                      // this block's reads of the cluster are done
-        pending = true;
-#else
         cluster_sync();                        // no block reuses its tile while others read it
-#endif
     }
-#if FWHT_CLUSTER_SPLIT_BARRIER
-    settle();                                  // (a block's tile lives until no block reads it)
-#endif
     if (bad_in) atomicOr(flags, 1u);
     if (bad_out) atomicOr(flags, 2u);
 #else
