@@ -38,10 +38,11 @@ def zcopy(w, g):
     with streams[0]:
         zc((sms * g,), (256,), (cp.uint64(A.ctypes.data + (n - w) * 8), cp.int64(n // 2), dst, cp.int64(w // 2), cp.int64(n)))
     streams[0].synchronize()
-def ztimed(w, g, reps=5):
-    zcopy(w, g); ts = []
+def gbs(fn, w, x, reps=5):
+    """GB/s of fn(w, x) moving a chunk of w columns (median of reps after one warm-up)."""
+    fn(w, x); ts = []
     for _ in range(reps):
-        t = time.perf_counter(); zcopy(w, g); ts.append(time.perf_counter() - t)
+        t = time.perf_counter(); fn(w, x); ts.append(time.perf_counter() - t)
     return n * w * 8 / statistics.median(ts) / 1e9
 def copy(w, parts):
     rows = n // parts
@@ -50,11 +51,6 @@ def copy(w, parts):
         rt.memcpy2DAsync(dst.data.ptr + p * rows * w * 8, w * 8, A.ctypes.data + (p * rows * n + n - w) * 8, n * 8,
                          w * 8, rows, rt.memcpyHostToDevice, st.ptr)
     for p in range(parts): streams[p].synchronize()
-def timed(w, parts, reps=5):
-    copy(w, parts); ts = []
-    for _ in range(reps):
-        t = time.perf_counter(); copy(w, parts); ts.append(time.perf_counter() - t)
-    return n * w * 8 / statistics.median(ts) / 1e9
 def bg(kind, stop):
     with busy:
         while not stop.is_set():
@@ -68,8 +64,8 @@ for kind in (None, "d2d", "strided reads"):
     if kind:
         th = threading.Thread(target=bg, args=(kind, stop)); th.start(); time.sleep(0.2)
     for w in (4096, 2048, 1024):
-        r = {"dma": timed(w, 1)}
-        r.update({f"zero-copy {g}/SM": ztimed(w, g) for g in (1, 2, 4)})
+        r = {"dma": gbs(copy, w, 1)}
+        r.update({f"zero-copy {g}/SM": gbs(zcopy, w, g) for g in (1, 2, 4)})
         out.append(dict(bg=kind, cols=w, gbs=r))
         print(f"beside {kind}: {w * 8 >> 10} KiB rows: " + ", ".join(f"{p} {g:.1f} GB/s" for p, g in r.items()), flush=True)
     stop.set()
