@@ -1,6 +1,6 @@
 """(session 25, issue 18; results/h100/session25-copy-sequence-*) The stream's copy sequence (A's pitched column chunks, B's contiguous row slabs), timed with
 events: alone, beside device-memory-heavy kernels, beside host-memory-heavy threads."""
-import threading, time, json, os
+import threading, time, os
 import numpy as np, cupy as cp, cupyx
 rt = cp.cuda.runtime
 n = 16384; c = 4096
@@ -58,4 +58,6 @@ for _ in range(2):
 out.append(run("after stream.compress"))
 import gc; gc.collect(); cp.get_default_memory_pool().free_all_blocks()
 out.append(run("after freeing the pool"))
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "seq.json"), "w"), indent=1)
+from fwht_gpu import provenance  # noqa: E402
+provenance.write(provenance.record("copy-contention-explore", out, {"n": n, "chunk": c}, device="gpu"),
+                 os.path.join(os.environ.get("OUT", "."), "copy-contention.json"))

@@ -2,7 +2,7 @@
 device-memory load (device-to-device copies, or a kernel reading a C-ordered chunk's columns like
 the sketch does): a pitched DMA against a zero-copy kernel that reads the pinned memory directly
 (session 25, issue 18; results/h100/session25-pitched-copies-*). Writes $OUT/split.json."""
-import statistics, threading, time, json, os
+import statistics, threading, time, os
 import numpy as np, cupy as cp, cupyx
 rt = cp.cuda.runtime
 n = 16384
@@ -70,4 +70,6 @@ for kind in (None, "d2d", "strided reads"):
         print(f"beside {kind}: {w * 8 >> 10} KiB rows: " + ", ".join(f"{p} {g:.1f} GB/s" for p, g in r.items()), flush=True)
     stop.set()
     if th: th.join()
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "split.json"), "w"), indent=1)
+from fwht_gpu import provenance  # noqa: E402
+provenance.write(provenance.record("pitched-copies-explore", out, {"n": n, "widths_cols": [4096, 2048, 1024]}, device="gpu"),
+                 os.path.join(os.environ.get("OUT", "."), "pitched-copies.json"))

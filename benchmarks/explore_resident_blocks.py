@@ -1,7 +1,7 @@
 """Time the wide-compute pipelined rows with the grid from the fallback estimate (today) and from
 the occupancy calculator (fn.kernel.ptr); same bits both ways (session 25;
 results/h100/session25-occupancy-grid-bench.*)."""
-import functools, json, os
+import functools, os
 import numpy as np, ml_dtypes
 import fwht_gpu
 from fwht_gpu.cuda import engine
@@ -47,4 +47,6 @@ for dt, cd, logs in ((np.float16, np.float32, (8, 9, 10, 11)), (ml_dtypes.bfloat
         rows.append(r)
         print(f"{r['dtype']}->{r['compute']} 2^{lg}: copy {copy:.3f} ms, today {r['old_ms']:.3f} ({r['old_ms']/copy:.2f}x), "
               f"occupancy {r['new_ms']:.3f} ({r['new_ms']/copy:.2f}x), same bits {same}", flush=True)
-json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "occbench.json"), "w"), indent=1)
+from fwht_gpu import provenance  # noqa: E402
+provenance.write(provenance.record("resident-blocks-explore", rows, {"rows_bytes": 256 << 20}, device="gpu"),
+                 os.path.join(os.environ.get("OUT", "."), "resident-blocks.json"))

@@ -1,6 +1,6 @@
 """Resident and streamed compression of a 16384^2 FP64 product: A C-ordered (column chunks are
 pitched copies) vs F-ordered (contiguous) (session 25, issue 18; results/h100/session25-layout-*)."""
-import statistics, time, json, os, sys
+import statistics, time, os, sys
 sys.path.insert(0, ".")
 import numpy as np, cupy as cp, cupyx
 import pagh_mm
@@ -28,4 +28,6 @@ for order in ("C", "F"):
     case(order)
 floor = 2 * n * n * 8 / 55e9
 print(f"floor at 55 GB/s {floor * 1e3:.1f} ms; streamed/floor: C {out['streamed pinned A C'] / floor:.2f}x, F {out['streamed pinned A F'] / floor:.2f}x")
-json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "layout.json"), "w"), indent=1)
+from fwht_gpu import provenance  # noqa: E402
+provenance.write(provenance.record("stream-layout-explore", [{"case": k, "seconds": v} for k, v in out.items()], {"n": n, **kw}, device="gpu"),
+                 os.path.join(os.environ.get("OUT", "."), "stream-layout.json"))
