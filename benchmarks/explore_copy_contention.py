@@ -1,5 +1,7 @@
-"""(session 25, issue 18; results/h100/session25-copy-sequence-*) The stream's copy sequence (A's pitched column chunks, B's contiguous row slabs), timed with
-events: alone, beside device-memory-heavy kernels, beside host-memory-heavy threads."""
+"""The stream's copy sequence (A's pitched column chunks, B's contiguous row slabs of a 16384 x
+16384 FP64 product, pinned), timed with events: alone, beside device-to-device copies, beside
+host threads copying, with random values, after stream.compress ran in the process (session 25,
+issue 18; results/h100/session25-copy-sequence-*). Writes $OUT/copy-contention.json."""
 import threading, time, os
 import numpy as np, cupy as cp, cupyx
 rt = cp.cuda.runtime
@@ -10,9 +12,9 @@ bufs = [cp.empty(n * c, np.float64) for _ in range(4)]
 s = cp.cuda.Stream(non_blocking=True)
 busy = cp.cuda.Stream(non_blocking=True)
 X = cp.ones(1 << 28, np.float64); Y = cp.empty_like(X)
-seq = [("A", k, 4096) for k in range(0, 12288, 4096)] + [("A", 12288, 2048), ("A", 14336, 1024), ("A", 15360, 1024)]
+seq = [(k, 4096) for k in range(0, 12288, 4096)] + [(12288, 2048), (14336, 1024), (15360, 1024)]  # (first column, width)
 def issue(evs):
-    for i, (_, k0, w) in enumerate(seq):
+    for i, (k0, w) in enumerate(seq):
         e0 = cp.cuda.Event(); e0.record(s)
         rt.memcpy2DAsync(bufs[i % 2].data.ptr, w * 8, A.ctypes.data + k0 * 8, n * 8, w * 8, n, rt.memcpyHostToDevice, s.ptr)
         e1 = cp.cuda.Event(); e1.record(s)
@@ -48,7 +50,8 @@ def run(label, bg=None):
     print(f"{label}: {tot:.1f} ms for {2 * n * n * 8 / 2**30:.0f} GiB ({2 * n * n * 8 / tot / 1e6:.1f} GB/s); A/B GB/s per chunk: " +
           ", ".join(f"{w}:{x:.0f}/{y:.0f}" for w, x, y in a), flush=True)
     return dict(label=label, total_ms=tot, chunks=a)
-out = [run("alone (ones)")]
+out = [run("alone (ones)"), run("beside device copies", "device"),
+       run("beside 8 host copy threads", "host")]
 A[...] = np.random.default_rng(0).standard_normal((n, n)); B[...] = np.random.default_rng(1).standard_normal((n, n))
 out.append(run("alone (random values)"))
 import sys; sys.path.insert(0, ".")

@@ -1,7 +1,8 @@
 """Pitched column-chunk copies (a C-ordered 16384 x 16384 FP64 A's columns, pinned) alone and beside
 device-memory load (device-to-device copies, or a kernel reading a C-ordered chunk's columns like
-the sketch does): a pitched DMA against a zero-copy kernel that reads the pinned memory directly
-(session 25, issue 18; results/h100/session25-pitched-copies-*). Writes $OUT/split.json."""
+the sketch does): one pitched DMA, the chunk's row blocks as 2 or 4 DMAs on as many streams, and
+a zero-copy kernel that reads the pinned memory directly (session 25, issue 18;
+results/h100/session25-pitched-copies-*). Writes $OUT/pitched-copies.json."""
 import statistics, threading, time, os
 import numpy as np, cupy as cp, cupyx
 rt = cp.cuda.runtime
@@ -64,7 +65,7 @@ for kind in (None, "d2d", "strided reads"):
     if kind:
         th = threading.Thread(target=bg, args=(kind, stop)); th.start(); time.sleep(0.2)
     for w in (4096, 2048, 1024):
-        r = {"dma": gbs(copy, w, 1)}
+        r = {f"dma x{p}": gbs(copy, w, p) for p in (1, 2, 4)}
         r.update({f"zero-copy {g}/SM": gbs(zcopy, w, g) for g in (1, 2, 4)})
         out.append(dict(bg=kind, cols=w, gbs=r))
         print(f"beside {kind}: {w * 8 >> 10} KiB rows: " + ", ".join(f"{p} {g:.1f} GB/s" for p, g in r.items()), flush=True)
