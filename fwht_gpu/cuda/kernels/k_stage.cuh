@@ -88,24 +88,33 @@ __device__ __forceinline__ i64 k_step(i64 a, i64 b) {
     return r;
 }
 
+// The unit at byte offset `byte` of shared memory (addresses stepped in bytes: one add per
+// access, no scaling of a unit index).
+template <typename U>
+__device__ __forceinline__ U& k_slot(U* sm, int byte) {
+    return *reinterpret_cast<U*>(reinterpret_cast<char*>(sm) + byte);
+}
+
 // One item of a round over the power-of-two bits [b, b + KK) of a tile in shared memory: the
 // units x0 + (j << b), j < 2^KK, loaded, through the KK radix-2 stages, stored back (every
-// unit of the item present: no predicates).  From b >= pad_shift on, the padded slots of the
-// units are pad(x0) plus a constant step (a padding slot every 2^pad_shift units moves with
-// them), so an address costs one add.
+// unit of the item present: no predicates).  x0 has the bits [b, b + KK) clear, so
+// pad(x0 + (j << b)) = pad(x0) + pad(j << b): from b >= pad_shift on, or while the item's
+// units share one run of 2^pad_shift slots (b + KK <= pad_shift), that is a constant step
+// from pad(x0), so an address costs one add.
 template <typename U, int KK>
 __device__ __forceinline__ void k_round_item(U* sm, int x0, int b) {
     constexpr int PS = pad_shift<U>();
     U v[1 << KK];
-    if (b >= PS) {
-        const int step = (1 << b) + (1 << (b - PS));
-        int s = pad<U>(x0);
+    if (b >= PS || b + KK <= PS) {
+        const int step = ((1 << b) + (b >= PS ? 1 << (b - PS) : 0)) * (int)sizeof(U);
+        const int s0 = pad<U>(x0) * (int)sizeof(U);
+        int s = s0;
 #pragma unroll
-        for (int j = 0; j < (1 << KK); ++j) { v[j] = sm[s]; s = k_step(s, step); }
+        for (int j = 0; j < (1 << KK); ++j) { v[j] = k_slot(sm, s); s = k_step(s, step); }
         radix2_stages<U, KK, true>(v, KK);
-        s = pad<U>(x0);
+        s = s0;
 #pragma unroll
-        for (int j = 0; j < (1 << KK); ++j) { sm[s] = v[j]; s = k_step(s, step); }
+        for (int j = 0; j < (1 << KK); ++j) { k_slot(sm, s) = v[j]; s = k_step(s, step); }
     } else {
         int x = x0;
 #pragma unroll
@@ -115,6 +124,18 @@ __device__ __forceinline__ void k_round_item(U* sm, int x0, int b) {
 #pragma unroll
         for (int j = 0; j < (1 << KK); ++j) { sm[pad<U>(x)] = v[j]; x = k_step(x, 1 << b); }
     }
+}
+
+// Non-finite outputs, found with one fused multiply-add per stored unit: probe + v * 0 is
+// NaN from the first v that is infinite or NaN on (0 * finite adds a zero), and the probe
+// is tested once per thread.
+__device__ __forceinline__ float k_probe(float p, float v) { return __fmaf_rn(v, 0.0f, p); }
+__device__ __forceinline__ double k_probe(double p, double v) { return __fma_rn(v, 0.0, p); }
+__device__ __forceinline__ __half2 k_probe(__half2 p, __half2 v) {
+    return __hfma2(v, __float2half2_rn(0.0f), p);
+}
+__device__ __forceinline__ __nv_bfloat162 k_probe(__nv_bfloat162 p, __nv_bfloat162 v) {
+    return __hfma2(v, __float2bfloat162_rn(0.0f), p);
 }
 
 // Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
@@ -146,6 +167,47 @@ struct KRowsTraits {
     static_assert(k_normalized<K>(), "H_K normalized");
 };
 
+// The K-point round of fwht_k_rows on the tile in shared memory: position u of row r in the K
+// blocks per thread (consecutive threads: consecutive positions, so the stores coalesce),
+// the K signed sums rounded to storage (a wider compute type: the power-of-two stages'
+// result rounded to storage first, where the NumPy engine's pass writes back), scaled when
+// SCALED, written to y (the tile in global memory); returns the non-finite probe.
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
+__device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, int log_mu, int log_rows,
+                                           double scale, S probe) {
+    const int mu = 1 << log_mu;
+    const int positions = mu << log_rows;
+    for (int p = tid; p < positions; p += threads) {
+        const int r = p >> log_mu, u = p & (mu - 1);
+        const int base = r * K * mu + u;
+        U v[K];
+        if (log_mu >= pad_shift<U>()) {     // padded slots a constant step apart
+            const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);
+            int x = pad<U>(base) * (int)sizeof(U);
+#pragma unroll
+            for (int c = 0; c < K; ++c) { v[c] = k_slot(sm, x); x = k_step(x, step); }
+        } else {
+            int x = base;
+#pragma unroll
+            for (int c = 0; c < K; ++c) { v[c] = sm[pad<U>(x)]; x = k_step(x, mu); }
+        }
+        if constexpr (sizeof(C) != sizeof(T)) {
+#pragma unroll
+            for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
+        }
+        S* y = y0 + base;
+#pragma unroll
+        for (int i = 0; i < K; ++i) {
+            S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
+            if constexpr (SCALED) o = Num<S>::scale(o, scale);
+            probe = k_probe(probe, o);
+            *y = o;
+            y += mu;
+        }
+    }
+    return probe;
+}
+
 // One tile = 2^log_rows rows of K blocks of 2^log_mu units; tiles t = blockIdx.x, + gridDim.x, ...
 // Dynamic shared memory: padded_size<U>(tile units) * sizeof(U) (config.py's KRowsConfig).
 template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
@@ -163,14 +225,13 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
     const S* usrc = reinterpret_cast<const S*>(src);
     S* udst = reinterpret_cast<S*>(dst);
     const int tid = threadIdx.x, threads = blockDim.x;
-    const int mu = 1 << log_mu;                         // units per block
     const int blocks = K << log_rows;                    // blocks per tile
     const int tile_units = blocks << log_mu;
     const int nvec = tile_units / UPV;
     // round 0: the bits inside a vector (groups of 2^first units side by side when a block
     // is shorter than a vector)
     const int first = log_mu < LOG_UPV ? log_mu : LOG_UPV;
-    bool bad_out = false;
+    S probe = to<S>(U{});                                // k_probe's accumulator
 
     for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const S* in = usrc + t * (i64)tile_units;
@@ -194,8 +255,10 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
                         if constexpr (PAIRED) w[k] = N::intra(w[k]);
                     }
                     radix2_stages<U, LOG_UPV, true>(w, first);
+                    // a vector's units share one run of 2^pad_shift slots: constant offsets
+                    const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
 #pragma unroll
-                    for (int k = 0; k < UPV; ++k) sm[pad<U>(vi * UPV + k)] = w[k];
+                    for (int k = 0; k < UPV; ++k) k_slot(sm, s0 + k * (int)sizeof(U)) = w[k];
                 }
             }
         }
@@ -204,51 +267,31 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
         for (int b = first; b < log_mu; b += K_LOG_E) {
             const int k = log_mu - b < K_LOG_E ? log_mu - b : K_LOG_E;
             const int items = tile_units >> k;
-            const int lq = log_mu - k;                  // log2 of the items per block
+            // Item I is (R, lo): the units (R << (b + k)) | lo | (j << b), lo < 2^b, R the run
+            // of 2^(b + k) units over the tile's blocks.  Taken as round_item<false> takes them
+            // (lo the low bits of I), a round that ends at the padding run (b + k = pad_shift)
+            // puts a warp's 32 items in 32 / 2^b runs of 2^pad_shift units, whose padded slots
+            // share few banks (2^b-way conflicts: FP32 rows of 12 * 2^10, 10.4M conflicts for
+            // 12.6M shared-memory accesses).  There the 32 items of a warp take 32 consecutive
+            // runs instead (one bank each): bits [0, 5) and [5, 5 + b) of I swapped.
+            const bool spread = b + k == pad_shift<U>() && items % (32 << b) == 0;
             for (int item = tid; item < items; item += threads) {
-                // round_item<false>(item, b, k, mu, 0, g, r0) with shifts for its division
-                const int q = item & ((1 << lq) - 1), g = item >> lq;      // g: block
-                const int r0 = ((q >> b) << (b + k)) | (q & ((1 << b) - 1));
-                const int x0 = (g << log_mu) + r0;      // unit j: x0 + (j << b)
+                const int R = spread ? (item & 31) | ((item >> (5 + b)) << 5) : item >> b;
+                const int lo = spread ? (item >> 5) & ((1 << b) - 1) : item & ((1 << b) - 1);
+                const int x0 = (R << (b + k)) | lo;     // unit j: x0 + (j << b)
                 if (k == K_LOG_E) k_round_item<U, K_LOG_E>(sm, x0, b);
                 else if (k == 2) k_round_item<U, 2>(sm, x0, b);
                 else k_round_item<U, 1>(sm, x0, b);
             }
             __syncthreads();
         }
-        // ---- the K-point round: position u of row r of the tile in the K blocks
-        const int positions = mu << log_rows;
-        for (int p = tid; p < positions; p += threads) {
-            const int r = p >> log_mu, u = p & (mu - 1);
-            const int base = r * K * mu + u;
-            U v[K];
-            if (log_mu >= pad_shift<U>()) {     // padded slots a constant step apart
-                const int step = mu + (mu >> pad_shift<U>());
-                int x = pad<U>(base);
-#pragma unroll
-                for (int c = 0; c < K; ++c) { v[c] = sm[x]; x = k_step(x, step); }
-            } else {
-                int x = base;
-#pragma unroll
-                for (int c = 0; c < K; ++c) { v[c] = sm[pad<U>(x)]; x = k_step(x, mu); }
-            }
-            // a wider compute type: the power-of-two stage's result rounded to storage
-            if constexpr (sizeof(C) != sizeof(T)) {
-#pragma unroll
-                for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
-            }
-            S* y = udst + (t * (i64)tile_units + base);
-#pragma unroll
-            for (int i = 0; i < K; ++i) {
-                S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
-                if (scale != 1.0) o = Num<S>::scale(o, scale);
-                if (!Num<S>::finite(o)) bad_out = true;
-                *y = o;
-                y += mu;
-            }
-        }
+        // ---- the K-point round (the scale's test made once, not per output)
+        if (scale != 1.0)
+            probe = k_point_round<S, U, K, TRANSPOSE, C, T, true>(sm, udst + t * (i64)tile_units, tid, threads, log_mu, log_rows, scale, probe);
+        else
+            probe = k_point_round<S, U, K, TRANSPOSE, C, T, false>(sm, udst + t * (i64)tile_units, tid, threads, log_mu, log_rows, scale, probe);
     }
-    if (bad_out) atomicOr(flags, 2u);
+    if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
 }
 
 // The K-point stage alone on rows of K blocks of 2^log_m elements already transformed by the
