@@ -11,7 +11,7 @@
 //  * fwht_k_rows: the whole transform of 2^log_rows rows per tile in one pass: the tile
 //    is loaded into shared memory with 16-byte vectors (the stages on the bits inside a
 //    vector fused with the load, as fwht_pass's round 0), the remaining power-of-two
-//    stages in rounds of up to 2^K_LOG_E units per thread through shared memory (as
+//    stages in rounds of up to 2^k_log_e units per thread through shared memory (as
 //    fwht_pass's middle rounds), then the K-point round: each thread reads the K values
 //    of one position of the K blocks into registers, forms the K signed sums, scales and
 //    writes (consecutive threads: consecutive positions, so the stores coalesce).  A
@@ -147,10 +147,34 @@ __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
 }
 
-// log2 units per thread per round of the power-of-two stages through shared memory (3: no
-// spills at 64 registers).  fwht_k_rows dispatches the rounds of k = 1, 2, 3 bits.
-constexpr int K_LOG_E = 3;
-static_assert(K_LOG_E == 3, "fwht_k_rows' rounds are dispatched for k = 1, 2, 3");
+// log2 units per thread per round of the power-of-two stages through shared memory, at most:
+// 4 for pairs of 16-bit values, 3 for single values (eight doubles: no spills at 64
+// registers).  H100, 4096 rows (session 26): rounds of 4 bits took FP16/BF16 rows of
+// 12-28 * 2^10 from 1.34-1.52x a copy to 1.21-1.29x (three rounds after round 0 -> two), but
+// compiled for FP32 units they cost FP32 rows 3-5% with the same rounds.
+template <typename U> struct KPair16 { static constexpr bool value = false; };
+template <> struct KPair16<__half2> { static constexpr bool value = true; };
+template <> struct KPair16<__nv_bfloat162> { static constexpr bool value = true; };
+template <typename U>
+__host__ __device__ constexpr int k_log_e() { return KPair16<U>::value ? 4 : 3; }
+
+// The bits [b, b + k) of the round that starts at bit b (1 <= k <= k_log_e): rounds of 3 bits
+// (the last shorter), or with k_log_e 4 as few rounds as that allows, the first ending at the
+// padding run (its items spread over the banks, see fwht_k_rows), of balanced sizes (rows
+// of 2^9 pairs: [2, 5), [5, 9) instead of [2, 5), [5, 8), [8, 9)).  The stages run bit after
+// bit whatever the rounds, so the grouping does not change a bit of the result.
+template <typename U>
+__device__ __forceinline__ int k_round_bits(int b, int log_mu) {
+    constexpr int PS = pad_shift<U>(), E = k_log_e<U>();
+    const int rem = log_mu - b;
+    if constexpr (E == 3) {
+        return rem < E ? rem : E;
+    } else {
+        if (b < PS) return min(rem, min(PS - b, E));
+        const int rounds = (rem + E - 1) / E;
+        return (rem + rounds - 1) / rounds;
+    }
+}
 
 template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
 struct KRowsTraits {
@@ -264,8 +288,10 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
         }
         __syncthreads();
         // ---- rounds [b, b + k) of the power-of-two stages through shared memory
-        for (int b = first; b < log_mu; b += K_LOG_E) {
-            const int k = log_mu - b < K_LOG_E ? log_mu - b : K_LOG_E;
+        // (rounds of 3: the step is 3, the last round shorter; so compiled, FP32 and FP64 rows
+        // keep the code they were measured with)
+        for (int b = first, k; b < log_mu; b += k_log_e<U>() == 3 ? 3 : k) {
+            k = k_round_bits<U>(b, log_mu);
             const int items = tile_units >> k;
             // Item I is (R, lo): the units (R << (b + k)) | lo | (j << b), lo < 2^b, R the run
             // of 2^(b + k) units over the tile's blocks.  Taken as round_item<false> takes them
@@ -279,7 +305,8 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
                 const int R = spread ? (item & 31) | ((item >> (5 + b)) << 5) : item >> b;
                 const int lo = spread ? (item >> 5) & ((1 << b) - 1) : item & ((1 << b) - 1);
                 const int x0 = (R << (b + k)) | lo;     // unit j: x0 + (j << b)
-                if (k == K_LOG_E) k_round_item<U, K_LOG_E>(sm, x0, b);
+                if (k == 3) k_round_item<U, 3>(sm, x0, b);
+                else if (k_log_e<U>() == 4 && k == 4) k_round_item<U, k_log_e<U>()>(sm, x0, b);
                 else if (k == 2) k_round_item<U, 2>(sm, x0, b);
                 else k_round_item<U, 1>(sm, x0, b);
             }
