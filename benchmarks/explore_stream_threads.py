@@ -8,7 +8,6 @@ import statistics
 import sys
 import time
 
-
 import pagh_mm
 from pagh_mm import stream, synthetic
 
