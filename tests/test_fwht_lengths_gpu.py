@@ -110,9 +110,12 @@ needs_gpu = pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status
 
 
 def _sizes(dtype, K, compute=None):
-    """k = 0, 1, 5, the largest in shared memory and one beyond."""
+    """k = 0, 1, 5, 8, 9, 10 (fwht_k_rows' round schedules: 16-bit pairs take rounds of 4 bits
+    from 2**9 pairs on), the largest in shared memory and one beyond."""
     top = _max_fused_log2(dtype, K, compute, gpu.limits())
-    return sorted({0, 1, 5} | ({top, top + 1} if top is not None else {11}))
+    if top is None:
+        return sorted({0, 1, 5, 11})
+    return sorted({0, 1, 5, top, top + 1} | {L for L in (8, 9, 10) if L < top})
 
 
 def _rand(rng, shape, dtype, scale=1.0):
@@ -171,6 +174,21 @@ def test_rows_are_bit_exact(dtype, rng):
                 _same(out.get(), fn(x, norm=norm))
             assert np.array_equal(g.get().view(np.uint8), x.view(np.uint8))    # x untouched
 
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_many_rows_share_tiles_and_every_round_schedule(dtype, rng):
+    """Many rows (tiles of several rows where they are short) at the round schedules of
+    fwht_k_rows: 2**8 .. 2**10 blocks, each K."""
+    cp = gpu.cupy()
+    for K in KS:
+        for L in (8, 9, 10):
+            x = _rand(rng, (64, K << L), dtype)
+            for fn in (F.fwht, F.ifwht):
+                _same(fn(cp.asarray(x)).get(), fn(x))
 
 
 @pytest.mark.gpu
