@@ -166,14 +166,26 @@ def _block_size(sides, per_index: int, n: int, value_bytes: int, budget: int) ->
     return B
 
 
+def _fused_bytes_per_index(sides, acc: Accumulator) -> int:
+    """Temporaries one inner index adds to a block of the fused GPU kernel
+    (:func:`_gpu_fused_terms`): at most one tree node and one pending slot of d x b values, the
+    first ``tree_sum`` level (a 32nd), and two copies of each dense vector (float64, and the
+    contiguous copy of a C-ordered factor)."""
+    return 2 * acc.reps * acc.b * acc.value_dtype.itemsize + \
+        acc.reps * acc.b * acc.value_dtype.itemsize // 32 + sum(16 * s.keys for s in sides)
+
+
 def _plan_memory(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget,
-                 pairs: bool = False):
+                 pairs: bool = False, gpu_fused: bool = False):
     """(block size, budget): the aligned block size within the memory budget, after checking
     that the whole compression fits the memory available (InsufficientMemoryError if not).
     ``pairs``: every inner index is added pair by pair (the GPU's pair route): blocks hold
-    only their stored values' hashes, and the sums one time-domain table."""
+    only their stored values' hashes, and the sums one time-domain table.  ``gpu_fused``: the
+    fused GPU kernel computes the terms (no dense sketches per inner index: larger blocks,
+    so that each launch fills the device many times over)."""
     d, b = acc.reps, acc.b
     per_index = PAIR_BYTES_PER_INDEX * len(sides) if pairs else \
+        _fused_bytes_per_index(sides, acc) if gpu_fused else \
         acc.bytes_per_index(len(sides)) + sum(8 * s.keys for s in sides if not s.sparse)
     value_bytes = PAIR_BYTES + PAIR_BYTES_PER_REP * sides[0].distinct_count() if pairs else \
         SPARSE_BYTES * d
@@ -459,15 +471,15 @@ def _route(sides, acc: Accumulator, n: int, m: int, p: int, be, memory_budget, p
     stream of their own) while the device still computes the previous chunk."""
     fused = _fused_engine(sides, acc, n, m, p, be, memory_budget, pairs)
     gpu_pairs = pairs and _gpu_pairs(sides, acc, be)
+    gpu_fused = _gpu_fused(sides, acc, be)
+    clock("route")
     if fused:
         block = fused.block
     else:                       # pairs: blocks hold only their stored values' hashes
-        block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs)
+        block, _ = _plan_memory(sides, acc, n, m, p, be, memory_budget, gpu_pairs, gpu_fused)
         for s in sides:
             s.block_bounds(block)       # each block's stored-value range: no reads per block
     clock("plan")
-    gpu_fused = _gpu_fused(sides, acc, be)
-    clock("route")
     # (the pair kernel skips inner indices without values itself: no mask, no reads of it)
     live = None if gpu_pairs else _live(sides, n, be)
     visit = _blocks_to_visit(live, n, block, be)

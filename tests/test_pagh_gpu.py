@@ -354,6 +354,57 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
         matmul.GPU_FUSED = before
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
+    """Buckets beyond one block's shared memory (thread-block clusters of 4, 8 and 16 blocks,
+    sm_90; every cluster shape the device launches): the CPU's bits for float64, float32, mixed and integer values, C and F layouts,
+    both hash families, blocks of the inner dimension with a partial last group, Gram
+    products; the staged GPU path gives the same bits."""
+    cp = _cp()
+    from pagh_mm import matmul
+    from pagh_mm.cuda import kernels
+    name = "float" if dtype == "float32" else "double"
+    most = min(kernels.FUSED_CLUSTER_MAX_LOG_CL, gpu.limits().max_cluster_log)
+    first = kernels.FUSED_MAX_LOG2B[name] + 1
+    sizes = [lb for lb in range(first, first + 8) if kernels._cluster_shape(lb, name, most)[1]]
+    if not sizes:
+        pytest.skip("no thread-block clusters on this GPU")
+    rng = np.random.default_rng(11)
+    A0 = rng.standard_normal((97, 69))
+    B0 = rng.standard_normal((69, 83))
+    inputs = [(A0, B0), (np.asfortranarray(A0), B0), (A0.astype(np.float32), B0.astype(np.float32)),
+              (A0.astype(np.float32), B0), (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
+    for log2b in sizes:
+        for family in ("multiply-add-shift", "tabulation"):
+            for A, B in inputs if family == "tabulation" and log2b < first + 2 else inputs[:2]:
+                kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
+                want = pagh_mm.compress(A, B, **kw).sketch
+                for budget in (None, 8 << 20 << (log2b - first)):    # one block; blocks of 4
+                    prof = {}
+                    got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
+                                           memory_budget=budget, **kw)
+                    assert "fused" in prof and "scatter" not in prof
+                    assert (got.sketch.get() == want).all(), (log2b, family, A.dtype, budget)
+        X = rng.standard_normal((150, 61))
+        for x in (X, np.asfortranarray(X)):
+            kw = dict(buckets=1 << log2b, reps=3, seed=9, dtype=dtype)
+            want = pagh_mm.compress_gram(x, **kw)
+            prof = {}
+            got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
+            assert got.gram and "fused" in prof
+            assert (got.sketch.get() == want.sketch).all(), log2b
+    before = matmul.GPU_FUSED
+    try:
+        matmul.GPU_FUSED = False
+        kw = dict(buckets=1 << first, reps=3, seed=5, dtype=dtype)
+        prof = {}
+        staged = pagh_mm.compress(cp.asarray(A0), cp.asarray(B0), profile=prof, **kw)
+        assert "fused" not in prof
+        assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
+    finally:
+        matmul.GPU_FUSED = before
+
+
 def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
     """Sparse factors with integer values (FP64 transforms): every inner index is added pair
     by pair into the time domain (pairs_direct), exact, so the CPU's bits whatever route the

@@ -26,8 +26,6 @@ K_KERNELS = KernelModule(K_SOURCE)
 #: The translation unit of the cluster passes (kernels/cluster_pass.cuh, sm_90+), on its own.
 CLUSTER_SOURCE = os.path.join(os.path.dirname(__file__), "kernels", "fwht_cluster.cu")
 CLUSTER_KERNELS = KernelModule(CLUSTER_SOURCE)
-#: ``CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED``: clusters of more than 8 blocks.
-_NON_PORTABLE_CLUSTER_SIZE = 14
 
 
 def compile_unit() -> tuple[str, int]:
@@ -50,10 +48,8 @@ def _module(cfg) -> KernelModule:
 
 def kernel(cfg: config.PassGeometry):
     """The compiled kernel of ``cfg`` on the current device."""
-    fn = _module(cfg).function(cfg.name, cfg.smem_bytes)
-    if isinstance(cfg, config.CLUSTER_CONFIGS) and cfg.log_cl > 3:   # 16 blocks: opt in
-        cupy().cuda.driver.funcSetAttribute(fn.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE, 1)
-    return fn
+    blocks = 1 << cfg.log_cl if isinstance(cfg, config.CLUSTER_CONFIGS) else 0
+    return _module(cfg).function(cfg.name, cfg.smem_bytes, blocks)
 
 
 def precompile(plans_and_totals, workers: int | None = None, wait: bool = True) -> int:

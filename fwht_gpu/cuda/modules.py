@@ -25,6 +25,9 @@ from importlib import metadata
 
 from .device import cupy, current_id
 
+#: ``CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED``: clusters of more than 8 blocks.
+NON_PORTABLE_CLUSTER_SIZE = 14
+
 OPTIONS = ("-std=c++17", "--fmad=false")
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 
@@ -76,10 +79,11 @@ class KernelModule:
         """SHA-256 of the expanded source (changes whenever any included file does)."""
         return hashlib.sha256(self.source.encode()).hexdigest()
 
-    def function(self, name: str, smem_bytes: int = 0):
+    def function(self, name: str, smem_bytes: int = 0, cluster_blocks: int = 0):
         """The kernel ``name`` on the current device, allowed ``smem_bytes`` of dynamic
-        shared memory.  A kernel queued by a background :meth:`precompile` and not yet
-        started is compiled here at once; one being compiled is waited for."""
+        shared memory (and clusters of more than 8 blocks, not portable, when its
+        ``cluster_blocks`` are).  A kernel queued by a background :meth:`precompile` and not
+        yet started is compiled here at once; one being compiled is waited for."""
         key = (current_id(), name)
         fn = self._functions.get(key)
         if fn is None:
@@ -92,6 +96,8 @@ class KernelModule:
                 fn = self._load(name)
         if smem_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem_bytes:
             fn.max_dynamic_shared_size_bytes = smem_bytes
+        if cluster_blocks > 8:
+            cupy().cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE, 1)
         return fn
 
     def _load(self, name: str, device: int | None = None):

@@ -23,6 +23,7 @@
 // stay in registers: A's wait there while B is sketched and transformed in the same buffer,
 // and the product is written from them.
 #include "../../fwht_gpu/cuda/kernels/butterflies.cuh"
+#include "../../fwht_gpu/cuda/kernels/cluster.cuh"
 #include "../../fwht_gpu/cuda/kernels/tile.cuh"
 
 template <typename T> struct Mul;
@@ -51,9 +52,10 @@ struct Stage {
     double* carry;     // 2: the sum so far of a bucket that continues into the next chunk
 };
 
-// buf[u] := the sketch of vector k for repetition t, u < b, rounded to T.  The keys of
-// repetition t sorted by (bucket, key) (the scatter table: keys[p], sgn[p], bucket bpos[p]
-// of position p = indptr[t b] .. indptr[t b + b] - 1) are taken CHUNK positions at a time:
+// buf[u - u0] := bucket u of the sketch of vector k for repetition t, u0 <= u < u0 + nb (of
+// b), rounded to T.  The keys of repetition t sorted by (bucket, key) (the scatter table:
+// keys[p], sgn[p], bucket bpos[p] of position p = indptr[t b] .. indptr[t b + b] - 1; those
+// of the range from indptr[t b + u0] on) are taken CHUNK positions at a time:
 // every thread gathers values of the chunk into shared memory at once (independent loads),
 // then each run of one bucket's positions is summed in order from shared memory by one
 // thread, from 0.0 (or from the sum carried over from the previous chunk).  Each bucket is
@@ -63,23 +65,24 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
                                        i64 s_vec, const i64* __restrict__ indptr,
                                        const i64* __restrict__ keys,
                                        const double* __restrict__ sgn,
-                                       const int* __restrict__ bpos, i64 k, int t, int b)
+                                       const int* __restrict__ bpos, i64 k, int t, int b,
+                                       int u0, int nb)
 {
     const S* x = X + k * s_vec;
-    const i64 p0 = indptr[(i64)t * b], p1 = indptr[(i64)t * b + b];
-    for (int u = threadIdx.x; u < b; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets
+    const i64 p0 = indptr[(i64)t * b + u0], p1 = indptr[(i64)t * b + u0 + nb];
+    for (int u = threadIdx.x; u < nb; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets
     int parity = 0;
     for (i64 c0 = p0; c0 < p1; c0 += CHUNK, parity ^= 1) {
         const int len = (int)min((i64)CHUNK, p1 - c0);
         __syncthreads();                      // the previous chunk is summed, its carry written
         for (int i = threadIdx.x; i < len; i += blockDim.x) {
             st.val[i] = __dmul_rn(sgn[c0 + i], (double)x[keys[c0 + i] * s_key]);
-            st.bucket[i] = bpos[c0 + i];
+            st.bucket[i] = bpos[c0 + i] - u0;
         }
         __syncthreads();
         const bool more = c0 + len < p1;
-        const int next = more ? bpos[c0 + len] : -1;
-        const int before = c0 > p0 ? bpos[c0 - 1] : -1;
+        const int next = more ? bpos[c0 + len] - u0 : -1;
+        const int before = c0 > p0 ? bpos[c0 - 1] - u0 : -1;
         for (int i = threadIdx.x; i < len; i += blockDim.x) {
             const int u = st.bucket[i];
             if (i > 0 && st.bucket[i - 1] == u) continue;        // not the start of a run
@@ -176,7 +179,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     constexpr int VPT = 1 << LOG_VPT;
     const int b = 1 << logb, threads = blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch<T, S>(buf, st, A, sa_key, sa_vec, ia, ka, ga, pa, k, t, b);
+    sketch<T, S>(buf, st, A, sa_key, sa_vec, ia, ka, ga, pa, k, t, b, 0, b);
     transform<T, LOG_VPT>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll
@@ -189,7 +192,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 #pragma unroll
         for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
         __syncthreads();                                  // A's last round is read
-        sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b);
+        sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b, 0, b);
         transform<T, LOG_VPT>(buf, v, logb, threads);
 #pragma unroll
         for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
@@ -198,10 +201,44 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     }
     T fb[SPILL ? 1 : VPT];
     __syncthreads();                                      // A's last round is read
-    sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b);
+    sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b, 0, b);
     transform<T, LOG_VPT>(buf, fb, logb, threads);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[SPILL ? 0 : q]);
+}
+
+// v := the pairwise tree sum (pagh_mm.reduction's order) of the terms 0 .. count - 1 of a
+// group of 2^LOG_G inner indices (those absent: absent nodes of the tree).  term(i) puts
+// term i into v; at(q): the element register q holds; slot(level, idx): where the pending
+// node of ``level`` keeps element idx.  Each thread merges the values it owns (no
+// synchronization).
+template <typename T, int VPT, int LOG_G, typename Term, typename At, typename Slot>
+__device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Slot slot)
+{
+    int have = 0;                         // bit l: a node of level l waits in slot l
+    for (int i = 0; i < count; ++i) {
+        term(i);
+        int level = 0;                    // merge with the waiting left siblings
+        while (level < LOG_G && (i >> level) & 1) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+            have &= ~(1 << level);
+            ++level;
+        }
+        if (level < LOG_G && i + 1 < count) {               // wait for the right sibling
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];
+            have |= 1 << level;
+        }
+    }
+    // left nodes still waiting: their right siblings are absent, they move up unchanged
+    // and take the nodes above them as right siblings (the last term is in v)
+    for (int level = 0; level < LOG_G; ++level) {
+        if (have & (1 << level)) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+        }
+    }
 }
 
 // out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
@@ -244,37 +281,112 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
                      : buf[(1 + level) * span + pad<T>(idx)];
     };
     T v[VPT];
-    int have = 0;                         // bit l: a node of level l waits in slot l
     const i64 first = g * G;
     const int count = (int)min((i64)G, nb - first);
-    for (int i = 0; i < count; ++i) {
-        term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
-                                  sb_vec, ib, kb, gb, pb, first + i, t, logb);
-        int level = 0;                    // merge with the waiting left siblings
-        while (level < LOG_G && (i >> level) & 1) {
-#pragma unroll
-            for (int q = 0; q < VPT; ++q)
-                v[q] = Num<T>::add(slot(level, round_index<VPT>(q, last, rl, threads)), v[q]);
-            have &= ~(1 << level);
-            ++level;
-        }
-        if (level < LOG_G && i + 1 < count) {               // wait for the right sibling
-#pragma unroll
-            for (int q = 0; q < VPT; ++q) slot(level, round_index<VPT>(q, last, rl, threads)) = v[q];
-            have |= 1 << level;
-        }
-    }
-    // left nodes still waiting: their right siblings are absent, they move up unchanged
-    // and take the nodes above them as right siblings (the last term is in v)
-    for (int level = 0; level < LOG_G; ++level) {
-        if (have & (1 << level)) {
-#pragma unroll
-            for (int q = 0; q < VPT; ++q)
-                v[q] = Num<T>::add(slot(level, round_index<VPT>(q, last, rl, threads)), v[q]);
-        }
-    }
+    group_tree<T, VPT, LOG_G>(
+        v, count,
+        [&](int i) {
+            term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
+                                      sb_vec, ib, kb, gb, pb, first + i, t, logb);
+        },
+        [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
+}
+
+// The cluster form of fused_dense_terms for more buckets than one block's shared memory
+// holds (Hopper): 2^LOG_CL blocks per (group g, repetition t), blockIdx.x = (g d + t)
+// 2^LOG_CL + rank, b = 2^LOG_CL bl buckets.  For each factor, block ``rank`` sketches the
+// buckets rank bl .. rank bl + bl - 1 into its buffer and transforms them (the stages on bits
+// 0 .. log2(bl) - 1, as fused_dense_terms); after a cluster barrier each block takes a
+// slice of bl / 2^LOG_CL positions j, reads the 2^LOG_CL blocks' values at j through
+// distributed shared memory and applies the stages on the top LOG_CL bits (ascending): the
+// transform's values at buckets r bl + j.  Every stage in the NumPy engine's order, so the
+// bits of fused_dense_terms and of the CPU.  A's values wait in the cluster's output row
+// while B is transformed; the group's tree as fused_dense_terms', its pending nodes in
+// ``slots`` (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared
+// memory: padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage.
+// Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
+template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL>
+__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)
+fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
+                    const i64* __restrict__ ka, const double* __restrict__ ga,
+                    const int* __restrict__ pa,
+                    const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
+                    const i64* __restrict__ kb, const double* __restrict__ gb,
+                    const int* __restrict__ pb,
+                    int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
+{
+#if FWHT_CLUSTERS
+    constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G, CL = 1 << LOG_CL, P = VPT >> LOG_CL;
+    static_assert(LOG_CL >= 1 && LOG_CL <= 4 && P >= 1, "clusters of 2 to 16 blocks, a slice per thread");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* buf = reinterpret_cast<T*>(smem_raw);
+    const int b = 1 << logb, logbl = logb - LOG_CL, bl = 1 << logbl, threads = blockDim.x;
+    const int span = bl + ((bl - 1) >> pad_shift<T>());
+    Stage st;
+    st.val = reinterpret_cast<double*>(smem_raw + ((span * sizeof(T) + 15) & ~(size_t)15));
+    st.bucket = reinterpret_cast<int*>(st.val + CHUNK);
+    st.carry = reinterpret_cast<double*>(st.bucket + CHUNK);
+    const int rank = cluster_rank();
+    const i64 cid = (i64)(blockIdx.x >> LOG_CL);
+    const i64 g = cid / d;
+    const int t = (int)(cid - g * d);
+    const int last = ((logbl - 1) / LOG_VPT) * LOG_VPT;   // the last local round's first bit
+    const int rl = logbl - last;
+    const int j0 = rank * (bl >> LOG_CL) + (int)threadIdx.x;  // this thread's first position
+    T* o = out + cid * (i64)b;
+    // register q = p CL + r holds bucket r bl + j0 + p threads
+    auto at = [&](int q) { return ((q & (CL - 1)) << logbl) + j0 + (q >> LOG_CL) * threads; };
+    auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
+    T v[VPT];
+    // v := the transform of one factor's vector k at this thread's buckets
+    auto factor = [&](const S* X, i64 s_key, i64 s_vec, const i64* ip, const i64* kp,
+                      const double* gp, const int* pp, i64 k) {
+        cluster_sync();                   // every block has read this buffer's last values
+        sketch<T, S>(buf, st, X, s_key, s_vec, ip, kp, gp, pp, k, t, b, rank * bl, bl);
+        transform<T, LOG_VPT>(buf, v, logbl, threads);
+#pragma unroll
+        for (int q = 0; q < VPT; ++q) buf[pad<T>(round_index<VPT>(q, last, rl, threads))] = v[q];
+        cluster_sync();                   // every block's buckets are transformed
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const T* x = buf + pad<T>(j0 + p * threads);    // in each block's buffer
+#pragma unroll
+            for (int r = 0; r < CL; ++r) v[p * CL + r] = ld_cluster<T>(map_rank(x, r));
+            radix2_stages<T, LOG_CL>(v + p * CL, LOG_CL);
+        }
+    };
+    const i64 first = g * G;
+    const int count = (int)min((i64)G, nb - first);
+    group_tree<T, VPT, LOG_G>(
+        v, count,
+        [&](int i) {
+            const i64 k = first + i;
+            if constexpr (GRAM) {
+                factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
+#pragma unroll
+                for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
+            } else {
+#pragma unroll 1
+                for (int f = 0; f < 2; ++f) {     // one copy of the code for both factors
+                    if (f == 0) factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
+                    else factor(B, sb_key, sb_vec, ib, kb, gb, pb, k);
+#pragma unroll
+                    for (int q = 0; q < VPT; ++q) {   // A's values wait in the row
+                        if (f == 0) o[at(q)] = v[q];
+                        else v[q] = Mul<T>::mul(o[at(q)], v[q]);
+                    }
+                }
+            }
+        },
+        at, slot);
+#pragma unroll
+    for (int q = 0; q < VPT; ++q) o[at(q)] = v[q];
+    cluster_sync();                       // no block leaves while the others read its buffer
+#else
+    __trap();
+#endif
 }
 
 // out[g * stride + j] := the pairwise tree sum (pagh_mm.reduction.block_sum's order: level

@@ -56,6 +56,29 @@ FUSED_REG_LOG_VPT = {"float": 4, "double": 3}
 FUSED_LOG_VPT = {"float": 5, "double": 4}
 #: Largest log2 of the buckets of the fused dense kernel per transform dtype.
 FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
+#: log2 of the largest thread-block cluster of the fused cluster kernel (16 blocks, not
+#: portable: sm_90 only; 8 elsewhere, see fwht_gpu's Limits.max_cluster_log).
+FUSED_CLUSTER_MAX_LOG_CL = 4
+
+
+def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL) -> tuple[int, int]:
+    """(log2 values per thread, log2 blocks per cluster) of ``fused_cluster_terms`` for 2^log2b
+    buckets of C type ``name`` with clusters of at most 2^most blocks; (0, 0) within one block
+    (``fused_dense_terms``) or beyond the clusters.  1024 threads per block, each with as few
+    values as possible (FUSED_REG_LOG_VPT: 2^14 FP32, 2^13 FP64 buckets per block, no spills
+    of consequence) while every thread keeps a position of the cross-block stages (values per
+    thread >= blocks per cluster) and the cluster is no larger than 2^most."""
+    if log2b <= FUSED_MAX_LOG2B[name]:
+        return 0, 0
+    log_vpt = FUSED_REG_LOG_VPT[name]
+    while log_vpt <= FUSED_LOG_VPT[name]:
+        log_cl = log2b - 10 - log_vpt
+        if log_cl <= min(log_vpt, most):
+            return log_vpt, log_cl
+        log_vpt += 1
+    return 0, 0
+
+
 #: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
 FUSED_MAX_LOG_G = 2
 
@@ -89,6 +112,17 @@ def fused_names():
             for c in range(FUSED_MAX_LOG_G + 1)]
 
 
+def fused_cluster_names():
+    """Every template instantiation of ``fused_cluster_terms`` (fused.cu): ``(name, T, S)``, for
+    clusters of up to 16 blocks and of up to 8."""
+    shapes = sorted({(t, _cluster_shape(log2b, t, most)) for t in ("float", "double")
+                     for most in (3, FUSED_CLUSTER_MAX_LOG_CL) for log2b in range(1, 24)
+                     if _cluster_shape(log2b, t, most)[1]})
+    return [(f"fused_cluster_terms<{t},{s},{v},{g},{c},{cl}>", t, s)
+            for t, (v, cl) in shapes for s in ("double", "float")
+            for g in ("false", "true") for c in range(FUSED_GLOBAL_LOG_G + 1)]
+
+
 #: Instantiations of ``tree_sum_32`` (fused.cu).
 TREE_NAMES = tuple(f"tree_sum_32<{t}>" for t in C_TYPES.values())
 
@@ -101,12 +135,13 @@ def compile_unit() -> tuple[str, int]:
     pruned = ", ".join(PRUNED_PARAMS)
     lines += [f"template __global__ void {nm}({pruned if nm.startswith('pruned') else params});"
               for nm in names() if "<" in nm]
-    for nm, t, s in fused_names():
+    for nm, t, s in fused_names() + fused_cluster_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
     for t in C_TYPES.values():
         lines.append(f"template __global__ void tree_sum_32<{t}>(const {t}*, i64, i64, {t}*);")
-    return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + len(TREE_NAMES)
+    return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + \
+        len(fused_cluster_names()) + len(TREE_NAMES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -362,10 +397,19 @@ def poly61(keys, coef):
     return out
 
 
+def _cluster_log(log2b: int, dtype) -> tuple[int, int]:
+    """:func:`_cluster_shape` on the current device (its largest cluster)."""
+    most = min(FUSED_CLUSTER_MAX_LOG_CL, limits(cupy().cuda.Device().id).max_cluster_log)
+    return _cluster_shape(log2b, C_TYPES[np.dtype(dtype)], most)
+
+
 def fused_supported(log2b: int, dtype) -> bool:
-    """Whether ``fused_terms`` computes transforms of 2^log2b buckets in ``dtype``."""
+    """Whether ``fused_terms`` computes transforms of 2^log2b buckets in ``dtype`` on the
+    current device (beyond one block's shared memory: thread-block clusters, sm_90+)."""
     name = C_TYPES.get(np.dtype(dtype))
-    return name is not None and 1 <= log2b <= FUSED_MAX_LOG2B[name]
+    if name is None or log2b < 1:
+        return False
+    return log2b <= FUSED_MAX_LOG2B[name] or _cluster_log(log2b, dtype)[1] > 0
 
 
 def _slots_shared(log2b: int, dtype, log_g: int) -> bool:
@@ -379,9 +423,11 @@ def fused_group(log2b: int, dtype, block: int) -> int:
     as many as the device's shared memory holds beside the buffer, up to FUSED_MAX_LOG_G and no
     more than the ``block`` of the memory plan; when the buffer leaves room for none, the most
     the plan allows, their pending nodes in device memory (``fused_terms``' slots: each block's
-    own rows, L2-resident, instead of a node per inner index written and read again)."""
+    own rows, L2-resident, instead of a node per inner index written and read again), as
+    always for clusters."""
     c = 0
-    while c < FUSED_MAX_LOG_G and _slots_shared(log2b, dtype, c + 1) and 2 << c <= block:
+    while log2b <= FUSED_MAX_LOG2B[C_TYPES[np.dtype(dtype)]] and c < FUSED_MAX_LOG_G and \
+            _slots_shared(log2b, dtype, c + 1) and 2 << c <= block:
         c += 1
     if c == 0:
         while c < FUSED_GLOBAL_LOG_G and 2 << c <= block:
@@ -405,18 +451,26 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     if out.size == 0:
         return out
     t_name = C_TYPES[np.dtype(dtype)]
-    log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
-    shared = _slots_shared(log2b, dtype, log_g)
+    log_vpt, log_cl = _cluster_log(log2b, dtype)
+    if log_cl:                  # a cluster of 2^log_cl blocks per (group, repetition)
+        shared = False
+        smem = -(-_span_bytes(b >> log_cl, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+        fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
+                            f"{'true' if gram else 'false'},{log_g},{log_cl}>", smem,
+                            1 << log_cl)
+    else:
+        log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
+        shared = _slots_shared(log2b, dtype, log_g)
+        smem = -(-(1 + (log_g if shared else 0)) * _span_bytes(b, dtype) // 16) * 16 + \
+            FUSED_STAGE_BYTES
+        fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
+                            f"{'true' if gram else 'false'},{log_g}>", smem)
     slots = None if shared or log_g == 0 else cp.empty((groups * d, log_g, b), dtype=dtype)
-    smem = -(-(1 + (log_g if shared else 0)) * _span_bytes(b, dtype) // 16) * 16 + \
-        FUSED_STAGE_BYTES
-    fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
-                        f"{'true' if gram else 'false'},{log_g}>", smem)
     if gram:
         VB, table_b = VA, table_a
     sa = [st // VA.itemsize for st in VA.strides]
     sb = [st // VB.itemsize for st in VB.strides]
-    fn((groups * d,), (b >> log_vpt,),
+    fn((groups * d << log_cl,), (b >> log_cl >> log_vpt,),
        (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
         VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
         np.int32(d), np.int32(log2b), np.int64(nb), out,
