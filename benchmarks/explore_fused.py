@@ -3,8 +3,9 @@
     python benchmarks/explore_fused.py --n 16384 --n 32768 --buckets 8192 [--json out.json]
 
 For each n and transform dtype: compress a dense N(0, 1) A (C order, then F order) by B
-with the fused kernel (with and without the contiguous copy of A's blocks), and with the
-staged path; prints the median wall time of the compression and the profile's stages
+with the fused kernel (with and without the contiguous copy of A's blocks; ``--cluster-from N``
+also with thread-block clusters from 2^N buckets, ``--cluster-log-g G`` with clusters summing
+2^G inner indices), and with the staged path; prints the median wall time of the compression and the profile's stages
 (GPU synchronized between stages), and checks that every variant gives the same bits.
 (Session 23's ``--gather-batch G``, the sketch's gathers G at a time per thread, measured
 slower in FP64 in session 24 and was removed with its kernel macro in session 25.)"""
@@ -39,6 +40,10 @@ def main(argv=None) -> int:
     ap.add_argument("--buckets", type=int, default=8192)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dtype", action="append")
+    ap.add_argument("--cluster-from", type=int, action="append", default=[],
+                    help="also the fused kernel with clusters from 2^N buckets (A F-order)")
+    ap.add_argument("--cluster-log-g", type=int, action="append", default=[],
+                    help="also the cluster kernel summing 2^G inner indices (A F-order)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
@@ -51,13 +56,20 @@ def main(argv=None) -> int:
         for dt in a.dtype or ["float64", "float32"]:
             kw = dict(buckets=a.buckets, reps=a.reps, seed=1, dtype=dt)
             ref = None
-            variants = [("fused, A C-order, contiguous copy", A, True, True, library),
-                        ("fused, A C-order, strided columns", A, True, False, library),
-                        ("fused, A F-order", cp.asfortranarray(A), True, True, library),
-                        ("staged", A, False, True, library)]
-            for name, AA, fused, contiguous, module in variants:
+            AF = cp.asfortranarray(A)
+            default = (dict(kernels.FUSED_CLUSTER_FROM), kernels.FUSED_CLUSTER_LOG_G)
+            variants = [("fused, A C-order, contiguous copy", A, True, True, library, default),
+                        ("fused, A C-order, strided columns", A, True, False, library, default),
+                        ("fused, A F-order", AF, True, True, library, default)]
+            variants += [(f"fused, A F-order, clusters from 2^{c}", AF, True, True, library,
+                          ({t: c for t in default[0]}, default[1])) for c in a.cluster_from]
+            variants += [(f"fused, A F-order, clusters sum 2^{g}", AF, True, True, library,
+                          (default[0], g)) for g in a.cluster_log_g]
+            variants += [("staged", A, False, True, library, default)]
+            for name, AA, fused, contiguous, module, (cfrom, clog_g) in variants:
                 matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = fused, contiguous
                 kernels.FUSED = module
+                kernels.FUSED_CLUSTER_FROM, kernels.FUSED_CLUSTER_LOG_G = dict(cfrom), clog_g
                 t, sk = _time(lambda: pagh_mm.compress(AA, B, **kw))
                 prof = {}
                 pagh_mm.compress(AA, B, profile=prof, **kw)
@@ -69,11 +81,13 @@ def main(argv=None) -> int:
                              "time_s": t, "same_bits": same, "stages_s": prof})
                 sk = None
                 cp.get_default_memory_pool().free_all_blocks()
+            kernels.FUSED_CLUSTER_FROM, kernels.FUSED_CLUSTER_LOG_G = default
     matmul.GPU_FUSED, matmul.GPU_FUSED_CONTIGUOUS = True, True
     kernels.FUSED = library
     if a.json:
         settings = {"n": a.n or [8192, 16384], "buckets": a.buckets, "reps": a.reps,
-                    "dtypes": a.dtype or ["float64", "float32"], "repeats": 3}
+                    "dtypes": a.dtype or ["float64", "float32"], "repeats": 3,
+                    "cluster_from": a.cluster_from, "cluster_log_g": a.cluster_log_g}
         provenance.write(provenance.record("pagh-fused-explore", rows, settings, device="gpu"),
                          a.json)
     return 0

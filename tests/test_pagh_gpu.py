@@ -365,7 +365,7 @@ def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     from pagh_mm.cuda import kernels
     name = "float" if dtype == "float32" else "double"
     most = min(kernels.FUSED_CLUSTER_MAX_LOG_CL, gpu.limits().max_cluster_log)
-    first = kernels.FUSED_MAX_LOG2B[name] + 1
+    first = kernels.FUSED_CLUSTER_FROM[name]
     sizes = [lb for lb in range(first, first + 8) if kernels._cluster_shape(lb, name, most)[1]]
     if not sizes:
         pytest.skip("no thread-block clusters on this GPU")
@@ -379,7 +379,9 @@ def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
             for A, B in inputs if family == "tabulation" and log2b < first + 2 else inputs[:2]:
                 kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
                 want = pagh_mm.compress(A, B, **kw).sketch
-                for budget in (None, 8 << 20 << (log2b - first)):    # one block; blocks of 4
+                # one block of the inner dimension (groups of 4, the last one partial);
+                # blocks of 2 (groups of 2, the last block of one inner index)
+                for budget in (None, 4 << 20 << (log2b - first)):
                     prof = {}
                     got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
                                            memory_budget=budget, **kw)

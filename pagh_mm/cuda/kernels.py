@@ -59,6 +59,15 @@ FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
 #: log2 of the largest thread-block cluster of the fused cluster kernel (16 blocks, not
 #: portable: sm_90 only; 8 elsewhere, see fwht_gpu's Limits.max_cluster_log).
 FUSED_CLUSTER_MAX_LOG_CL = 4
+#: log2 of the fewest buckets the fused cluster kernel computes per C type (below them, one
+#: block of ``fused_dense_terms`` per inner index and repetition).  Clusters of two at 2^15
+#: FP32 / 2^14 FP64: 5% faster / the same for a dense n = 16384 product (H200), but the FP32
+#: covariance screen of 2^20 x 4096 took 1.22 s in the kernel against 0.81 s in one block
+#: (H100): one block wherever it fits (``benchmarks/explore_fused.py --cluster-from``).
+FUSED_CLUSTER_FROM = {t: v + 1 for t, v in FUSED_MAX_LOG2B.items()}
+#: Most levels of the pairwise tree the fused cluster kernel sums (pending nodes in device
+#: memory; 2^2 inner indices per cluster: FP64 without spills, FP32 136 bytes, sm_90).
+FUSED_CLUSTER_LOG_G = 2
 
 
 def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL) -> tuple[int, int]:
@@ -68,12 +77,12 @@ def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL) 
     values as possible (FUSED_REG_LOG_VPT: 2^14 FP32, 2^13 FP64 buckets per block, no spills
     of consequence) while every thread keeps a position of the cross-block stages (values per
     thread >= blocks per cluster) and the cluster is no larger than 2^most."""
-    if log2b <= FUSED_MAX_LOG2B[name]:
+    if log2b < FUSED_CLUSTER_FROM[name]:
         return 0, 0
     log_vpt = FUSED_REG_LOG_VPT[name]
     while log_vpt <= FUSED_LOG_VPT[name]:
         log_cl = log2b - 10 - log_vpt
-        if log_cl <= min(log_vpt, most):
+        if 1 <= log_cl <= min(log_vpt, most):
             return log_vpt, log_cl
         log_vpt += 1
     return 0, 0
@@ -120,7 +129,7 @@ def fused_cluster_names():
                      if _cluster_shape(log2b, t, most)[1]})
     return [(f"fused_cluster_terms<{t},{s},{v},{g},{c},{cl}>", t, s)
             for t, (v, cl) in shapes for s in ("double", "float")
-            for g in ("false", "true") for c in range(FUSED_GLOBAL_LOG_G + 1)]
+            for g in ("false", "true") for c in range(FUSED_CLUSTER_LOG_G + 1)]
 
 
 #: Instantiations of ``tree_sum_32`` (fused.cu).
@@ -409,7 +418,7 @@ def fused_supported(log2b: int, dtype) -> bool:
     name = C_TYPES.get(np.dtype(dtype))
     if name is None or log2b < 1:
         return False
-    return log2b <= FUSED_MAX_LOG2B[name] or _cluster_log(log2b, dtype)[1] > 0
+    return _cluster_log(log2b, dtype)[1] > 0 or log2b <= FUSED_MAX_LOG2B[name]
 
 
 def _slots_shared(log2b: int, dtype, log_g: int) -> bool:
@@ -426,11 +435,12 @@ def fused_group(log2b: int, dtype, block: int) -> int:
     own rows, L2-resident, instead of a node per inner index written and read again), as
     always for clusters."""
     c = 0
-    while log2b <= FUSED_MAX_LOG2B[C_TYPES[np.dtype(dtype)]] and c < FUSED_MAX_LOG_G and \
-            _slots_shared(log2b, dtype, c + 1) and 2 << c <= block:
+    cluster = _cluster_log(log2b, dtype)[1] > 0
+    while not cluster and c < FUSED_MAX_LOG_G and _slots_shared(log2b, dtype, c + 1) and \
+            2 << c <= block:
         c += 1
     if c == 0:
-        while c < FUSED_GLOBAL_LOG_G and 2 << c <= block:
+        while c < (FUSED_CLUSTER_LOG_G if cluster else FUSED_GLOBAL_LOG_G) and 2 << c <= block:
             c += 1
     return c
 
