@@ -30,48 +30,43 @@ METHOD = ("wall clock with GPU synchronized, median of repeats (dense top-k quer
 QUERY_REPEATS = 21
 
 
+def _timed(be, fn):
+    """(fn()'s result, its wall time in seconds), the GPU synchronized before and after."""
+    if be.gpu:
+        be.xp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    r = fn()
+    if be.gpu:
+        be.xp.cuda.Device().synchronize()
+    return r, time.perf_counter() - t0
+
+
 def _wall_pair(be, f, g, repeats):
     """(median time of f, median time of g, f's result), f and g run alternately."""
     r = f()
     g()
     tf, tg = [], []
     for _ in range(repeats):
-        for fn, out in ((f, tf), (g, tg)):
-            if be.gpu:
-                be.xp.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            res = fn()
-            if be.gpu:
-                be.xp.cuda.Device().synchronize()
-            out.append(time.perf_counter() - t0)
-            if fn is f:
-                r = res
+        r, t = _timed(be, f)
+        tf.append(t)
+        tg.append(_timed(be, g)[1])
     return statistics.median(tf), statistics.median(tg), r
 
 
 def _queried(be, state: dict, query):
     """query()'s result, its wall time (GPU synchronized) appended to state["query_s"]."""
-    if be.gpu:
-        be.xp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    r = query()
-    if be.gpu:
-        be.xp.cuda.Device().synchronize()
-    state.setdefault("query_s", []).append(time.perf_counter() - t0)
+    r, t = _timed(be, query)
+    state.setdefault("query_s", []).append(t)
     return r
 
 
 def _wall(be, fn, repeats):
-    fn()
-    if be.gpu:
-        be.xp.cuda.Device().synchronize()
+    """(median wall time of ``repeats`` runs of fn after one warm-up, the last result)."""
+    _timed(be, fn)
     out = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        r = fn()
-        if be.gpu:
-            be.xp.cuda.Device().synchronize()
-        out.append(time.perf_counter() - t0)
+        r, t = _timed(be, fn)
+        out.append(t)
     return statistics.median(out), r
 
 

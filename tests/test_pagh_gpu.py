@@ -304,6 +304,55 @@ def test_gpu_gram_sketch_estimates_and_certified_queries_equal_cpu_bit_for_bit()
 
 # --- issue 16: the fused dense kernel -----------------------------------------------------
 
+def _fused_inputs(rng, inner: int):
+    """(A0, B0, the factor pairs of the fused tests): float64 C and F layouts, float32, mixed,
+    integer values with a transposed view."""
+    A0 = rng.standard_normal((97, inner))
+    B0 = rng.standard_normal((inner, 83))
+    return A0, B0, [(A0, B0), (np.asfortranarray(A0), B0),
+                    (A0.astype(np.float32), B0.astype(np.float32)), (A0.astype(np.float32), B0),
+                    (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
+
+
+def _assert_fused_bits(cp, log2b: int, dtype, products, budgets, X) -> None:
+    """Each (hash family, A, B) of ``products`` compressed on the GPU's fused route with each
+    memory budget, and X's Gram product (C and F layouts): the CPU's bits."""
+    for family, A, B in products:
+        kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
+        want = pagh_mm.compress(A, B, **kw).sketch
+        for budget in budgets:
+            prof = {}
+            got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
+                                   memory_budget=budget, **kw)
+            assert "fused" in prof and "scatter" not in prof
+            assert (got.sketch.get() == want).all(), (log2b, family, A.dtype, budget)
+    for x in (X, np.asfortranarray(X)):
+        kw = dict(buckets=1 << log2b, reps=3, seed=9, dtype=dtype)
+        want = pagh_mm.compress_gram(x, **kw)
+        prof = {}
+        got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
+        assert got.gram and "fused" in prof
+        assert (got.sketch.get() == want.sketch).all(), log2b
+
+
+def _assert_staged_bits(cp, A0, B0, log2b: int, dtype) -> None:
+    """The staged GPU path (matmul.GPU_FUSED off) gives the CPU's bits too."""
+    from pagh_mm import matmul
+    before = matmul.GPU_FUSED
+    try:
+        matmul.GPU_FUSED = False
+        kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype)
+        prof = {}
+        staged = pagh_mm.compress(cp.asarray(A0), cp.asarray(B0), profile=prof, **kw)
+        assert "fused" not in prof
+        assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
+    finally:
+        matmul.GPU_FUSED = before
+
+
+FAMILIES = ("multiply-add-shift", "tabulation")
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(dtype):
     """The fused dense kernel (sketch, transform and product of each inner index in one
@@ -312,56 +361,30 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
     family, blocks of the inner dimension that do not divide it, and Gram products; the
     staged GPU path gives the same bits (matmul.GPU_FUSED off)."""
     cp = _cp()
-    from pagh_mm import matmul
     from pagh_mm.cuda import kernels
     rng = np.random.default_rng(7)
     top = kernels.FUSED_MAX_LOG2B["float" if dtype == "float32" else "double"]
-    A0 = rng.standard_normal((97, 70))
-    B0 = rng.standard_normal((70, 83))
-    inputs = [(A0, B0), (np.asfortranarray(A0), B0), (A0.astype(np.float32), B0.astype(np.float32)),
-              (A0.astype(np.float32), B0), (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
+    A0, B0, inputs = _fused_inputs(rng, 70)
     regs = kernels.FUSED_REG_LOG_VPT["float" if dtype == "float32" else "double"] + 10
     for log2b in (1, 2, 3, 4, 5, 9, regs, top):     # top: A's values wait in the output row
-        for family in ("multiply-add-shift", "tabulation"):
-            for A, B in inputs if log2b in (3, regs, top) else inputs[:1]:
-                kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
-                want = pagh_mm.compress(A, B, **kw).sketch
-                # blocks of the inner dimension (70) from 1 to 128 inner indices: groups of
-                # 1, 2 and 4 summed in the kernel, the last one partial
-                for budget in ((1 << 20,) if log2b <= 9 else (None, 8 << 20, 16 << 20)):
-                    prof = {}
-                    got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
-                                           memory_budget=budget, **kw)
-                    assert "fused" in prof and "scatter" not in prof
-                    assert (got.sketch.get() == want).all(), (log2b, family, A.dtype, budget)
-        X = rng.standard_normal((150, 60))
-        for x in (X, np.asfortranarray(X)):
-            kw = dict(buckets=1 << log2b, reps=3, seed=9, dtype=dtype)
-            want = pagh_mm.compress_gram(x, **kw)
-            prof = {}
-            got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
-            assert got.gram and "fused" in prof
-            assert (got.sketch.get() == want.sketch).all(), log2b
-    before = matmul.GPU_FUSED
-    try:
-        matmul.GPU_FUSED = False
-        kw = dict(buckets=1 << top, reps=3, seed=5, dtype=dtype)
-        prof = {}
-        staged = pagh_mm.compress(cp.asarray(A0), cp.asarray(B0), profile=prof, **kw)
-        assert "fused" not in prof
-        assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
-    finally:
-        matmul.GPU_FUSED = before
+        products = [(f, A, B) for f in FAMILIES
+                    for A, B in (inputs if log2b in (3, regs, top) else inputs[:1])]
+        # blocks of the inner dimension (70) from 1 to 128 inner indices: groups of 1, 2 and
+        # 4 summed in the kernel, the last one partial
+        _assert_fused_bits(cp, log2b, dtype, products,
+                           (1 << 20,) if log2b <= 9 else (None, 8 << 20, 16 << 20),
+                           rng.standard_normal((150, 60)))
+    _assert_staged_bits(cp, A0, B0, top, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     """Buckets beyond one block's shared memory (thread-block clusters of 4, 8 and 16 blocks,
-    sm_90; every cluster shape the device launches): the CPU's bits for float64, float32, mixed and integer values, C and F layouts,
-    both hash families, blocks of the inner dimension with a partial last group, Gram
-    products; the staged GPU path gives the same bits."""
+    sm_90; every cluster shape the device launches): the CPU's bits for float64, float32,
+    mixed and integer values, C and F layouts, both hash families, blocks of the inner
+    dimension with a partial last group, Gram products; the staged GPU path gives the same
+    bits."""
     cp = _cp()
-    from pagh_mm import matmul
     from pagh_mm.cuda import kernels
     name = "float" if dtype == "float32" else "double"
     most = min(kernels.FUSED_CLUSTER_MAX_LOG_CL, gpu.limits().max_cluster_log)
@@ -370,41 +393,15 @@ def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     if not sizes:
         pytest.skip("no thread-block clusters on this GPU")
     rng = np.random.default_rng(11)
-    A0 = rng.standard_normal((97, 69))
-    B0 = rng.standard_normal((69, 83))
-    inputs = [(A0, B0), (np.asfortranarray(A0), B0), (A0.astype(np.float32), B0.astype(np.float32)),
-              (A0.astype(np.float32), B0), (np.round(A0 * 8).astype(np.int32), B0.T.copy().T)]
+    A0, B0, inputs = _fused_inputs(rng, 69)
     for log2b in sizes:
-        for family in ("multiply-add-shift", "tabulation"):
-            for A, B in inputs if family == "tabulation" and log2b < first + 2 else inputs[:2]:
-                kw = dict(buckets=1 << log2b, reps=3, seed=5, dtype=dtype, hash=family)
-                want = pagh_mm.compress(A, B, **kw).sketch
-                # one block of the inner dimension (groups of 4, the last one partial);
-                # blocks of 2 (groups of 2, the last block of one inner index)
-                for budget in (None, 4 << 20 << (log2b - first)):
-                    prof = {}
-                    got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), profile=prof,
-                                           memory_budget=budget, **kw)
-                    assert "fused" in prof and "scatter" not in prof
-                    assert (got.sketch.get() == want).all(), (log2b, family, A.dtype, budget)
-        X = rng.standard_normal((150, 61))
-        for x in (X, np.asfortranarray(X)):
-            kw = dict(buckets=1 << log2b, reps=3, seed=9, dtype=dtype)
-            want = pagh_mm.compress_gram(x, **kw)
-            prof = {}
-            got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
-            assert got.gram and "fused" in prof
-            assert (got.sketch.get() == want.sketch).all(), log2b
-    before = matmul.GPU_FUSED
-    try:
-        matmul.GPU_FUSED = False
-        kw = dict(buckets=1 << first, reps=3, seed=5, dtype=dtype)
-        prof = {}
-        staged = pagh_mm.compress(cp.asarray(A0), cp.asarray(B0), profile=prof, **kw)
-        assert "fused" not in prof
-        assert (staged.sketch.get() == pagh_mm.compress(A0, B0, **kw).sketch).all()
-    finally:
-        matmul.GPU_FUSED = before
+        products = [(f, A, B) for f in FAMILIES
+                    for A, B in (inputs if f == "tabulation" and log2b < first + 2 else inputs[:2])]
+        # one block of the inner dimension (groups of 4, the last one partial); blocks of 2
+        # (groups of 2, the last block of one inner index)
+        _assert_fused_bits(cp, log2b, dtype, products, (None, 4 << 20 << (log2b - first)),
+                           rng.standard_normal((150, 61)))
+    _assert_staged_bits(cp, A0, B0, first, dtype)
 
 
 def test_gpu_direct_pairs_give_the_cpu_bits_for_exact_integer_sparse_products():
