@@ -42,8 +42,9 @@ def _precompile_gpu_kernels(request):
     _PRECOMPILE["kernels"] += pagh_kernels.ESTIMATE.precompile(pagh_kernels.names(), 4, wait=False)
     _PRECOMPILE["kernels"] += pagh_kernels.SCATTER.precompile(["scatter_dense"], 1, wait=False)
     _PRECOMPILE["kernels"] += pagh_kernels.FUSED.precompile(
-        [nm for nm, _, _ in pagh_kernels.fused_names()] + list(pagh_kernels.TREE_NAMES), 4,
-        wait=False)
+        [nm for nm, _, _ in pagh_kernels.fused_names()] + list(pagh_kernels.TREE_NAMES) +
+        [nm for nm, _, _ in pagh_kernels.fused_cluster_names(gpu.limits().max_cluster_log)],
+        4, wait=False)
     from tests.gpu_cases import warm_cupy_kernels           # and CuPy's own kernels
     _PRECOMPILE["warm"] = warm_cupy_kernels(str(request.config.rootpath))
     yield

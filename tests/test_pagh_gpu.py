@@ -398,8 +398,9 @@ def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
         products = [(f, A, B) for f in FAMILIES
                     for A, B in (inputs if f == "tabulation" and log2b < first + 2 else inputs[:2])]
         # one block of the inner dimension (groups of 4, the last one partial); blocks of 2
-        # (groups of 2, the last block of one inner index)
-        _assert_fused_bits(cp, log2b, dtype, products, (None, 4 << 20 << (log2b - first)),
+        # (groups of 2, the last block of one inner index); blocks of 1 (no tree in the kernel)
+        _assert_fused_bits(cp, log2b, dtype, products,
+                           (None, 4 << 20 << (log2b - first), 2 << 20 << (log2b - first)),
                            rng.standard_normal((150, 61)))
     _assert_staged_bits(cp, A0, B0, first, dtype)
 

@@ -70,19 +70,29 @@ FUSED_CLUSTER_FROM = {t: v + 1 for t, v in FUSED_MAX_LOG2B.items()}
 FUSED_CLUSTER_LOG_G = 2
 
 
-def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL) -> tuple[int, int]:
+def _fused_smem(log2b: int, name: str, log_g_shared: int = 0) -> int:
+    """Dynamic shared memory of a fused kernel's block holding 2^log2b buckets of C type
+    ``name`` (and ``log_g_shared`` pending tree nodes): the padded buffers, then the stage."""
+    dtype = np.float32 if name == "float" else np.float64
+    return -(-(1 + log_g_shared) * _span_bytes(1 << log2b, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+
+
+def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL,
+                   smem: int | None = None) -> tuple[int, int]:
     """(log2 values per thread, log2 blocks per cluster) of ``fused_cluster_terms`` for 2^log2b
-    buckets of C type ``name`` with clusters of at most 2^most blocks; (0, 0) within one block
-    (``fused_dense_terms``) or beyond the clusters.  1024 threads per block, each with as few
-    values as possible (FUSED_REG_LOG_VPT: 2^14 FP32, 2^13 FP64 buckets per block, no spills
-    of consequence) while every thread keeps a position of the cross-block stages (values per
-    thread >= blocks per cluster) and the cluster is no larger than 2^most."""
+    buckets of C type ``name`` with clusters of at most 2^most blocks and ``smem`` bytes of
+    shared memory per block (None: no limit); (0, 0) within one block (``fused_dense_terms``)
+    or beyond the clusters.  1024 threads per block, each with as few values as possible
+    (FUSED_REG_LOG_VPT: 2^14 FP32, 2^13 FP64 buckets per block, no spills of consequence) while
+    every thread keeps a position of the cross-block stages (values per thread >= blocks per
+    cluster) and the cluster is no larger than 2^most."""
     if log2b < FUSED_CLUSTER_FROM[name]:
         return 0, 0
     log_vpt = FUSED_REG_LOG_VPT[name]
     while log_vpt <= FUSED_LOG_VPT[name]:
         log_cl = log2b - 10 - log_vpt
-        if 1 <= log_cl <= min(log_vpt, most):
+        if 1 <= log_cl <= min(log_vpt, most) and \
+                (smem is None or _fused_smem(log_vpt + 10, name) <= smem):
             return log_vpt, log_cl
         log_vpt += 1
     return 0, 0
@@ -121,12 +131,13 @@ def fused_names():
             for c in range(FUSED_MAX_LOG_G + 1)]
 
 
-def fused_cluster_names():
+def fused_cluster_names(most: int | None = None):
     """Every template instantiation of ``fused_cluster_terms`` (fused.cu): ``(name, T, S)``, for
-    clusters of up to 16 blocks and of up to 8."""
-    shapes = sorted({(t, _cluster_shape(log2b, t, most)) for t in ("float", "double")
-                     for most in (3, FUSED_CLUSTER_MAX_LOG_CL) for log2b in range(1, 24)
-                     if _cluster_shape(log2b, t, most)[1]})
+    clusters of up to 16 blocks and of up to 8 (``most``: only those of clusters of up to
+    2^most blocks)."""
+    shapes = sorted({(t, _cluster_shape(log2b, t, m)) for t in ("float", "double")
+                     for m in ((3, FUSED_CLUSTER_MAX_LOG_CL) if most is None else (most,))
+                     for log2b in range(1, 24) if _cluster_shape(log2b, t, m)[1]})
     return [(f"fused_cluster_terms<{t},{s},{v},{g},{c},{cl}>", t, s)
             for t, (v, cl) in shapes for s in ("double", "float")
             for g in ("false", "true") for c in range(FUSED_CLUSTER_LOG_G + 1)]
@@ -407,9 +418,10 @@ def poly61(keys, coef):
 
 
 def _cluster_log(log2b: int, dtype) -> tuple[int, int]:
-    """:func:`_cluster_shape` on the current device (its largest cluster)."""
-    most = min(FUSED_CLUSTER_MAX_LOG_CL, limits(cupy().cuda.Device().id).max_cluster_log)
-    return _cluster_shape(log2b, C_TYPES[np.dtype(dtype)], most)
+    """:func:`_cluster_shape` on the current device (its largest cluster, its shared memory)."""
+    lim = limits(cupy().cuda.Device().id)
+    return _cluster_shape(log2b, C_TYPES[np.dtype(dtype)],
+                          min(FUSED_CLUSTER_MAX_LOG_CL, lim.max_cluster_log), lim.smem_per_block)
 
 
 def fused_supported(log2b: int, dtype) -> bool:
@@ -418,13 +430,16 @@ def fused_supported(log2b: int, dtype) -> bool:
     name = C_TYPES.get(np.dtype(dtype))
     if name is None or log2b < 1:
         return False
-    return _cluster_log(log2b, dtype)[1] > 0 or log2b <= FUSED_MAX_LOG2B[name]
+    if _cluster_log(log2b, dtype)[1] > 0:
+        return True
+    return log2b <= FUSED_MAX_LOG2B[name] and \
+        _fused_smem(log2b, name) <= limits(cupy().cuda.Device().id).smem_per_block
 
 
 def _slots_shared(log2b: int, dtype, log_g: int) -> bool:
     """Whether the buffer and ``log_g`` pending nodes fit the device's shared memory."""
-    most = limits(cupy().cuda.Device().id).smem_per_block - FUSED_STAGE_BYTES
-    return (1 + log_g) * _span_bytes(1 << log2b, dtype) <= most
+    return _fused_smem(log2b, C_TYPES[np.dtype(dtype)], log_g) <= \
+        limits(cupy().cuda.Device().id).smem_per_block
 
 
 def fused_group(log2b: int, dtype, block: int) -> int:
@@ -464,15 +479,14 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     log_vpt, log_cl = _cluster_log(log2b, dtype)
     if log_cl:                  # a cluster of 2^log_cl blocks per (group, repetition)
         shared = False
-        smem = -(-_span_bytes(b >> log_cl, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+        smem = _fused_smem(log2b - log_cl, t_name)
         fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},{log_cl}>", smem,
                             1 << log_cl)
     else:
         log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
         shared = _slots_shared(log2b, dtype, log_g)
-        smem = -(-(1 + (log_g if shared else 0)) * _span_bytes(b, dtype) // 16) * 16 + \
-            FUSED_STAGE_BYTES
+        smem = _fused_smem(log2b, t_name, log_g if shared else 0)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g}>", smem)
     slots = None if shared or log_g == 0 else cp.empty((groups * d, log_g, b), dtype=dtype)
