@@ -250,6 +250,12 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
            "topk_unverified_s": t_scan, "certificate_overhead": t_top / t_scan - 1,
            "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor, "copy_bandwidth": bw,
            "stages_s": prof, "sketch_ratio_floor": t_sk / floor}
+    adds = 2 * reps_used * n * b * max(1, b.bit_length() - 1)    # both factors' transforms
+    rate = _add_rate(be, dt)
+    if rate:                    # the issue's floor: A and B read once, or the transforms' adds
+        row.update(transform_adds=adds, add_rate=rate, arithmetic_floor_s=adds / rate,
+                   sketch_ratio_arithmetic=t_sk / (adds / rate),
+                   sketch_ratio_physical=t_sk / max(adds / rate, floor / reps_used))
     if t_staged is not None:
         row.update(sketch_staged_s=t_staged, staged_same_bits=row_same,
                    speedup_vs_staged=t_staged / t_sk)
@@ -281,7 +287,9 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
          f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
          f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
     echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
-         + f"; sketch {row['sketch_ratio_floor']:.1f} x floor")
+         + f"; sketch {row['sketch_ratio_floor']:.1f} x floor"
+         + (f"; transforms' additions {adds:.3g}, {adds / rate:.4f} s at the device's add "
+            f"rate: sketch {row['sketch_ratio_arithmetic']:.1f}x that floor" if rate else ""))
     _echo_screen(echo, row, " " * 7)
     if t_staged is not None:
         echo(f"       staged compression {t_staged:.4f} s: the fused kernel is "

@@ -223,3 +223,19 @@ def test_gpu_bench_flow_times_the_query_itself():
 def _exact_top(A, B, k=5):
     flat = np.abs(A @ B).ravel()
     return {(int(i) // B.shape[1], int(i) % B.shape[1]) for i in np.argsort(-flat)[:k]}
+
+
+def test_gpu_bench_dense_row_reports_the_arithmetic_floor(monkeypatch):
+    """pagh-mm bench's dense row (run here on the CPU backend) reports the transforms'
+    additions, their time at the device's add rate and the sketch's ratio to the larger of
+    that and one read of A and B (the physical floor)."""
+    from pagh_mm import bench
+    from pagh_mm.backend import cpu
+    monkeypatch.setattr(bench, "_add_rate", lambda be, dt: 1e12)
+    row = bench._case(cpu(), 256, "fp64", 8, None, 1, 1e10, lambda *a: None)
+    d, b = row["reps"], row["buckets"]
+    assert row["transform_adds"] == 2 * d * 256 * b * (b.bit_length() - 1)
+    assert row["arithmetic_floor_s"] == row["transform_adds"] / 1e12
+    once = row["floor_s"] / d
+    assert row["sketch_ratio_physical"] == row["sketch_s"] / max(row["arithmetic_floor_s"], once)
+    assert row["recall"] == 1.0 and row["certified"]
