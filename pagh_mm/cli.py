@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sys
-import time
 
 import click
 import numpy as np
@@ -33,7 +32,7 @@ from fwht_gpu.clitools import (
     guarded,
 )
 
-from . import __version__, backend, hashing, synthetic
+from . import __version__, backend, hashing
 from . import bench as _bench
 from .compressed import CompressedProduct
 from .sketchfile import MAX_LOG2B, settings_problem

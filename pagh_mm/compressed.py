@@ -9,7 +9,7 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, decode, hashing, query, sketchfile
-from .backend import Backend, cpu, gpu, is_dask, is_sparse
+from .backend import Backend, cpu, gpu, is_dask
 from .convolution import combine_index
 from .exact import ExactValueWarning, exact_pair  # noqa: F401
 from .query import CertificateWarning, Entries, check_by  # noqa: F401

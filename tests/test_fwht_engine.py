@@ -46,7 +46,6 @@ def test_integer_inputs_exact_against_dense_up_to_4096(alg, stab, rng):
 def _alman_with_thesis_scaling(x, log2n):
     """Alman-Rao with thesis Alg. 10's exponent rule taken literally (digits of i, unshifted)."""
     plan = F.make_plan(1 << log2n, np.float64, "alman")
-    f = log2n % 3
     orig = cpu.alman_exponents
     try:
         cpu.alman_exponents = lambda n, b: orig(n, 0)
