@@ -13,7 +13,6 @@ has the library's bits (forward and inverse).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
 import cupy as cp
@@ -24,9 +23,10 @@ from fwht_gpu import gpu, hadamard, make_plan, provenance
 from fwht_gpu.bench import _timer
 from fwht_gpu.cuda import config, engine
 
+from explore_k_lengths import copy_times, inputs     # (run as a script: benchmarks/ on the path)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAIR = gpu.KernelModule(os.path.join(HERE, "k_cluster.cu"))
-ROTATE_BYTES = 1 << 30      # inputs rotated over at least this many bytes (no L2 flattery)
 
 
 def _pair(plan, K: int, inverse: bool, threads: int):
@@ -51,21 +51,15 @@ def _bits(a):
 def case(rows: int, n: int, dtype, thread_counts) -> dict:
     dt = np.dtype(dtype)
     K, M = hadamard.split(n)
-    nbytes = rows * n * dt.itemsize
-    count = max(1, min(16, math.ceil(ROTATE_BYTES / nbytes)))
-    rng = cp.random.default_rng(1)
-    srcs = [rng.standard_normal((rows, n), dtype=cp.float32).astype(dt) for _ in range(count)]
-    dst = cp.empty((rows, n), dtype=dt)
+    srcs, dst, nbytes = inputs(rows, n, dt)
+    count = len(srcs)
     plan = make_plan(M, dt, device="cuda")
     launch = config.k_launch(plan, K, rows, False, gpu.limits())
     route = "fused" if launch.fused else f"split: {len(plan.passes)} pass(es) + K stage"
     flags = cp.zeros(1, dtype=cp.uint32)
     t_lib, _ = _timer(cp, lambda i: engine.run_k(plan, K, srcs[i % count], dst, 1.0, False,
                                                  check=False))
-    t_memcpy, _ = _timer(cp, lambda i: dst.data.copy_from_device_async(srcs[i % count].data,
-                                                                        nbytes))
-    t_kcopy, _ = _timer(cp, lambda i: cp.copyto(dst, srcs[i % count]))
-    t_copy = min(t_memcpy, t_kcopy)
+    t_copy = min(copy_times(srcs, dst, nbytes))
     row = {"dtype": _dt.short_name(dt), "rows": rows, "n": n, "K": K, "M": M, "bytes": nbytes,
            "library_route": route, "library_ms": t_lib, "copy_ms": t_copy,
            "library_ratio_copy": t_lib / t_copy, "pair": []}

@@ -44,14 +44,28 @@ def _call_ms(fn, runs=30):
     return statistics.median(times)
 
 
-def case(rows: int, n: int, dtype) -> dict:
-    dt = np.dtype(dtype)
-    K, M = hadamard.split(n)
+def inputs(rows: int, n: int, dt):
+    """(sources rotated over ROTATE_BYTES, destination, bytes of one) for rows of n values."""
     nbytes = rows * n * dt.itemsize
     count = max(1, min(16, math.ceil(ROTATE_BYTES / nbytes)))
     rng = cp.random.default_rng(1)
     srcs = [rng.standard_normal((rows, n), dtype=cp.float32).astype(dt) for _ in range(count)]
-    dst = cp.empty((rows, n), dtype=dt)
+    return srcs, cp.empty((rows, n), dtype=dt), nbytes
+
+
+def copy_times(srcs, dst, nbytes):
+    """(cudaMemcpy ms, copy kernel ms) of the same bytes, over the rotated sources."""
+    count = len(srcs)
+    t_memcpy, _ = _timer(cp, lambda i: dst.data.copy_from_device_async(srcs[i % count].data, nbytes))
+    t_kcopy, _ = _timer(cp, lambda i: cp.copyto(dst, srcs[i % count]))
+    return t_memcpy, t_kcopy
+
+
+def case(rows: int, n: int, dtype) -> dict:
+    dt = np.dtype(dtype)
+    K, M = hadamard.split(n)
+    srcs, dst, nbytes = inputs(rows, n, dt)
+    count = len(srcs)
     if K > 1:
         plan = make_plan(M, dt, device="cuda")
         launch = config.k_launch(plan, K, rows, False, gpu.limits())
@@ -63,8 +77,7 @@ def case(rows: int, n: int, dtype) -> dict:
         route = f"power of two: {len(plan.passes)} pass(es)"
         kernel = lambda i: engine.run(plan, srcs[i % count], dst, check=False)  # noqa: E731
     t_kernel, runs = _timer(cp, kernel)
-    t_memcpy, _ = _timer(cp, lambda i: dst.data.copy_from_device_async(srcs[i % count].data, nbytes))
-    t_kcopy, _ = _timer(cp, lambda i: cp.copyto(dst, srcs[i % count]))
+    t_memcpy, t_kcopy = copy_times(srcs, dst, nbytes)
     t_copy = min(t_memcpy, t_kcopy)
     it = iter(range(1 << 30))
     t_call = _call_ms(lambda: F.fwht(srcs[next(it) % count], out=dst))

@@ -65,6 +65,7 @@ class KernelModule:
         self._functions: dict[tuple[int, str], object] = {}
         self._pending: dict[tuple[int, str], concurrent.futures.Future] = {}
         self._planned: set[tuple[int, str]] = set()
+        self._wide_clusters: set[tuple[int, str]] = set()     # opted in to > 8 blocks
         self._lock = threading.Lock()
         #: Kernels a launch needed that no :meth:`precompile` call had listed.
         self.on_demand: list[str] = []
@@ -96,8 +97,9 @@ class KernelModule:
                 fn = self._load(name)
         if smem_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < smem_bytes:
             fn.max_dynamic_shared_size_bytes = smem_bytes
-        if cluster_blocks > 8:
+        if cluster_blocks > 8 and key not in self._wide_clusters:      # once per kernel
             cupy().cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE, 1)
+            self._wide_clusters.add(key)
         return fn
 
     def _load(self, name: str, device: int | None = None):
