@@ -69,7 +69,7 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
     for dt in DTYPES[1:]:
         for K, M in ((12, 256), (12, 1024), (20, 1024), (28, 1024), (20, 2048), (44, 1024)):
             assert config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, gpu.H100).fused
-    assert _max_fused_log2(np.float32, 12) == 12 and _max_fused_log2(np.float64, 44) == 9
+    assert _max_fused_log2(np.float32, 12) == 13 and _max_fused_log2(np.float64, 44) == 9
     # the symmetric (Paley II) orders share one kernel for both directions
     assert not config.k_transpose(28, True) and config.k_transpose(12, True)
     # variants other than plain Folklore: the power-of-two passes, then the K-point stage
@@ -81,6 +81,36 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
                            20, 8, False, gpu.H100).fused
 
 
+def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
+    """fwht_k_rows_pair where a row's one-block tile would sit alone on its SM (or not fit)
+    and the halves keep 16 warps per SM: the sizes measured faster (session 28), not those
+    measured slower, never without clusters."""
+    import dataclasses
+
+    def launch(dt, K, M, limits=gpu.H100):
+        return config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, limits)
+
+    for dt, K, M, threads in ((np.float32, 28, 1024, 256), (np.float32, 20, 2048, 512),
+                              (np.float64, 20, 1024, 256), (np.float64, 20, 2048, 512)):
+        got = launch(dt, K, M)
+        assert got.pair and got.fused and got.threads == threads and got.log_rows == 0
+        assert got.ntiles == 4096 and got.rows_cfg.name.startswith("fwht_k_rows_pair<")
+        assert got.smem == got.rows_cfg.smem_bytes((K * M) // 2) <= gpu.H100.smem_per_block
+        assert got.rows_cfg.name in {c.name for c in config.all_k_configs()}
+        # the registers of the launch bound for every resident half
+        regs = min(255, gpu.H100.regs_per_sm // got.rows_cfg.max_threads)
+        tiles = gpu.H100.smem_per_sm // (got.smem + config.BLOCK_RESERVED_SMEM)
+        assert got.threads * regs * tiles <= gpu.H100.regs_per_sm
+        assert not launch(dt, K, M, dataclasses.replace(gpu.H100, max_cluster_log=0)).pair
+    for dt, K, M in ((np.float64, 28, 1024), (np.float32, 12, 1024), (np.float32, 20, 1024),
+                     (np.float64, 12, 1024), (np.float16, 28, 1024), (np.float16, 20, 2048)):
+        assert not launch(dt, K, M).pair
+    assert not launch(np.float64, 28, 1024).fused          # two passes and the K stage
+    monkeypatch.setattr(config, "K_PAIR_ROWS", False)
+    assert not launch(np.float32, 28, 1024).pair and launch(np.float32, 28, 1024).fused
+    assert _max_fused_log2(np.float32, 12) == 12
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
 def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
     """nvcc evaluates, for every fwht_k_rows instantiation, the padded tile and the launch
@@ -89,7 +119,7 @@ def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
     from fwht_gpu.cuda import engine
     lines = [f'#include "{engine.K_SOURCE}"']
     for c in config.all_k_configs():
-        if not isinstance(c, config.KRowsConfig):
+        if type(c) is not config.KRowsConfig:         # (KPairConfig: the same traits)
             continue
         unit = f"typename KRowsTraits<{c.name[len('fwht_k_rows<'):-1]}>::U"
         lines.append(f"static_assert(k_rows_max_threads<{unit}, {c.K}>() == {c.max_threads}, "
@@ -189,6 +219,40 @@ def test_many_rows_share_tiles_and_every_round_schedule(dtype, rng):
             x = _rand(rng, (64, K << L), dtype)
             for fn in (F.fwht, F.ifwht):
                 _same(fn(cp.asarray(x)).get(), fn(x))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_rows_over_two_blocks_are_bit_exact(dtype, rng):
+    """fwht_k_rows_pair (sm_90) at the sizes the launcher gives it: both directions, every
+    norm, in place, NaN and Inf, a grid-stride over more rows than clusters."""
+    if gpu.limits().max_cluster_log < 1:
+        pytest.skip("no thread-block clusters on this device")
+    cp = gpu.cupy()
+    took = 0
+    for K in KS:
+        for L in range(9, 14):
+            plan = make_plan(1 << L, dtype, device="cuda")
+            if not config.k_launch(plan, K, 5, False, gpu.limits()).pair:
+                continue
+            took += 1
+            x = _rand(rng, (5, K << L), dtype)
+            x[1, 3], x[2, -1], x[3, 0] = np.nan, np.inf, -np.inf
+            g = cp.asarray(x)
+            for fn, norm in ((F.fwht, "backward"), (F.ifwht, "backward"), (F.fwht, "ortho")):
+                want = fn(x, norm=norm)
+                _same(fn(g, norm=norm).get(), want)
+                y = g.copy()
+                assert fn(y, norm=norm, out=y) is y
+                _same(y.get(), want)
+    assert took >= 3
+    K, L = (28, 10) if dtype.itemsize == 4 else (20, 11) if dtype.itemsize == 8 else (28, 11)
+    plan = make_plan(1 << L, dtype, device="cuda")
+    assert config.k_launch(plan, K, 2000, False, gpu.limits()).pair
+    x = _rand(rng, (2000, K << L), dtype)         # more rows than resident clusters
+    _same(F.fwht(cp.asarray(x)).get(), F.fwht(x))
 
 
 @pytest.mark.gpu

@@ -563,8 +563,14 @@ K_ROWS_PARAMS = (("src", "const T*"), ("dst", "T*"), ("ntiles", "i64"), ("log_mu
 #: Parameters of ``fwht_k_stage`` in order.
 K_STAGE_PARAMS = (("src", "const T*"), ("dst", "T*"), ("npos", "i64"), ("log_m", "int"),
                   ("scale", "double"), ("flags", "unsigned int*"))
+#: Parameters of ``fwht_k_rows_pair`` in order.
+K_PAIR_PARAMS = (("src", "const T*"), ("dst", "T*"), ("nrows", "i64"), ("log_mu", "int"),
+                 ("scale", "double"), ("flags", "unsigned int*"))
 #: Threads per block of ``fwht_k_stage``.
 K_STAGE_THREADS = 256
+#: Whether :func:`k_launch` may spread a row over a cluster of two blocks (``fwht_k_rows_pair``;
+#: False: explorations measuring the one-block kernel).
+K_PAIR_ROWS = True
 
 
 class _Declared:
@@ -611,6 +617,19 @@ class KRowsConfig(_Declared):
 
 
 @dataclass(frozen=True)
+class KPairConfig(KRowsConfig):
+    """Template arguments of one ``fwht_k_rows_pair`` instantiation (each row over a cluster of
+    two blocks, K/2 of its blocks in each; sm_90): those of ``fwht_k_rows``."""
+
+    PARAMS = K_PAIR_PARAMS
+
+    @property
+    def name(self) -> str:
+        return _template("fwht_k_rows_pair", self.ctype, self.wtype, self.K, self.transpose,
+                         self.paired)
+
+
+@dataclass(frozen=True)
 class KStageConfig(_Declared):
     """Template arguments of one ``fwht_k_stage`` instantiation."""
 
@@ -637,8 +656,10 @@ def k_transpose(K: int, inverse: bool) -> bool:
 @dataclass(frozen=True)
 class KLaunch:
     """How the GPU runs a K * 2**k transform of ``rows`` rows: ``rows_cfg`` set (one
-    ``fwht_k_rows`` pass: tiles of 2**log_rows rows, ``threads`` per block, ``smem`` bytes), or
-    the power-of-two plan's passes (fwht_pass) and then ``stage_cfg``."""
+    ``fwht_k_rows`` pass: tiles of 2**log_rows rows, ``threads`` per block, ``smem`` bytes; or,
+    a :class:`KPairConfig`, one ``fwht_k_rows_pair`` pass: a row per cluster of two blocks,
+    ``smem`` bytes each), or the power-of-two plan's passes (fwht_pass) and then
+    ``stage_cfg``."""
 
     rows_cfg: KRowsConfig | None
     stage_cfg: KStageConfig
@@ -651,6 +672,10 @@ class KLaunch:
     @property
     def fused(self) -> bool:
         return self.rows_cfg is not None
+
+    @property
+    def pair(self) -> bool:
+        return isinstance(self.rows_cfg, KPairConfig)
 
 
 def k_fusable(plan: Plan) -> bool:
@@ -669,6 +694,11 @@ def k_rows_config(plan: Plan, K: int, inverse: bool) -> KRowsConfig:
                        k_transpose(K, inverse), dt.itemsize == 2)
 
 
+def k_pair_config(cfg: KRowsConfig) -> KPairConfig:
+    """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg``."""
+    return KPairConfig(*dataclasses.astuple(cfg))
+
+
 def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
     return KStageConfig(CTYPES[plan.dtype], CTYPES[plan.compute_dtype], int(K),
                         k_transpose(K, inverse))
@@ -678,13 +708,17 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     """The launch of a K * plan.n transform of ``rows`` contiguous rows on a device of
     ``limits``: ``fwht_k_rows`` when :func:`k_fusable` and a row fits in shared memory (tiles
     of several short rows, up to ``tuning.min_tile_bytes`` of data, the rows per tile dividing
-    ``rows``), else the power-of-two passes and ``fwht_k_stage``."""
+    ``rows``); ``fwht_k_rows_pair`` where :func:`_k_pair_launch` finds it better; else the
+    power-of-two passes and ``fwht_k_stage``."""
     stage = k_stage_config(plan, K, inverse)
     if not k_fusable(plan) or rows < 1:
         return KLaunch(None, stage)
     cfg = k_rows_config(plan, K, inverse)
     log_mu = plan.log2n - (1 if cfg.paired else 0)
     row_units = K << log_mu
+    pair = _k_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+    if pair is not None:
+        return pair
     if cfg.smem_bytes(row_units) > limits.smem_per_block:
         return KLaunch(None, stage)
     row_bytes = K * plan.n * plan.dtype.itemsize
@@ -694,15 +728,56 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
         log_rows += 1
     tile_units = row_units << log_rows
     smem = cfg.smem_bytes(tile_units)
-    # threads: about 8 units each per round (at least a warp), within the launch bound, and
-    # fewer for smaller tiles: several tiles per SM then overlap one's load with another's
-    # stages (H100, 4096 rows: 12 * 2**10 FP32 2.9 -> 2.0x a copy at 256 threads, 20 * 2**10
-    # 3.1 -> 2.6x at 512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md);
-    # a tile alone on its SM takes every thread the launch bound allows
-    tiles = limits.smem_per_sm // (smem + BLOCK_RESERVED_SMEM)      # tiles an SM holds
-    most = 256 if tiles >= 3 else 512 if tiles == 2 else 1024
-    threads = max(32, min(cfg.max_threads, most, 1 << max(0, (tile_units // 8).bit_length() - 1)))
+    threads = _k_threads(cfg, tile_units, _tiles_per_sm(smem, limits))
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
+
+
+def _tiles_per_sm(smem: int, limits: Limits) -> int:
+    """Blocks of ``smem`` bytes of shared memory an SM holds (0: none fits a block)."""
+    if smem > limits.smem_per_block:
+        return 0
+    return limits.smem_per_sm // (smem + BLOCK_RESERVED_SMEM)
+
+
+def _k_threads(cfg: KRowsConfig, tile_units: int, tiles: int) -> int:
+    """Threads per block of a K-row tile of ``tile_units`` units, ``tiles`` of them per SM:
+    about 8 units each per round (at least a warp), within the launch bound, and fewer for
+    smaller tiles: several tiles per SM then overlap one's load with another's stages (H100,
+    4096 rows: 12 * 2**10 FP32 2.9 -> 2.0x a copy at 256 threads, 20 * 2**10 3.1 -> 2.6x at
+    512, FP16 20 and 28 * 2**10 4.4 -> 3.4-3.5x at 256; benchmarks/NOTES.md); a tile alone on
+    its SM takes every thread the launch bound allows."""
+    most = 256 if tiles >= 3 else 512 if tiles == 2 else 1024
+    return max(32, min(cfg.max_threads, most, 1 << max(0, (tile_units // 8).bit_length() - 1)))
+
+
+def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units: int, rows: int,
+                   limits: Limits) -> KLaunch | None:
+    """``fwht_k_rows_pair`` for rows whose one-block tile would be alone on its SM (or not fit
+    a block at all) when the two halves keep at least 16 warps resident per SM (their shared
+    memory and the registers of the launch bound): H100, 4096 rows, over a copy of the same
+    bytes, one row per block -> per cluster: FP32 28 * 2**10 1.78 -> 1.38x, FP32 20 * 2**11
+    1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x, FP64 20 * 2**11 (two passes and the K
+    stage) 1.66 -> 1.51x; FP64 28 * 2**10 (one half per SM, 256 threads: 8 warps) 2.27x
+    against two passes' 2.05x (session 28).  Rows of whole padded runs per block only (the
+    K-point round's constant step), sm_90 clusters."""
+    if not K_PAIR_ROWS or limits.max_cluster_log < 1 or cfg.K % 2 or \
+            log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
+        return None
+    if _tiles_per_sm(cfg.smem_bytes(row_units), limits) > 1:
+        return None
+    half = row_units // 2
+    smem = cfg.smem_bytes(half)
+    tiles = _tiles_per_sm(smem, limits)
+    if tiles == 0:
+        return None
+    threads = _k_threads(cfg, half, tiles)
+    regs = min(255, limits.regs_per_sm // cfg.max_threads)      # the launch bound's registers
+    while threads > 128 and threads * regs * tiles > limits.regs_per_sm:
+        threads //= 2
+    resident = min(tiles, limits.regs_per_sm // (threads * regs))
+    if resident * threads < 512:
+        return None
+    return KLaunch(k_pair_config(cfg), stage, log_mu, 0, rows, threads, smem)
 
 
 #: Shared memory the driver reserves per block (1 KiB on sm_80 and sm_90).
@@ -710,9 +785,9 @@ BLOCK_RESERVED_SMEM = 1 << 10
 
 
 def all_k_configs():
-    """Every ``fwht_k_rows`` and ``fwht_k_stage`` instantiation the K * 2**k launcher can choose
-    (for the nvcc check in CI), each once: every dtype with its compute dtypes, every shipped
-    order, both directions."""
+    """Every ``fwht_k_rows``, ``fwht_k_rows_pair`` and ``fwht_k_stage`` instantiation the
+    K * 2**k launcher can choose (for the nvcc check in CI), each once: every dtype with its
+    compute dtypes, every shipped order, both directions."""
     from ..hadamard import ORDERS
     seen = set()
     for dt in _dt.SUPPORTED:
@@ -722,7 +797,8 @@ def all_k_configs():
             for K in ORDERS:
                 for inverse in (False, True):
                     plan = make_plan(8, dt, compute_dtype=None if cdt == dt else cdt, device="cuda")
-                    for c in (k_rows_config(plan, K, inverse), k_stage_config(plan, K, inverse)):
+                    rows_cfg = k_rows_config(plan, K, inverse)
+                    for c in (rows_cfg, k_pair_config(rows_cfg), k_stage_config(plan, K, inverse)):
                         if c not in seen:
                             seen.add(c)
                             yield c

@@ -317,7 +317,14 @@ def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = Fal
 def _launch_k(plan: Plan, K: int, launch: config.KLaunch, src, dst, factor: float, flags) -> None:
     """The launches of :func:`run_k` on the current stream."""
     rows = int(src.shape[0])
-    if launch.fused:
+    if launch.pair:             # a row per cluster of two blocks
+        cfg = launch.rows_cfg
+        grid = 2 * min(launch.ntiles, 2**30 - 1)
+        args = cfg.arguments(src=src, dst=dst, nrows=launch.ntiles, log_mu=launch.log_mu,
+                             scale=factor, flags=flags)
+        K_KERNELS.function(cfg.name, launch.smem, 2)((grid,), (launch.threads,), args,
+                                                     shared_mem=launch.smem)
+    elif launch.fused:
         cfg = launch.rows_cfg
         grid = min(launch.ntiles, 2**31 - 1)
         args = cfg.arguments(src=src, dst=dst, ntiles=launch.ntiles, log_mu=launch.log_mu,

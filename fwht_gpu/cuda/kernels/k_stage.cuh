@@ -6,8 +6,8 @@
 // rounded to the compute type, the sum rounded once to the storage type, then the scale.
 // The inverse uses H_K^T (TRANSPOSE).
 //
-// Two kernels, both built from the blocks of this folder (numeric.cuh: Num<>, Units<>,
-// to<>; tile.cuh: Vec<>, pad<>(); butterflies.cuh: radix2_stages):
+// Three kernels, built from the blocks of this folder (numeric.cuh: Num<>, Units<>,
+// to<>; tile.cuh: Vec<>, pad<>(); butterflies.cuh: radix2_stages; cluster.cuh):
 //  * fwht_k_rows: the whole transform of 2^log_rows rows per tile in one pass: the tile
 //    is loaded into shared memory with 16-byte vectors (the stages on the bits inside a
 //    vector fused with the load, as fwht_pass's round 0), the remaining power-of-two
@@ -19,10 +19,13 @@
 //    computes as pairs of adjacent positions (PAIRED; stage 0 inside the pairs).  For plain
 //    Folklore and for plans of one pass with a wider compute type (rounded to storage
 //    after the power-of-two stages, where the NumPy engine's pass writes back).
+//  * fwht_k_rows_pair (sm_90): fwht_k_rows with each row over a cluster of two blocks, the
+//    K-point round reading half of its values from the other block's shared memory: for
+//    rows whose tile would sit alone on its SM or not fit at all (config.k_launch).
 //  * fwht_k_stage: the K-point stage alone, on rows whose blocks the power-of-two engine
 //    (fwht_pass, any variant and any number of passes) has already transformed: rows too
 //    long for shared memory, Alman-Rao, the stabilizers, wide plans of several passes.
-// Both set bit 1 of flags when an output is not finite (the caller then judges overflow
+// All set bit 1 of flags when an output is not finite (the caller then judges overflow
 // per row).  src may equal dst.
 #pragma once
 
@@ -30,6 +33,7 @@
 #include "tile.cuh"
 #include "butterflies.cuh"
 #include "hadamard_signs.cuh"
+#include "cluster.cuh"
 
 // Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
 template <int K, bool TRANSPOSE>
@@ -176,20 +180,42 @@ __device__ __forceinline__ int k_round_bits(int b, int log_mu) {
     }
 }
 
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED_>
 struct KRowsTraits {
-    typedef typename Units<T, C, PAIRED>::S S;    // storage unit
-    typedef typename Units<T, C, PAIRED>::U U;    // compute unit (shared memory, registers)
+    typedef typename Units<T, C, PAIRED_>::S S;    // storage unit
+    typedef typename Units<T, C, PAIRED_>::U U;    // compute unit (shared memory, registers)
     static constexpr int UNITS_PER_VEC = 16 / (int)sizeof(S);
     static constexpr int LOG_UNITS_PER_VEC = UNITS_PER_VEC == 8 ? 3 : UNITS_PER_VEC == 4 ? 2 : UNITS_PER_VEC == 2 ? 1 : 0;
     static constexpr int MAX_THREADS = k_rows_max_threads<U, K>();
-        static constexpr int VECS_IN_FLIGHT = 2;
+    static constexpr int VECS_IN_FLIGHT = 2;
+    static constexpr bool PAIRED = PAIRED_;
     typedef Vec<S, UNITS_PER_VEC> V;
     static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
-    static_assert(sizeof(T) != 2 || PAIRED, "16-bit data as pairs (M >= 2)");
+    static_assert(sizeof(T) != 2 || PAIRED_, "16-bit data as pairs (M >= 2)");
     static_assert(UNITS_PER_VEC <= 4, "a vector holds at most 4 units");
     static_assert(k_normalized<K>(), "H_K normalized");
 };
+
+// The K outputs of one position from its K values v (the power-of-two stages' results, in
+// the compute type): rounded to storage first when the compute type is wider (where the
+// NumPy engine's pass writes back), the K signed sums rounded to storage, scaled when
+// SCALED, written to y, y + mu, ...; returns the non-finite probe.
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
+__device__ __forceinline__ S k_point_out(U* v, S* y, int mu, double scale, S probe) {
+    if constexpr (sizeof(C) != sizeof(T)) {
+#pragma unroll
+        for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
+    }
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+        S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
+        if constexpr (SCALED) o = Num<S>::scale(o, scale);
+        probe = k_probe(probe, o);
+        *y = o;
+        y += mu;
+    }
+    return probe;
+}
 
 // The K-point round of fwht_k_rows on the tile in shared memory: position u of row r in the K
 // blocks per thread (consecutive threads: consecutive positions, so the stores coalesce),
@@ -215,21 +241,80 @@ __device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, i
 #pragma unroll
             for (int c = 0; c < K; ++c) { v[c] = sm[pad<U>(x)]; x = k_step(x, mu); }
         }
-        if constexpr (sizeof(C) != sizeof(T)) {
-#pragma unroll
-            for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
-        }
-        S* y = y0 + base;
-#pragma unroll
-        for (int i = 0; i < K; ++i) {
-            S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
-            if constexpr (SCALED) o = Num<S>::scale(o, scale);
-            probe = k_probe(probe, o);
-            *y = o;
-            y += mu;
-        }
+        probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED>(v, y0 + base, mu, scale, probe);
     }
     return probe;
+}
+
+// Round 0 of fwht_k_rows, fused with the load of nvec 16-byte vectors from ``in`` into the
+// padded tile ``sm``: the stages on the bits inside a vector (groups of 2^first units side by
+// side when a block is shorter than a vector), VIF vectors per thread in flight; then a
+// block barrier.
+template <typename TR>
+__device__ __forceinline__ void k_load_round0(typename TR::U* sm, const typename TR::S* in, int nvec,
+                                              int first, int tid, int threads) {
+    typedef typename TR::U U;
+    typedef typename TR::V V;
+    typedef Num<U> N;
+    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
+    constexpr bool PAIRED = TR::PAIRED;
+    for (int v0 = 0; v0 < nvec; v0 += VIF * threads) {
+        V buf[VIF];
+#pragma unroll
+        for (int i = 0; i < VIF; ++i) {
+            const int vi = v0 + i * threads + tid;
+            if (vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
+        }
+#pragma unroll
+        for (int i = 0; i < VIF; ++i) {
+            const int vi = v0 + i * threads + tid;
+            if (vi < nvec) {
+                U w[UPV];
+#pragma unroll
+                for (int k = 0; k < UPV; ++k) {
+                    w[k] = to<U>(buf[i].v[k]);
+                    if constexpr (PAIRED) w[k] = N::intra(w[k]);
+                }
+                radix2_stages<U, LOG_UPV, true>(w, first);
+                // a vector's units share one run of 2^pad_shift slots: constant offsets
+                const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
+#pragma unroll
+                for (int k = 0; k < UPV; ++k) k_slot(sm, s0 + k * (int)sizeof(U)) = w[k];
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// The power-of-two stages on bits [first, log_mu) of the tile's blocks (tile_units units in
+// ``sm``), in rounds [b, b + k) through shared memory, a block barrier after each (rounds of
+// 3: the step is 3, the last round shorter; so compiled, FP32 and FP64 rows keep the code
+// they were measured with).
+template <typename U>
+__device__ __forceinline__ void k_pow2_rounds(U* sm, int tile_units, int first, int log_mu, int tid,
+                                              int threads) {
+    for (int b = first, k; b < log_mu; b += k_log_e<U>() == 3 ? 3 : k) {
+        k = k_round_bits<U>(b, log_mu);
+        const int items = tile_units >> k;
+        // Item I is (R, lo): the units (R << (b + k)) | lo | (j << b), lo < 2^b, R the run
+        // of 2^(b + k) units over the tile's blocks.  Taken as round_item<false> takes them
+        // (lo the low bits of I), a round that ends at the padding run (b + k = pad_shift)
+        // puts a warp's 32 items in 32 / 2^b runs of 2^pad_shift units, whose padded slots
+        // share few banks (2^b-way conflicts: FP32 rows of 12 * 2^10, 10.4M conflicts for
+        // 12.6M shared-memory accesses).  There the 32 items of a warp take 32 consecutive
+        // runs instead (one bank each): bits [0, 5) and [5, 5 + b) of I swapped.
+        const bool spread = b + k == pad_shift<U>() && items % (32 << b) == 0;
+        for (int item = tid; item < items; item += threads) {
+            const int R = spread ? (item & 31) | ((item >> (5 + b)) << 5) : item >> b;
+            const int lo = spread ? (item >> 5) & ((1 << b) - 1) : item & ((1 << b) - 1);
+            const int x0 = (R << (b + k)) | lo;     // unit j: x0 + (j << b)
+            if (k == 3) k_round_item<U, 3>(sm, x0, b);
+            else if (k_log_e<U>() == 4 && k == 4) k_round_item<U, k_log_e<U>()>(sm, x0, b);
+            else if (k == 2) k_round_item<U, 2>(sm, x0, b);
+            else k_round_item<U, 1>(sm, x0, b);
+        }
+        __syncthreads();
+    }
 }
 
 // One tile = 2^log_rows rows of K blocks of 2^log_mu units; tiles t = blockIdx.x, + gridDim.x, ...
@@ -241,9 +326,7 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
     typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED> TR;
     typedef typename TR::S S;
     typedef typename TR::U U;
-    typedef typename TR::V V;
-    typedef Num<U> N;
-    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
+    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
@@ -260,58 +343,8 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
     for (i64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const S* in = usrc + t * (i64)tile_units;
         __syncthreads();                                 // the previous tile's last round has read sm
-        // ---- round 0, fused with the load: VIF vectors per thread in flight
-        for (int v0 = 0; v0 < nvec; v0 += VIF * threads) {
-            V buf[VIF];
-#pragma unroll
-            for (int i = 0; i < VIF; ++i) {
-                const int vi = v0 + i * threads + tid;
-                if (vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
-            }
-#pragma unroll
-            for (int i = 0; i < VIF; ++i) {
-                const int vi = v0 + i * threads + tid;
-                if (vi < nvec) {
-                    U w[UPV];
-#pragma unroll
-                    for (int k = 0; k < UPV; ++k) {
-                        w[k] = to<U>(buf[i].v[k]);
-                        if constexpr (PAIRED) w[k] = N::intra(w[k]);
-                    }
-                    radix2_stages<U, LOG_UPV, true>(w, first);
-                    // a vector's units share one run of 2^pad_shift slots: constant offsets
-                    const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
-#pragma unroll
-                    for (int k = 0; k < UPV; ++k) k_slot(sm, s0 + k * (int)sizeof(U)) = w[k];
-                }
-            }
-        }
-        __syncthreads();
-        // ---- rounds [b, b + k) of the power-of-two stages through shared memory
-        // (rounds of 3: the step is 3, the last round shorter; so compiled, FP32 and FP64 rows
-        // keep the code they were measured with)
-        for (int b = first, k; b < log_mu; b += k_log_e<U>() == 3 ? 3 : k) {
-            k = k_round_bits<U>(b, log_mu);
-            const int items = tile_units >> k;
-            // Item I is (R, lo): the units (R << (b + k)) | lo | (j << b), lo < 2^b, R the run
-            // of 2^(b + k) units over the tile's blocks.  Taken as round_item<false> takes them
-            // (lo the low bits of I), a round that ends at the padding run (b + k = pad_shift)
-            // puts a warp's 32 items in 32 / 2^b runs of 2^pad_shift units, whose padded slots
-            // share few banks (2^b-way conflicts: FP32 rows of 12 * 2^10, 10.4M conflicts for
-            // 12.6M shared-memory accesses).  There the 32 items of a warp take 32 consecutive
-            // runs instead (one bank each): bits [0, 5) and [5, 5 + b) of I swapped.
-            const bool spread = b + k == pad_shift<U>() && items % (32 << b) == 0;
-            for (int item = tid; item < items; item += threads) {
-                const int R = spread ? (item & 31) | ((item >> (5 + b)) << 5) : item >> b;
-                const int lo = spread ? (item >> 5) & ((1 << b) - 1) : item & ((1 << b) - 1);
-                const int x0 = (R << (b + k)) | lo;     // unit j: x0 + (j << b)
-                if (k == 3) k_round_item<U, 3>(sm, x0, b);
-                else if (k_log_e<U>() == 4 && k == 4) k_round_item<U, k_log_e<U>()>(sm, x0, b);
-                else if (k == 2) k_round_item<U, 2>(sm, x0, b);
-                else k_round_item<U, 1>(sm, x0, b);
-            }
-            __syncthreads();
-        }
+        k_load_round0<TR>(sm, in, nvec, first, tid, threads);
+        k_pow2_rounds<U>(sm, tile_units, first, log_mu, tid, threads);
         // ---- the K-point round (the scale's test made once, not per output)
         if (scale != 1.0)
             probe = k_point_round<S, U, K, TRANSPOSE, C, T, true>(sm, udst + t * (i64)tile_units, tid, threads, log_mu, log_rows, scale, probe);
@@ -319,6 +352,78 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
             probe = k_point_round<S, U, K, TRANSPOSE, C, T, false>(sm, udst + t * (i64)tile_units, tid, threads, log_mu, log_rows, scale, probe);
     }
     if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
+}
+
+// The K-point round of fwht_k_rows_pair for one row: block q of the pair takes the positions
+// u = q mu/2 .. q mu/2 + mu/2 - 1 and reads the K values of each, K/2 from each block's half
+// of the row (distributed shared memory, rank h holding blocks h K/2 .. h K/2 + K/2 - 1).
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
+__device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, int threads, int log_mu,
+                                                double scale, S probe) {
+#if FWHT_CLUSTERS
+    constexpr int KH = K / 2;
+    const int mu = 1 << log_mu, half = mu >> 1;
+    const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);     // log_mu >= pad_shift
+    for (int p = tid; p < half; p += threads) {
+        const int u = q * half + p;
+        U v[K];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            unsigned x = map_rank(sm + pad<U>(u), h);
+#pragma unroll
+            for (int c = 0; c < KH; ++c) { v[h * KH + c] = ld_cluster<U>(x); x += step; }
+        }
+        probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED>(v, y0 + u, mu, scale, probe);
+    }
+#endif
+    return probe;
+}
+
+// fwht_k_rows with each row over a cluster of two blocks (Hopper, sm_90): for rows whose tile
+// would sit alone on its SM (or not fit one block's shared memory at all), so that two or
+// three half rows per SM overlap one's loads with another's stages.  Block q holds the row's
+// blocks q K/2 .. q K/2 + K/2 - 1 (K/2 << log_mu contiguous units) and applies the
+// power-of-two stages to them as fwht_k_rows does (k_load_round0, k_pow2_rounds); after a
+// cluster barrier, the K-point round on half of the positions (k_pair_point_round).  Every
+// operation is fwht_k_rows' in its order: the same bits.  Rows t = cluster, + clusters, ...
+// (grid: 2 blocks per cluster); log_mu >= pad_shift<U> (whole padded runs per block).
+// Dynamic shared memory: padded_size<U>(K/2 << log_mu) units (config.KRowsConfig).
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
+__global__ void FWHT_CLUSTER_DIMS(2) __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(), 1)
+fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsigned int* flags)
+{
+#if FWHT_CLUSTERS
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED> TR;
+    typedef typename TR::S S;
+    typedef typename TR::U U;
+    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
+    static_assert(K % 2 == 0, "two halves");
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    U* sm = reinterpret_cast<U*>(smem_raw);
+    const S* usrc = reinterpret_cast<const S*>(src);
+    S* udst = reinterpret_cast<S*>(dst);
+    const int tid = threadIdx.x, threads = blockDim.x, q = cluster_rank();
+    const int tile_units = (K / 2) << log_mu;            // this block's half of the row
+    const int first = log_mu < LOG_UPV ? log_mu : LOG_UPV;
+    S probe = to<S>(U{});
+
+    for (i64 t = blockIdx.x >> 1; t < nrows; t += gridDim.x >> 1) {
+        cluster_sync();                                  // both blocks' K-point reads are done
+        k_load_round0<TR>(sm, usrc + t * ((i64)K << log_mu) + (i64)q * tile_units, tile_units / UPV,
+                          first, tid, threads);
+        k_pow2_rounds<U>(sm, tile_units, first, log_mu, tid, threads);
+        cluster_sync();                                  // both halves transformed
+        S* y0 = udst + t * ((i64)K << log_mu);
+        if (scale != 1.0)
+            probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, true>(sm, y0, q, tid, threads, log_mu, scale, probe);
+        else
+            probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, false>(sm, y0, q, tid, threads, log_mu, scale, probe);
+    }
+    cluster_sync();                                      // no block leaves while read
+    if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
+#else
+    __trap();
+#endif
 }
 
 // The K-point stage alone on rows of K blocks of 2^log_m elements already transformed by the
