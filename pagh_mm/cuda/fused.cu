@@ -302,12 +302,13 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
 // slice of bl / 2^LOG_CL positions j, reads the 2^LOG_CL blocks' values at j through
 // distributed shared memory and applies the stages on the top LOG_CL bits (ascending): the
 // transform's values at buckets r bl + j.  Every stage in the NumPy engine's order, so the
-// bits of fused_dense_terms and of the CPU.  A's values wait in the cluster's output row
-// while B is transformed; the group's tree as fused_dense_terms', its pending nodes in
+// bits of fused_dense_terms and of the CPU.  A's values wait while B is transformed in the
+// cluster's output row, or (A_SHARED) in the block's shared memory after the stage; the group's tree as fused_dense_terms', its pending nodes in
 // ``slots`` (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared
-// memory: padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage.
+// memory: padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage, then
+// (A_SHARED) bl values.
 // Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
-template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL>
+template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL, bool A_SHARED>
 __global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)
 fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
                     const i64* __restrict__ ka, const double* __restrict__ ga,
@@ -336,6 +337,9 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* 
     const int rl = logbl - last;
     const int j0 = rank * (bl >> LOG_CL) + (int)threadIdx.x;  // this thread's first position
     T* o = out + cid * (i64)b;
+    // A_SHARED: A's values wait in shared memory after the stage, register q of thread i at
+    // q threads + i (each thread reads what it wrote)
+    T* aw = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(st.carry) + 16);
     // register q = p CL + r holds bucket r bl + j0 + p threads
     auto at = [&](int q) { return ((q & (CL - 1)) << logbl) + j0 + (q >> LOG_CL) * threads; };
     auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
@@ -373,9 +377,10 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* 
                     if (f == 0) factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
                     else factor(B, sb_key, sb_vec, ib, kb, gb, pb, k);
 #pragma unroll
-                    for (int q = 0; q < VPT; ++q) {   // A's values wait in the row
-                        if (f == 0) o[at(q)] = v[q];
-                        else v[q] = Mul<T>::mul(o[at(q)], v[q]);
+                    for (int q = 0; q < VPT; ++q) {   // A's values wait (row or shared)
+                        T& a = A_SHARED ? aw[q * threads + (int)threadIdx.x] : o[at(q)];
+                        if (f == 0) a = v[q];
+                        else v[q] = Mul<T>::mul(a, v[q]);
                     }
                 }
             }
