@@ -2,8 +2,11 @@
 transform against a device copy of the same bytes, with power-of-two rows of 2^15 for
 reference.  Target: within 1.15x of the copy for rows up to 40 * 2**10.
 
-    python benchmarks/explore_k_lengths.py [--rows 4096] [--dtypes fp32 fp16 bf16 fp64]
+    python benchmarks/explore_k_lengths.py [--rows 4096] [--min-mb 64] [--dtypes fp32 fp16 bf16 fp64]
         [--n 3072 12288 20480 28672 40960] [--out JSON]
+
+``--min-mb B``: at least B MiB of rows (more rows where 4096 rows are fewer bytes, a multiple
+of 16: the power-of-two rows of ``fwht bench`` are batches of 64 MB).
 
 Columns: the kernel time alone (``engine.run_k`` without the overflow check, captured in a
 CUDA graph as ``fwht bench`` times its kernels), the copy (the faster of cudaMemcpy and a copy
@@ -97,8 +100,15 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="*", default=["fp32", "fp16", "bf16", "fp64"])
     ap.add_argument("--n", type=int, nargs="*",
                     default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024, 1 << 15])
+    ap.add_argument("--min-mb", type=float, default=0.0,
+                    help="at least this many MiB of rows (a multiple of 16 rows)")
     ap.add_argument("--out", default=None, help="JSON record (fwht_gpu.provenance)")
     args = ap.parse_args()
+
+    def count(n: int, name: str) -> int:
+        least = -(-int(args.min_mb * 2**20) // (n * _dt.resolve(name).itemsize))
+        return max(args.rows, -(-least // 16) * 16)
+
     print(f"# {gpu.status()}")
     # compile every kernel first (in parallel), so that no timing waits for NVRTC
     items = []
@@ -106,7 +116,8 @@ def main() -> None:
         for n in args.n:
             K, M = hadamard.split(n)
             if K > 1:
-                items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, args.rows, False))
+                items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, count(n, name),
+                              False))
     engine.precompile_k(items)
     head = (f"{'dtype':5} {'rows':>5} {'n':>6} {'K x M':>10} {'kernel ms':>10} {'copy ms':>8} "
             f"{'x copy':>7} {'call ms':>8} {'x copy':>7}  route")
@@ -114,7 +125,7 @@ def main() -> None:
     rows = []
     for name in args.dtypes:
         for n in args.n:
-            r = case(args.rows, n, _dt.resolve(name))
+            r = case(count(n, name), n, _dt.resolve(name))
             rows.append(r)
             print(f"{r['dtype']:5} {r['rows']:>5} {r['n']:>6} {r['K']:>3} x {r['M']:<5} "
                   f"{r['kernel_ms']:>10.4f} {r['copy_ms']:>8.4f} {r['ratio_copy']:>7.3f} "
