@@ -83,8 +83,9 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
 
 def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     """fwht_k_rows_pair where a row's one-block tile would sit alone on its SM (or not fit)
-    and the halves keep 16 warps per SM: the sizes measured faster (session 28), not those
-    measured slower, never without clusters."""
+    and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28), not
+    those measured slower (FP64 28 * 2**10), never without clusters, never a kernel the CI
+    check does not compile."""
     import dataclasses
 
     def launch(dt, K, M, limits=gpu.H100):
@@ -106,6 +107,12 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
                      (np.float64, 12, 1024), (np.float16, 28, 1024), (np.float16, 20, 2048)):
         assert not launch(dt, K, M).pair
     assert not launch(np.float64, 28, 1024).fused          # two passes and the K stage
+    names = {c.name for c in config.all_k_configs()}
+    for dt in DTYPES:
+        for K in KS:
+            for L in range(1, 16):
+                got = launch(dt, K, 1 << L)
+                assert not got.pair or got.rows_cfg.name in names
     monkeypatch.setattr(config, "K_PAIR_ROWS", False)
     assert not launch(np.float32, 28, 1024).pair and launch(np.float32, 28, 1024).fused
     assert _max_fused_log2(np.float32, 12) == 12
@@ -141,11 +148,18 @@ needs_gpu = pytest.mark.skipif(not gpu.available(), reason=f"no GPU: {gpu.status
 
 def _sizes(dtype, K, compute=None):
     """k = 0, 1, 5, 8, 9, 10 (fwht_k_rows' round schedules: 16-bit pairs take rounds of 4 bits
-    from 2**9 pairs on), the largest in shared memory and one beyond."""
+    from 2**9 pairs on), the largest in one block's shared memory, the largest over two blocks
+    (sm_90) and one beyond."""
     top = _max_fused_log2(dtype, K, compute, gpu.limits())
     if top is None:
         return sorted({0, 1, 5, 11})
-    return sorted({0, 1, 5, top, top + 1} | {L for L in (8, 9, 10) if L < top})
+    pair = config.K_PAIR_ROWS
+    try:
+        config.K_PAIR_ROWS = False
+        one = _max_fused_log2(dtype, K, compute, gpu.limits())
+    finally:
+        config.K_PAIR_ROWS = pair
+    return sorted({0, 1, 5, top, top + 1} | {one} - {None} | {L for L in (8, 9, 10) if L < top})
 
 
 def _rand(rng, shape, dtype, scale=1.0):
@@ -253,6 +267,20 @@ def test_rows_over_two_blocks_are_bit_exact(dtype, rng):
     assert config.k_launch(plan, K, 2000, False, gpu.limits()).pair
     x = _rand(rng, (2000, K << L), dtype)         # more rows than resident clusters
     _same(F.fwht(cp.asarray(x)).get(), F.fwht(x))
+    # several rows per cluster (the kernel's loop over rows; the launcher gives each row its
+    # own cluster): 7 rows on 3 clusters, in place, a NaN in the last row
+    from fwht_gpu.cuda import engine
+    x = _rand(rng, (7, K << L), dtype)
+    x[6, 5] = np.nan
+    launch = config.k_launch(plan, K, 7, False, gpu.limits())
+    cfg = launch.rows_cfg
+    g = cp.asarray(x)
+    flags = cp.zeros(1, dtype=cp.uint32)
+    args = cfg.arguments(src=g, dst=g, nrows=7, log_mu=launch.log_mu, scale=1.0, flags=flags)
+    engine.K_KERNELS.function(cfg.name, launch.smem, 2)((6,), (launch.threads,), args,
+                                                        shared_mem=launch.smem)
+    _same(g.get(), F.fwht(x))
+    assert int(flags.get()[0]) == 2                 # the NaN's outputs flagged
 
 
 @pytest.mark.gpu
@@ -320,7 +348,7 @@ def test_batched_any_axis_out_and_in_place(dtype, rng):
 @pytest.mark.usefixtures("_compiled")
 def test_nan_and_inf_give_the_cpu_values(dtype, rng):
     cp = gpu.cupy()
-    for K, L in ((12, 0), (20, 1), (28, 6), (44, 9), (12, 13)):
+    for K, L in ((12, 0), (20, 1), (28, 6), (44, 9), (12, 13), (12, 15)):
         x = _rand(rng, (6, K << L), dtype)
         x[0, 3] = np.nan
         x[1, -1] = np.inf
@@ -336,7 +364,8 @@ def test_nan_and_inf_give_the_cpu_values(dtype, rng):
 @pytest.mark.usefixtures("_compiled")
 def test_fp16_overflow_raises_or_is_recomputed_as_on_the_cpu(rng):
     cp = gpu.cupy()
-    for K, L in ((12, 2), (20, 10), (12, 14)):        # fused, fused (large), beyond shared memory
+    # one block, one block (large), two blocks (sm_90), beyond shared memory
+    for K, L in ((12, 2), (20, 10), (12, 14), (12, 15)):
         n = K << L
         big = _rand(rng, (4, n), np.float16)
         big[1] = np.float16(3000) * np.sign(_rand(rng, n, np.float32)).astype(np.float16) + 3000

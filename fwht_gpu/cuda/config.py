@@ -694,6 +694,13 @@ def k_rows_config(plan: Plan, K: int, inverse: bool) -> KRowsConfig:
                        k_transpose(K, inverse), dt.itemsize == 2)
 
 
+def k_pair_reachable(cfg: KRowsConfig) -> bool:
+    """Whether :func:`_k_pair_launch` can ever take the pair kernel of ``cfg``: K even and a
+    launch bound of at least 512 threads (at 256, the bound's 255 registers per thread leave
+    one 256-thread half per SM: 8 warps, below the 16 the rule asks)."""
+    return cfg.K % 2 == 0 and cfg.max_threads >= 512
+
+
 def k_pair_config(cfg: KRowsConfig) -> KPairConfig:
     """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg``."""
     return KPairConfig(*dataclasses.astuple(cfg))
@@ -760,7 +767,7 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
     stage) 1.66 -> 1.51x; FP64 28 * 2**10 (one half per SM, 256 threads: 8 warps) 2.27x
     against two passes' 2.05x (session 28).  Rows of whole padded runs per block only (the
     K-point round's constant step), sm_90 clusters."""
-    if not K_PAIR_ROWS or limits.max_cluster_log < 1 or cfg.K % 2 or \
+    if not k_pair_reachable(cfg) or not K_PAIR_ROWS or limits.max_cluster_log < 1 or \
             log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
         return None
     if _tiles_per_sm(cfg.smem_bytes(row_units), limits) > 1:
@@ -798,7 +805,8 @@ def all_k_configs():
                 for inverse in (False, True):
                     plan = make_plan(8, dt, compute_dtype=None if cdt == dt else cdt, device="cuda")
                     rows_cfg = k_rows_config(plan, K, inverse)
-                    for c in (rows_cfg, k_pair_config(rows_cfg), k_stage_config(plan, K, inverse)):
+                    pair = [k_pair_config(rows_cfg)] if k_pair_reachable(rows_cfg) else []
+                    for c in [rows_cfg, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)
                             yield c

@@ -303,8 +303,8 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
 // distributed shared memory and applies the stages on the top LOG_CL bits (ascending): the
 // transform's values at buckets r bl + j.  Every stage in the NumPy engine's order, so the
 // bits of fused_dense_terms and of the CPU.  A's values wait while B is transformed in the
-// cluster's output row, or (A_SHARED) in the block's shared memory after the stage; the group's tree as fused_dense_terms', its pending nodes in
-// ``slots`` (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared
+// cluster's output row, or (A_SHARED) in the block's shared memory after the stage; the
+// group's tree as fused_dense_terms', its pending nodes in ``slots`` (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared
 // memory: padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage, then
 // (A_SHARED) bl values.
 // Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
