@@ -357,7 +357,10 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
 // The K-point round of fwht_k_rows_pair for one row: block q of the pair takes the positions
 // u = q mu/2 .. q mu/2 + mu/2 - 1 and reads the K values of each, K/2 from each block's half
 // of the row (distributed shared memory, rank h holding blocks h K/2 .. h K/2 + K/2 - 1).
-template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
+// The scale's test per position, not per row as in fwht_k_rows: so compiled, FP32 K = 28
+// keeps its 64 registers without spills (ptxas, sm_90; 20-24 bytes spilled with the test per
+// row or per output).
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T>
 __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, int threads, int log_mu,
                                                 double scale, S probe) {
 #if FWHT_CLUSTERS
@@ -373,7 +376,8 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
 #pragma unroll
             for (int c = 0; c < KH; ++c) { v[h * KH + c] = ld_cluster<U>(x); x += step; }
         }
-        probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED>(v, y0 + u, mu, scale, probe);
+        if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true>(v, y0 + u, mu, scale, probe);
+        else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false>(v, y0 + u, mu, scale, probe);
     }
 #endif
     return probe;
@@ -413,11 +417,8 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
                           first, tid, threads);
         k_pow2_rounds<U>(sm, tile_units, first, log_mu, tid, threads);
         cluster_sync();                                  // both halves transformed
-        S* y0 = udst + t * ((i64)K << log_mu);
-        if (scale != 1.0)
-            probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, true>(sm, y0, q, tid, threads, log_mu, scale, probe);
-        else
-            probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, false>(sm, y0, q, tid, threads, log_mu, scale, probe);
+        probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T>(sm, udst + t * ((i64)K << log_mu), q, tid, threads,
+                                                             log_mu, scale, probe);
     }
     cluster_sync();                                      // no block leaves while read
     if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
