@@ -47,7 +47,8 @@ def cooccurrence(echo, k: int = 100, max_terms: int = 16384, lines_per_doc: int 
     from fwht_gpu import gpu
     threads = _cpu_threads()
     echo(f"device: the CPU, {os.cpu_count()} cores: the sketch's compiled kernels run "
-         f"{threads} threads, SciPy's exact product one (GPU: {gpu.status()})")
+         f"{threads} threads, SciPy's exact product one")
+    echo(f"GPU: {gpu.status()}")
     echo("reading the Python sources on this machine (the standard library and "
          + ", ".join(_corpus.PACKAGES) + ") ...")
     el = _clock()
