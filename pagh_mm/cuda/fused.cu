@@ -304,9 +304,10 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
 // transform's values at buckets r bl + j.  Every stage in the NumPy engine's order, so the
 // bits of fused_dense_terms and of the CPU.  A's values wait while B is transformed in the
 // cluster's output row, or (A_SHARED) in the block's shared memory after the stage; the
-// group's tree as fused_dense_terms', its pending nodes in ``slots`` (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared
-// memory: padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage, then
-// (A_SHARED) bl values.
+// group's tree as fused_dense_terms', its pending nodes in ``slots``
+// (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared memory:
+// padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage, then (A_SHARED)
+// bl values.
 // Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL, bool A_SHARED>
 __global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)

@@ -104,12 +104,21 @@ def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL,
 FUSED_CLUSTER_A_SHARED = True
 
 
-def _cluster_a_smem(log2b: int, name: str, shape: tuple[int, int]) -> int:
-    """Bytes of shared memory per block of ``fused_cluster_terms`` of ``shape`` (log2 values
-    per thread, log2 blocks per cluster) for 2^log2b buckets of C type ``name`` with A's values
-    in shared memory (the buffer, the stage, then a slice of the buckets)."""
-    log_bl = log2b - shape[1]
+#: Shared memory per block up to which the A_SHARED cluster kernels are compiled (sm_90's
+#: 227 KiB: the devices with clusters).
+FUSED_A_SHARED_SMEM = 227 * 1024
+
+
+def _cluster_a_smem(log_bl: int, name: str) -> int:
+    """Bytes of shared memory per block of ``fused_cluster_terms`` holding 2^log_bl buckets of
+    C type ``name`` with A's values in shared memory (the buffer, the stage, then a slice)."""
     return _fused_smem(log_bl, name) + ((8 if name == "double" else 4) << log_bl)
+
+
+def _cluster_a_fits(log_bl: int, name: str, smem: int = FUSED_A_SHARED_SMEM) -> bool:
+    """Whether A's values fit beside a block's 2^log_bl buckets in ``smem`` bytes (and in the
+    A_SHARED kernels compiled)."""
+    return _cluster_a_smem(log_bl, name) <= min(smem, FUSED_A_SHARED_SMEM)
 
 
 #: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
@@ -149,21 +158,15 @@ def fused_cluster_names(most: int | None = None):
     """Every template instantiation of ``fused_cluster_terms`` (fused.cu): ``(name, T, S)``, for
     clusters of up to 16 blocks and of up to 8 (``most``: only those of clusters of up to
     2^most blocks)."""
-    shapes = sorted({(t, _cluster_shape(log2b, t, m), a) for t in ("float", "double")
-                     for m in ((3, FUSED_CLUSTER_MAX_LOG_CL) if most is None else (most,))
-                     for log2b in range(1, 24) if _cluster_shape(log2b, t, m)[1]
-                     for a in ("false", "true")
-                     if a == "false" or _cluster_a_smem(log2b, t, _cluster_shape(log2b, t, m))
-                     <= FUSED_A_SHARED_SMEM})
+    shapes = {(t, _cluster_shape(log2b, t, m), log2b) for t in ("float", "double")
+              for m in ((3, FUSED_CLUSTER_MAX_LOG_CL) if most is None else (most,))
+              for log2b in range(1, 24) if _cluster_shape(log2b, t, m)[1]}
+    shapes = sorted({(t, shape, a) for t, shape, log2b in shapes for a in ("false", "true")
+                     if a == "false" or _cluster_a_fits(log2b - shape[1], t)})
     return [(f"fused_cluster_terms<{t},{s},{v},{g},{c},{cl},{a}>", t, s)
             for t, (v, cl), a in shapes for s in ("double", "float")
             for g in ("false", "true") for c in range(FUSED_CLUSTER_LOG_G + 1)
             if not (g == "true" and a == "true")]            # (a Gram product has no A to keep)
-
-
-#: Shared memory per block up to which the A_SHARED cluster kernels are compiled (sm_90's
-#: 227 KiB: the devices with clusters).
-FUSED_A_SHARED_SMEM = 227 * 1024
 
 
 #: Instantiations of ``tree_sum_32`` (fused.cu).
@@ -502,11 +505,10 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     log_vpt, log_cl = _cluster_log(log2b, dtype)
     if log_cl:                  # a cluster of 2^log_cl blocks per (group, repetition)
         shared = False
-        smem = _fused_smem(log2b - log_cl, t_name)
-        a_smem = _cluster_a_smem(log2b, t_name, (log_vpt, log_cl))
-        a_shared = FUSED_CLUSTER_A_SHARED and not gram and a_smem <= min(
-            FUSED_A_SHARED_SMEM, limits(cupy().cuda.Device().id).smem_per_block)
-        smem = a_smem if a_shared else smem
+        log_bl = log2b - log_cl
+        a_shared = FUSED_CLUSTER_A_SHARED and not gram and \
+            _cluster_a_fits(log_bl, t_name, limits(cupy().cuda.Device().id).smem_per_block)
+        smem = _cluster_a_smem(log_bl, t_name) if a_shared else _fused_smem(log_bl, t_name)
         fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},{log_cl},"
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)
