@@ -81,6 +81,24 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
                            20, 8, False, gpu.H100).fused
 
 
+def test_short_rows_share_tiles_of_the_tuned_size():
+    """Tiles of several short rows: up to ``Tuning.k_tile_bytes`` for 16- and 32-bit data
+    (64 KiB), ``min_tile_bytes`` for FP64 (32 KiB), and never more rows than divide the batch."""
+    from fwht_gpu.tuning import Tuning
+
+    def log_rows(dt, K, M, rows=4096, **tuning):
+        plan = make_plan(M, dt, device="cuda", tuning=Tuning(**tuning))
+        return config.k_launch(plan, K, rows, False, gpu.H100).log_rows
+
+    assert log_rows(np.float32, 12, 256) == 2                    # 4 rows of 12 KiB
+    assert log_rows(np.float16, 12, 256) == 3 and log_rows(_dt.bfloat16, 12, 1024) == 1
+    assert log_rows(np.float64, 12, 256) == 0                    # a 24 KiB row per tile
+    assert log_rows(np.float64, 12, 64) == 2                     # 6 KiB rows in 32 KiB
+    assert log_rows(np.float32, 12, 256, k_tile_bytes=1 << 15) == 1
+    assert log_rows(np.float64, 12, 64, min_tile_bytes=1 << 16) == 3
+    assert log_rows(np.float32, 12, 256, rows=6) == 1 and log_rows(np.float32, 12, 256, rows=5) == 0
+
+
 def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     """fwht_k_rows_pair where a row's one-block tile would sit alone on its SM (or not fit)
     and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28), not

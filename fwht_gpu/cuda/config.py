@@ -714,8 +714,8 @@ def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
 def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100) -> KLaunch:
     """The launch of a K * plan.n transform of ``rows`` contiguous rows on a device of
     ``limits``: ``fwht_k_rows`` when :func:`k_fusable` and a row fits in shared memory (tiles
-    of several short rows, up to ``tuning.min_tile_bytes`` of data, the rows per tile dividing
-    ``rows``); ``fwht_k_rows_pair`` where :func:`_k_pair_launch` finds it better; else the
+    of several short rows, up to ``tuning.k_tile_bytes`` of data (FP64: ``min_tile_bytes``),
+    the rows per tile dividing ``rows``); ``fwht_k_rows_pair`` where :func:`_k_pair_launch` finds it better; else the
     power-of-two passes and ``fwht_k_stage``."""
     stage = k_stage_config(plan, K, inverse)
     if not k_fusable(plan) or rows < 1:
@@ -729,8 +729,9 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     if cfg.smem_bytes(row_units) > limits.smem_per_block:
         return KLaunch(None, stage)
     row_bytes = K * plan.n * plan.dtype.itemsize
+    tile_bytes = plan.tuning.k_tile_bytes if plan.dtype.itemsize <= 4 else plan.tuning.min_tile_bytes
     log_rows = 0
-    while ((row_bytes << (log_rows + 1)) <= plan.tuning.min_tile_bytes and rows % (2 << log_rows) == 0
+    while ((row_bytes << (log_rows + 1)) <= tile_bytes and rows % (2 << log_rows) == 0
            and cfg.smem_bytes(row_units << (log_rows + 1)) <= limits.smem_per_block):
         log_rows += 1
     tile_units = row_units << log_rows

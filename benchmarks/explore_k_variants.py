@@ -1,0 +1,141 @@
+"""K * 2**k rows (issue 19 item 2, exploration; session 29): round 0's loads in flight, a
+persistent grid, and the next tile prefetched into L2, against the library's kernels in the
+same run.
+
+Variants (each a build of ``k_stage.cuh`` with -D switches, the launch's grid, the tiles):
+``base`` the library; ``vif2`` .. ``vif8`` 2 to 8 16-byte vectors in flight per thread in round
+0 (FWHT_K_VIF; the library's is 4, 2 before session 29); ``persist`` a grid of the blocks that
+are resident at once, each looping over tiles; ``tile64`` short rows grouped into tiles of up
+to 64 KiB (``Tuning.min_tile_bytes``: 32 KiB). Every variant's output is compared with the
+library's (the same bits). Session 29 also measured (H100, then removed from the kernel): the
+next tile's bytes prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once round 0
+had read the current tile, on the persistent grid: slower than the library on 9 of 14 routes.
+
+    python benchmarks/explore_k_variants.py [--dtypes fp32 fp16 fp64] [--n 3072 12288 ...]
+        [--variants base vif4 ...] [--out JSON]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ".")
+import cupy as cp  # noqa: E402
+
+import explore_k_lengths as kl  # noqa: E402
+from fwht_gpu import dtypes as _dt  # noqa: E402
+from fwht_gpu import gpu, hadamard, make_plan, provenance  # noqa: E402
+from fwht_gpu.cuda import config, engine  # noqa: E402
+from fwht_gpu.cuda.modules import OPTIONS, KernelModule  # noqa: E402
+
+VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least this many bytes)
+    "base": ((), False, None),
+    "vif2": (("-DFWHT_K_VIF=2",), False, None),
+    "vif3": (("-DFWHT_K_VIF=3",), False, None),
+    "vif6": (("-DFWHT_K_VIF=6",), False, None),
+    "vif8": (("-DFWHT_K_VIF=8",), False, None),
+    "persist": ((), True, None),
+    "tile64": ((), False, 1 << 16),
+}
+_library_launch = engine._launch_k
+_library_k_launch = config.k_launch
+
+
+def _tiles_of(nbytes):
+    """config.k_launch with tiles of short rows up to ``nbytes``."""
+    def k_launch(plan, K, rows, inverse, limits=config.H100):
+        tuned = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, min_tile_bytes=nbytes))
+        return _library_k_launch(tuned, K, rows, inverse, limits)
+    return k_launch
+
+
+def _resident(launch, limits) -> int:
+    """Blocks of ``launch`` resident per SM (shared memory, threads, the launch bound's
+    registers)."""
+    regs = min(255, limits.regs_per_sm // launch.rows_cfg.max_threads)
+    return max(1, min(config._tiles_per_sm(launch.smem, limits), 2048 // launch.threads,
+                      limits.regs_per_sm // (launch.threads * regs)))
+
+
+def _persistent_launch(plan, K, launch, src, dst, factor, flags) -> None:
+    """engine._launch_k with a grid of the blocks resident at once (fused routes)."""
+    if not launch.fused:
+        return _library_launch(plan, K, launch, src, dst, factor, flags)
+    limits = gpu.limits()
+    cfg = launch.rows_cfg
+    per_sm = _resident(launch, limits)
+    if launch.pair:
+        grid = 2 * min(launch.ntiles, max(1, per_sm // 2) * limits.sm_count)
+        args = cfg.arguments(src=src, dst=dst, nrows=launch.ntiles, log_mu=launch.log_mu,
+                             scale=factor, flags=flags)
+        engine.K_KERNELS.function(cfg.name, launch.smem, 2)((grid,), (launch.threads,), args,
+                                                            shared_mem=launch.smem)
+    else:
+        grid = min(launch.ntiles, per_sm * limits.sm_count)
+        args = cfg.arguments(src=src, dst=dst, ntiles=launch.ntiles, log_mu=launch.log_mu,
+                             log_rows=launch.log_rows, scale=factor, flags=flags)
+        engine.K_KERNELS.function(cfg.name, launch.smem)((grid,), (launch.threads,), args,
+                                                         shared_mem=launch.smem)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--dtypes", nargs="*", default=["fp32", "fp16", "fp64"])
+    ap.add_argument("--n", type=int, nargs="*",
+                    default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024])
+    ap.add_argument("--variants", nargs="*", default=["base", "vif2", "vif3", "vif6", "persist", "tile64"])
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    print(f"# {gpu.status()}")
+    library = engine.K_KERNELS
+    modules = {v: library if not VARIANTS[v][0] else
+               KernelModule(engine.K_SOURCE, OPTIONS + VARIANTS[v][0]) for v in args.variants}
+    items = []
+    for name in args.dtypes:
+        for n in args.n:
+            K, M = hadamard.split(n)
+            items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, args.rows, False))
+    for v in args.variants:             # compile everything first
+        engine.K_KERNELS = modules[v]
+        engine.precompile_k(items)
+    rows = []
+    for name in args.dtypes:
+        dt = _dt.resolve(name)
+        for n in args.n:
+            K, M = hadamard.split(n)
+            plan = make_plan(M, dt, device="cuda")
+            x = cp.random.default_rng(2).standard_normal((args.rows, n), dtype=cp.float32).astype(dt)
+            ref = base_route = None
+            line = f"{name:5} {K:>3} x {M:<5}"
+            for v in args.variants:
+                engine.K_KERNELS = modules[v]
+                engine._launch_k = _persistent_launch if VARIANTS[v][1] else _library_launch
+                config.k_launch = _tiles_of(VARIANTS[v][2]) if VARIANTS[v][2] else _library_k_launch
+                y = cp.empty_like(x)
+                engine.run_k(plan, K, x, y, 1.0, False, check=False)
+                same = True
+                if ref is None:
+                    ref = y
+                else:
+                    same = bool((y.view(cp.uint8) == ref.view(cp.uint8)).all())
+                r = kl.case(args.rows, n, dt)
+                r.update(variant=v, same_bits=same)
+                rows.append(r)
+                base_route = base_route or r["route"]
+                line += f"  {v} {r['ratio_copy']:.3f}{'' if same else ' DIFFERENT'}"
+                if r["route"] != base_route:
+                    line += f" [{r['route']}]"
+            engine.K_KERNELS, engine._launch_k, config.k_launch = library, _library_launch, _library_k_launch
+            print(line + f"   ({base_route})", flush=True)
+    if args.out:
+        provenance.write(provenance.record("explore-k-variants", rows, vars(args), None,
+                                           device="gpu"), args.out)
+        print(f"# written: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
