@@ -48,6 +48,7 @@ def case(rows: int, n: int, dtype) -> dict:
     outs = {}
     for pair in (False, True):
         config.K_PAIR_ROWS = pair
+        engine._K_LAUNCHES.clear()           # (launches are cached per plan and rows)
         key = "pair" if pair else "without"
         row[f"{key}_route"] = _route(plan, K, rows)
         row[f"{key}_ms"], _ = _timer(cp, lambda i: engine.run_k(plan, K, srcs[i % count], dst, 1.0,
@@ -57,6 +58,7 @@ def case(rows: int, n: int, dtype) -> dict:
             engine.run_k(plan, K, srcs[0], got, 1.0, inverse, check=False)
             outs[pair, inverse] = _bits(got)
     config.K_PAIR_ROWS = True
+    engine._K_LAUNCHES.clear()
     row["same_bits"] = all(bool((outs[True, i] == outs[False, i]).all()) for i in (False, True))
     t_copy = min(copy_times(srcs, dst, nbytes))
     row["copy_ms"] = t_copy
@@ -94,10 +96,12 @@ def main() -> None:
     count = lambda n: max(2, args.rows * 40960 // max(n, 40960))     # noqa: E731
     for pair in (False, True):          # both routes' kernels, compiled in parallel
         config.K_PAIR_ROWS = pair
+        engine._K_LAUNCHES.clear()           # (launches are cached per plan and rows)
         engine.precompile_k([(make_plan(hadamard.split(n)[1], dt, device="cuda"),
                               hadamard.split(n)[0], count(n), inverse)
                              for dt, n in cases for inverse in (False, True)])
     config.K_PAIR_ROWS = True
+    engine._K_LAUNCHES.clear()
     rows = []
     for dt, n in cases:
         r = case(count(n), n, dt)

@@ -1,18 +1,18 @@
 """K * 2**k rows (issue 19 item 2, exploration; session 29): round 0's loads in flight, a
-persistent grid, and the next tile prefetched into L2, against the library's kernels in the
-same run.
+persistent grid, the tiles of short rows, against the library's kernels in the same run.
 
 Variants (each a build of ``k_stage.cuh`` with -D switches, the launch's grid, the tiles):
 ``base`` the library; ``vif2`` .. ``vif8`` 2 to 8 16-byte vectors in flight per thread in round
 0 (FWHT_K_VIF; the library's is 4, 2 before session 29); ``persist`` a grid of the blocks that
-are resident at once, each looping over tiles; ``tile64`` short rows grouped into tiles of up
-to 64 KiB (``Tuning.min_tile_bytes``: 32 KiB). Every variant's output is compared with the
-library's (the same bits). Session 29 also measured (H100, then removed from the kernel): the
-next tile's bytes prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once round 0
-had read the current tile, on the persistent grid: slower than the library on 9 of 14 routes.
+are resident at once, each looping over tiles; ``tile32`` / ``tile64`` short rows grouped into
+tiles of up to 32 / 64 KiB (the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64;
+before session 29 32 KiB for all). Every variant's output is compared with the library's (the
+same bits). Session 29 also measured (H100, then removed from the kernel): the next tile's bytes
+prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once round 0 had read the
+current tile, on the persistent grid: slower than the library on 9 of 14 routes.
 
     python benchmarks/explore_k_variants.py [--dtypes fp32 fp16 fp64] [--n 3072 12288 ...]
-        [--variants base vif4 ...] [--out JSON]
+        [--variants base vif3 ...] [--out JSON]
 """
 from __future__ import annotations
 
@@ -38,16 +38,18 @@ VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least th
     "vif6": (("-DFWHT_K_VIF=6",), False, None),
     "vif8": (("-DFWHT_K_VIF=8",), False, None),
     "persist": ((), True, None),
+    "tile32": ((), False, 1 << 15),
     "tile64": ((), False, 1 << 16),
 }
-_library_launch = engine._launch_k
+_library_make = engine._make_k_launch
 _library_k_launch = config.k_launch
 
 
 def _tiles_of(nbytes):
     """config.k_launch with tiles of short rows up to ``nbytes``."""
     def k_launch(plan, K, rows, inverse, limits=config.H100):
-        tuned = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, min_tile_bytes=nbytes))
+        tuned = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, min_tile_bytes=nbytes,
+                                                                     k_tile_bytes=nbytes))
         return _library_k_launch(tuned, K, rows, inverse, limits)
     return k_launch
 
@@ -60,25 +62,25 @@ def _resident(launch, limits) -> int:
                       limits.regs_per_sm // (launch.threads * regs)))
 
 
-def _persistent_launch(plan, K, launch, src, dst, factor, flags) -> None:
-    """engine._launch_k with a grid of the blocks resident at once (fused routes)."""
+def _persistent_make(plan, K, rows, inverse, device):
+    """engine._make_k_launch with a grid of the blocks resident at once (one-pass routes)."""
+    step = _library_make(plan, K, rows, inverse, device)
+    launch = step.launch
     if not launch.fused:
-        return _library_launch(plan, K, launch, src, dst, factor, flags)
+        return step
     limits = gpu.limits()
-    cfg = launch.rows_cfg
     per_sm = _resident(launch, limits)
-    if launch.pair:
-        grid = 2 * min(launch.ntiles, max(1, per_sm // 2) * limits.sm_count)
-        args = cfg.arguments(src=src, dst=dst, nrows=launch.ntiles, log_mu=launch.log_mu,
-                             scale=factor, flags=flags)
-        engine.K_KERNELS.function(cfg.name, launch.smem, 2)((grid,), (launch.threads,), args,
-                                                            shared_mem=launch.smem)
-    else:
-        grid = min(launch.ntiles, per_sm * limits.sm_count)
-        args = cfg.arguments(src=src, dst=dst, ntiles=launch.ntiles, log_mu=launch.log_mu,
-                             log_rows=launch.log_rows, scale=factor, flags=flags)
-        engine.K_KERNELS.function(cfg.name, launch.smem)((grid,), (launch.threads,), args,
-                                                         shared_mem=launch.smem)
+    grid = (2 * min(launch.ntiles, max(1, per_sm // 2) * limits.sm_count) if launch.pair
+            else min(launch.ntiles, per_sm * limits.sm_count))
+    return step._replace(grid=grid)
+
+
+def _use(module, persistent, tile_bytes):
+    """The library's K route with a variant's kernels, grid and tiles (launches recomputed)."""
+    engine.K_KERNELS = module
+    engine._make_k_launch = _persistent_make if persistent else _library_make
+    config.k_launch = _tiles_of(tile_bytes) if tile_bytes else _library_k_launch
+    engine._K_LAUNCHES.clear()
 
 
 def main() -> None:
@@ -112,9 +114,7 @@ def main() -> None:
             ref = base_route = None
             line = f"{name:5} {K:>3} x {M:<5}"
             for v in args.variants:
-                engine.K_KERNELS = modules[v]
-                engine._launch_k = _persistent_launch if VARIANTS[v][1] else _library_launch
-                config.k_launch = _tiles_of(VARIANTS[v][2]) if VARIANTS[v][2] else _library_k_launch
+                _use(modules[v], VARIANTS[v][1], VARIANTS[v][2])
                 y = cp.empty_like(x)
                 engine.run_k(plan, K, x, y, 1.0, False, check=False)
                 same = True
@@ -129,7 +129,7 @@ def main() -> None:
                 line += f"  {v} {r['ratio_copy']:.3f}{'' if same else ' DIFFERENT'}"
                 if r["route"] != base_route:
                     line += f" [{r['route']}]"
-            engine.K_KERNELS, engine._launch_k, config.k_launch = library, _library_launch, _library_k_launch
+            _use(library, False, None)
             print(line + f"   ({base_route})", flush=True)
     if args.out:
         provenance.write(provenance.record("explore-k-variants", rows, vars(args), None,

@@ -12,7 +12,7 @@ device limits, kernel modules) for packages built on this one.
 """
 from .dtypes import bfloat16
 from .memory import InsufficientMemoryError
-from .overflow import TransformOverflowError
+from .overflow import TransformOverflowError, errstate, geterr
 from .plan import Pass, Plan, Stage, make_plan
 from .transform import FWHT, fwht, ifwht, operation_count, run_plan
 from .tuning import Tuning
@@ -24,6 +24,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "fwht", "ifwht", "FWHT", "make_plan", "Plan", "Pass", "Stage", "Tuning", "run_plan",
-    "operation_count", "TransformOverflowError", "InsufficientMemoryError", "bfloat16",
+    "operation_count", "TransformOverflowError", "errstate", "geterr", "InsufficientMemoryError", "bfloat16",
     "pinned_empty", "ALGORITHMS", "STABILIZERS", "VARIANTS", "__version__",
 ]

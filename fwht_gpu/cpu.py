@@ -18,7 +18,7 @@ import numpy as np
 from . import compiled
 from . import dtypes as _dt
 from . import memory
-from .overflow import overflow_error, overflowed_rows, recompute_rows
+from .overflow import checking, overflow_error, overflowed_rows, recompute_rows
 from .plan import Plan
 
 
@@ -359,13 +359,14 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
     """The engine's entry (the GPU engines have the same signature): ``plan`` along ``axis``
     of ``x``, multiplied by ``factor``, written to ``out`` (or a new array).  Overflowed
     transforms of finite input are recomputed in float64 when scaled (``recompute``), else
-    TransformOverflowError.  ``overwrite_x``: an unscaled compiled transform of a
-    C-contiguous ``x`` along its last axis runs in place and returns ``x``."""
+    TransformOverflowError (neither under ``errstate(overflow="ignore")``).  ``overwrite_x``:
+    an unscaled compiled transform of a C-contiguous ``x`` along its last axis runs in place
+    and returns ``x``."""
     axis = axis % x.ndim
     fast = compiled.supports(plan, counter)
     if overwrite_x and out is None and factor == 1.0 and axis == x.ndim - 1 and x.size and \
             x.flags.c_contiguous and x.flags.writeable and x.dtype == plan.dtype and fast:
-        if compiled.run(plan, x.reshape(-1, plan.n), in_place=True)[1] is not None:
+        if compiled.run(plan, x.reshape(-1, plan.n), in_place=True)[1] is not None and checking():
             raise overflow_error(plan.dtype)        # unscaled: as the copying path
         return x
     xm = np.moveaxis(x, axis, -1)
@@ -382,12 +383,13 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
                 axis == x.ndim - 1 and out.flags.c_contiguous and out.dtype == x.dtype and \
                 out.shape == x.shape and not np.may_share_memory(out, x):
             # written straight into out (one read of x, one write of out)
-            if compiled.run(plan, x2, out=out.reshape(x2.shape))[1] is not None:
+            if compiled.run(plan, x2, out=out.reshape(x2.shape))[1] is not None and checking():
                 raise overflow_error(plan.dtype)    # unscaled: as below
             return out
         if fast:            # the compiled kernels flag the overflowed rows as they go
             y2, bad = compiled.run(plan, x2)
             y2 = scale(y2, factor)
+            bad = bad if checking() else None
         else:
             y2 = scale(execute(plan, x2, counter), factor)
             bad = overflowed_rows(x2, y2, np)

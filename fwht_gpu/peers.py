@@ -11,6 +11,8 @@ Implementations (:func:`gpu_impls`), each on batched rows (batch x n) of FP32, F
 ``fwht_gpu.fwht(cupy)``    the user call on a CuPy array (planning cache, output allocation,
                            the overflow check's flag read)
 ``fwht_gpu.fwht(torch)``   the same call on a CUDA tensor (DLPack views both ways)
+``... unchecked``          those calls inside ``fwht_gpu.errstate(overflow="ignore")``: no
+                           flag read, so no synchronisation per call
 ``fast_hadamard_transform``  ``hadamard_transform(x, 1.0)``; ``hadamard_transform_{12,20,28,40}N``
                            for K * 2**k (the K of the largest power-of-two part it accepts;
                            its order-K matrices differ from ours: checked against
@@ -51,6 +53,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import hadamard
+from .overflow import errstate
 
 #: The dtypes of the peer rows (fast-hadamard-transform has no FP64).
 DTYPES = ("fp32", "fp16", "bf16")
@@ -337,13 +340,21 @@ def _host(xp, a) -> np.ndarray:
 
 
 def ours_impls(fwht, xp_name: str, torch_ok: bool, tuning=None, torch_absent: str | None = None):
-    """fwht_gpu.fwht on the run's arrays and (``torch_ok``) on tensors."""
-    out = [Impl(f"fwht_gpu.fwht({xp_name})", "xp", lambda case: (lambda x: fwht(x, tuning=tuning)),
-                ours=True)]
-    out.append(Impl("fwht_gpu.fwht(torch)", "torch",
-                    lambda case: (lambda x: fwht(x, tuning=tuning)), ours=True,
-                    absent=None if torch_ok else torch_absent))
-    return out
+    """fwht_gpu.fwht on the run's arrays and (``torch_ok``) on tensors, as it is and inside
+    ``errstate(overflow="ignore")`` (no overflow check: no synchronisation per call)."""
+    def checked(case):
+        return lambda x: fwht(x, tuning=tuning)
+
+    def unchecked(case):
+        def call(x):
+            with errstate(overflow="ignore"):
+                return fwht(x, tuning=tuning)
+        return call
+    absent = None if torch_ok else torch_absent
+    return [Impl(f"fwht_gpu.fwht({xp_name})", "xp", checked, ours=True),
+            Impl("fwht_gpu.fwht(torch)", "torch", checked, ours=True, absent=absent),
+            Impl(f"fwht_gpu.fwht({xp_name}) unchecked", "xp", unchecked, ours=True),
+            Impl("fwht_gpu.fwht(torch) unchecked", "torch", unchecked, ours=True, absent=absent)]
 
 
 # --- the harness -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from .cuda import device as gpu_device
 from .cuda import engine as gpu_engine
 from .cuda import host as gpu_host
 from .overflow import TransformOverflowError  # noqa: F401  (re-exported)
-from .overflow import recompute_rows
+from .overflow import checking, recompute_rows
 from .plan import Plan, make_plan
 from .tuning import Tuning
 
@@ -262,8 +262,8 @@ def _gpu_k_transform(plan: Plan, K: int, x, axis: int, factor: float, out, inver
     xm = cp.moveaxis(x, axis, -1)
     om = None if out is None else cp.moveaxis(out, axis, -1)
     direct = om is not None and usable(om) and not cp.may_share_memory(out, x)
-    gpu_device.check_memory((0 if usable(xm) else x.nbytes) + (0 if direct else x.nbytes),
-                            "the work buffers")
+    gpu_arrays.check_device_memory(cp, (0 if usable(xm) else x.nbytes) + (0 if direct else x.nbytes),
+                                   "the work buffers")
     if usable(xm):
         src = xm
     else:
@@ -271,7 +271,7 @@ def _gpu_k_transform(plan: Plan, K: int, x, axis: int, factor: float, out, inver
         src[...] = xm                                   # explicit transpose / realignment
     dst = om if direct else (src if src is not xm else cp.empty(xm.shape, dtype=x.dtype))
     src2, dst2 = src.reshape(-1, n), dst.reshape(-1, n)
-    if gpu_engine.run_k(plan, K, src2, dst2, factor, inverse):
+    if gpu_engine.run_k(plan, K, src2, dst2, factor, inverse, checking()):
         # the input rows: src, or x itself when src (a private copy) was transformed in place
         kept = src2 if src is not dst else cp.ascontiguousarray(xm).reshape(-1, n)
         bad = gpu_engine.nonfinite_rows(dst2) & ~gpu_engine.nonfinite_rows(kept)

@@ -66,6 +66,12 @@ class Accumulator:
                 "down or use dtype=float32")
         return out
 
+    def _transform(self, P):
+        """The sketches' transform (in place: our temporaries), its overflow checked whatever
+        the caller's ``fwht_gpu.errstate``: a sketch's bits never depend on it."""
+        with fwht_gpu.errstate(overflow="raise"):
+            return self.transform(P, overwrite_x=True)
+
     def add_block(self, k0: int, PA, PB, clock=lambda stage: None, pos=None) -> None:
         """PA, PB: (nb, d, b) float64 sketches of inner indices k0 .. k0 + nb - 1 (an aligned
         block, see :class:`pagh_mm.reduction.PairwiseSum`), or of the inner indices k0 + pos
@@ -73,7 +79,7 @@ class Accumulator:
         sketches are equal: one transform, squared (FWHT only)."""
         xp = self.xp
         if self.method == "fwht":
-            FA = self.transform(self._to_dtype(PA, "A"), overwrite_x=True)   # our temporaries
+            FA = self._transform(self._to_dtype(PA, "A"))
             if PB is None:
                 clock("transform")
                 FA = FA.astype(self.acc_dtype, copy=False)
@@ -81,7 +87,7 @@ class Accumulator:
                 del FA
                 clock("accumulate")
                 return
-            FB = self.transform(self._to_dtype(PB, "B"), overwrite_x=True)
+            FB = self._transform(self._to_dtype(PB, "B"))
             clock("transform")
             terms = FA.astype(self.acc_dtype, copy=False) * FB.astype(self.acc_dtype, copy=False)
         else:
@@ -110,7 +116,8 @@ class Accumulator:
             acc = xp.zeros((self.reps, self.b if self.method == "fwht" else self.b // 2 + 1),
                            dtype=self.value_dtype)
         if self.method == "fwht":
-            c = self.inverse(acc, inverse=True)
+            with fwht_gpu.errstate(overflow="raise"):
+                c = self.inverse(acc, inverse=True)
         else:
             c = xp.fft.irfft(acc, n=self.b, axis=-1)
         c = c.astype(xp.float64) + (0.0 if direct is None else direct)   # -0.0 + 0.0 = +0.0

@@ -146,3 +146,49 @@ def test_overflow_is_reported_not_returned_as_inf():
     assert not np.isfinite(F.fwht(x)).all()
 
 
+def test_errstate_ignore_returns_the_engines_values_unchecked():
+    """errstate(overflow="ignore"): no TransformOverflowError, no float64 recomputation: the
+    values as the engine computed them (inf where they left the range), on every route of
+    the NumPy engine (compiled kernels, the per-operation engine, in place, into out, K * 2**k);
+    the default state is restored on exit, per thread."""
+    import threading
+
+    assert F.geterr() == {"overflow": "raise"}
+    x = np.full(16, 30000, np.float16)
+    with F.errstate(overflow="ignore"):
+        assert F.geterr() == {"overflow": "ignore"}
+        y = F.fwht(x)
+        assert np.isinf(y[0]) and not np.isfinite(y[1:]).all()  # 16 * 30000 > 65504; inf - inf
+        counted = F.run_plan(F.make_plan(16, np.float16), x, counter=F.transform.cpu.OpCounter())
+        assert (counted.view(np.uint16) == y.view(np.uint16)).all()   # the per-operation engine
+        out = np.empty_like(x)
+        assert F.fwht(x, out=out) is out and (out.view(np.uint16) == y.view(np.uint16)).all()
+        z = x.copy()
+        t = F.FWHT(16, np.float16)
+        assert (t(z, overwrite_x=True).view(np.uint16) == y.view(np.uint16)).all()
+        # scaled: the default recomputes in float64 (finite), ignore keeps the overflowed value
+        assert np.isinf(F.ifwht(x)[0])
+        k = np.full(12 * 4, 3000, np.float16)                   # K * 2**k through the K stage
+        assert np.isinf(F.fwht(k)).any()
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(F.geterr()["overflow"]))
+        th.start()
+        th.join()
+        assert seen == ["raise"]                                # another thread: the default
+        with F.errstate(overflow="raise"):                      # nested
+            with pytest.raises(F.TransformOverflowError):
+                F.fwht(x)
+        assert F.geterr()["overflow"] == "ignore"
+    assert F.geterr() == {"overflow": "raise"}
+    r = F.ifwht(x)                                              # recomputed: 16 * 30000 / 16
+    assert r[0] == 30000 and (r[1:] == 0).all()
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(x)
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(np.full(12 * 4, 3000, np.float16))
+    with pytest.raises(ValueError, match="overflow='warn'"):
+        with F.errstate(overflow="warn"):
+            pass
+
+
+

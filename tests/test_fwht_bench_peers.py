@@ -240,11 +240,14 @@ def test_absent_peers_give_absent_rows_and_never_fail():
     impls = peers.gpu_impls(None, None, "PyTorch not importable (x)", None,
                             "PyTorch not importable (x)")
     assert [i.name for i in impls] == ["fwht_gpu.fwht(cupy)", "fwht_gpu.fwht(torch)",
+                                       "fwht_gpu.fwht(cupy) unchecked",
+                                       "fwht_gpu.fwht(torch) unchecked",
                                        "fast_hadamard_transform", *peers.TORCH_BASELINES]
     rows = peers.measure_case(peers.Case("fp16", 4, 28 << 2), impls, _backend({}), fwht)
-    assert [r["status"] for r in rows] == ["ok"] + ["absent"] * 5
-    assert all(r["reason"] == "PyTorch not importable (x)" for r in rows[1:])
+    assert [r["status"] for r in rows] == ["ok", "absent", "ok"] + ["absent"] * 5
+    assert all(r["reason"] == "PyTorch not importable (x)" for r in rows if r["status"] == "absent")
     assert rows[0]["agree"] is True and rows[0]["best_peer"] is None
+    assert rows[2]["agree"] is True and rows[2]["rel_diff"] == rows[0]["rel_diff"]
 
 
 # --- with PyTorch on the CPU -------------------------------------------------------------------
@@ -297,7 +300,9 @@ def test_torch_rows_on_cpu_tensors(dtype):
         assert all(r["status"] == "ok" for r in rows if r["impl"] != "torch x@H"), rows
         assert by["torch x@H"]["status"] == ("ok" if n <= 512 else "n/a")
         assert all(r["agree"] for r in rows if r["status"] == "ok"), rows
-        assert by["fwht_gpu.fwht(torch)"]["rel_diff"] == by["fwht_gpu.fwht(numpy)"]["rel_diff"]
+        for name in ("fwht_gpu.fwht(torch)", "fwht_gpu.fwht(numpy) unchecked",
+                     "fwht_gpu.fwht(torch) unchecked"):
+            assert by[name]["rel_diff"] == by["fwht_gpu.fwht(numpy)"]["rel_diff"], name
         fht = by["fast_hadamard_transform"]
         assert fht["matrix"] == ("ours" if n == 256 else "its H_12 (probed)")
         assert sum(bool(r.get("torch_best")) for r in rows) == 1

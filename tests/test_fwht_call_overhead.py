@@ -214,6 +214,13 @@ class _DevArray:
     def __getitem__(self, k):
         return _DevArray(self.host[k])
 
+    @property
+    def shape(self):
+        return self.host.shape
+
+    def reshape(self, *shape):
+        return _DevArray(self.host.reshape(*shape))
+
 
 class _Stream:
     ptr = 12345
@@ -321,6 +328,63 @@ def test_run_launches_the_reference_arguments_and_reuses_clean_flags(monkeypatch
     assert all(a[3][[n for n, _ in a[0].PARAMS].index("check_input")] == 0 for a in launched[-2:])
 
 
+def _reference_k_launch(plan, K, rows, inverse, lim):
+    """engine.run_k's former per-call computation: (config, grid, threads, smem, arguments
+    without src, dst, scale and flags) of its last launch."""
+    launch = config.k_launch(plan, K, rows, inverse, lim)
+    if launch.pair:
+        return (launch.rows_cfg, 2 * min(launch.ntiles, 2**30 - 1), launch.threads, launch.smem,
+                dict(nrows=launch.ntiles, log_mu=launch.log_mu))
+    if launch.fused:
+        return (launch.rows_cfg, min(launch.ntiles, 2**31 - 1), launch.threads, launch.smem,
+                dict(ntiles=launch.ntiles, log_mu=launch.log_mu, log_rows=launch.log_rows))
+    npos = rows * plan.n
+    return (launch.stage_cfg, max(1, min(-(-npos // 256), lim.sm_count * 16)), 256, 0,
+            dict(npos=npos, log_m=plan.log2n))
+
+
+@pytest.mark.parametrize("lim", [H100, A100], ids=["H100", "A100"])
+def test_k_launches_are_cached_and_launch_the_launchers_choice(monkeypatch, lim):
+    """run_k's launch (one-block tiles, two-block clusters, the passes and the K-point stage)
+    is computed once per (plan, rows, K, direction, device) and launches what the launcher
+    chose, with the call's arrays, scale and flags in parameter order."""
+    monkeypatch.setattr(engine, "_FLAG_POOL", {})
+    cp, _, _, launched = _run_with_fake_kernels(monkeypatch, 0)
+    monkeypatch.setattr(engine, "limits", lambda device=None: lim)
+
+    class Module:
+        def function(self, name, smem=0, cluster_blocks=0):
+            cfg = next(c for c in config.all_k_configs() if c.name == name)
+
+            def fn(grid, block, args, shared_mem=0):
+                launched.append((cfg, grid, block, args, shared_mem))
+            return fn
+    monkeypatch.setattr(engine, "K_KERNELS", Module())
+    engine._K_LAUNCHES.clear()
+    routes = set()
+    for dt, K, M, rows, inverse in itertools.product(
+            (np.float64, np.float32, np.float16), (12, 20, 28), (16, 256, 1024, 1 << 13),
+            (1, 7, 4096), (False, True)):
+        plan = F.make_plan(M, dt, device="cuda")
+        step = engine.k_launches(plan, K, rows, inverse, 0)
+        assert engine.k_launches(plan, K, rows, inverse, 0) is step           # cached
+        assert engine.k_launches(plan, K, rows, not inverse, 0) is not step   # per direction
+        cfg, grid, threads, smem, fixed = _reference_k_launch(plan, K, rows, inverse, lim)
+        routes.add((step.launch.pair, step.launch.fused))
+        x = _DevArray(np.zeros((rows, K * M), dt))
+        launched.clear()
+        assert engine.run_k(plan, K, x, x, 0.25, inverse) is False
+        got_cfg, got_grid, got_block, args, got_smem = launched[-1]
+        assert (got_cfg, got_grid[0], got_block[0], got_smem) == (cfg, grid, threads, smem)
+        assert len(launched) == 1 + (0 if step.launch.fused else len(plan.passes))
+        slot = engine._FLAG_POOL[0][-1]
+        want = dict(fixed, src=x, dst=x, scale=np.float64(0.25), flags=slot.flags)
+        assert [type(a) for a in args] == [type(a) for a in cfg.arguments(**want)]
+        assert all(a is w or a == w for a, w in zip(args, cfg.arguments(**want)))
+    assert routes == ({(False, True), (True, True), (False, False)} if lim is H100
+                      else {(False, True), (False, False)})
+
+
 def test_run_drops_a_written_flags_buffer(monkeypatch):
     monkeypatch.setattr(engine, "_FLAG_POOL", {})
     cp, plan, x, launched = _run_with_fake_kernels(monkeypatch, 1)   # non-finite input only
@@ -355,10 +419,10 @@ def test_device_memory_is_queried_only_when_the_pool_cannot_answer(monkeypatch):
     monkeypatch.setattr(arrays, "check_memory", lambda need, what: asked.append(need))
     pool = types.SimpleNamespace(free_bytes=lambda: 1 << 20)
     cp = types.SimpleNamespace(get_default_memory_pool=lambda: pool)
-    arrays._check_device_memory(cp, 0, "w")
-    arrays._check_device_memory(cp, 1 << 20, "w")
+    arrays.check_device_memory(cp, 0, "w")
+    arrays.check_device_memory(cp, 1 << 20, "w")
     assert asked == []
-    arrays._check_device_memory(cp, (1 << 20) + 1, "w")
+    arrays.check_device_memory(cp, (1 << 20) + 1, "w")
     assert asked == [(1 << 20) + 1]
 
 

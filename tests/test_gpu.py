@@ -110,6 +110,30 @@ def test_overflow_detected_on_gpu():
     assert not np.isfinite(F.fwht(x).get()).all()
 
 
+def test_errstate_ignore_on_gpu_is_the_cpus_and_never_waits(monkeypatch):
+    """Under errstate(overflow="ignore") the GPU returns the NumPy engine's unchecked values
+    (power-of-two and K * 2**k lengths, scaled and not, host arrays) and takes no flags
+    buffer (no read-back, no synchronisation)."""
+    from fwht_gpu.cuda import engine
+    cp = _cp()
+    x = np.full((4, 1 << 12), 30000, np.float16)
+    x[1, 7] = np.inf
+    k = np.full((3, 12 << 8), 3000, np.float16)
+    with F.errstate(overflow="ignore"):
+        want = [F.fwht(x), F.ifwht(x), F.fwht(k), F.ifwht(k, norm="ortho")]
+        monkeypatch.setattr(engine, "_take_flags", lambda *a: pytest.fail("a flags buffer"))
+        got = [F.fwht(cp.asarray(x)).get(), F.ifwht(cp.asarray(x)).get(),
+               F.fwht(cp.asarray(k)).get(), F.ifwht(cp.asarray(k), norm="ortho").get()]
+        host = F.fwht(x, device="cuda")
+    for w, g in zip(want + [want[0]], got + [host]):           # NaN payloads are the device's
+        nan = np.isnan(w.astype(np.float32))
+        assert not np.isfinite(w).all() and (np.isnan(g.astype(np.float32)) == nan).all()
+        assert ((w.view(np.uint16) == g.view(np.uint16)) | nan).all()
+    monkeypatch.undo()
+    with pytest.raises(F.TransformOverflowError):
+        F.fwht(cp.asarray(x))
+
+
 def test_host_array_through_gpu(rng):
     for dtype in DTYPES:
         x = _rand(rng, (3, 1 << 16), dtype)

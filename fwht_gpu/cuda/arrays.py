@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .. import dtypes as _dt
-from ..overflow import overflow_error, recompute_rows
+from ..overflow import checking, overflow_error, recompute_rows
 from ..plan import Plan
 from . import engine
 from .device import check_memory, cupy
@@ -46,16 +46,19 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
     the transform axis must be contiguous: a view whose moved axis already is (and is
     aligned) is read directly, anything else goes through one explicit transpose copy; the
     result goes straight into ``out`` when its layout allows.  Transforms whose unscaled
-    values overflow while their scaled result fits are recomputed in float64."""
+    values overflow while their scaled result fits are recomputed in float64 (under
+    ``errstate(overflow="ignore")`` nothing is checked and the call does not wait for the
+    kernels)."""
     cp = cupy()
     n = x.shape[axis]
     if x.size == 0:
         return out if out is not None else cp.empty_like(x)
-    source = _input_kept(x, axis, out, plan, factor)
+    check = checking()
+    source = _input_kept(x, axis, out, plan, factor) if check else None
     if plan.interleave:
         dst = out if out is not None else cp.empty(x.shape, dtype=x.dtype)
         row = plan.n << plan.interleave
-        bad = engine.run(plan, x.reshape(-1, row), dst.reshape(-1, row), factor)
+        bad = engine.run(plan, x.reshape(-1, row), dst.reshape(-1, row), factor, check)
         if bad is not None:
             _settle(bad, plan, factor, source, cp.moveaxis(dst, axis, -1), axis)
         return dst
@@ -64,7 +67,7 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
     om = None if out is None else out if last else cp.moveaxis(out, axis, -1)
     need = 0 if (om is not None and _usable(om)) else x.nbytes
     need += 0 if _usable(xm) else x.nbytes
-    _check_device_memory(cp, need, "the work buffers")
+    check_device_memory(cp, need, "the work buffers")
     if _usable(xm):
         src = xm
     else:
@@ -76,7 +79,7 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
         dst = src                                       # private copy: transform in place
     else:
         dst = cp.empty(xm.shape, dtype=x.dtype)
-    bad = engine.run(plan, src.reshape(-1, n), dst.reshape(-1, n), factor)
+    bad = engine.run(plan, src.reshape(-1, n), dst.reshape(-1, n), factor, check)
     _settle(bad, plan, factor, source, dst, axis)
     res = dst if last else cp.moveaxis(dst, -1, axis)
     if out is not None:
@@ -86,7 +89,7 @@ def transform(plan: Plan, x, axis: int, factor: float = 1.0, out=None):
     return res if res.flags.c_contiguous else cp.ascontiguousarray(res)
 
 
-def _check_device_memory(cp, need: int, what: str) -> None:
+def check_device_memory(cp, need: int, what: str) -> None:
     """:func:`~fwht_gpu.cuda.device.check_memory`, without querying the device when the answer
     is known: nothing is needed, or CuPy's pool alone holds enough free bytes (the check
     counts them: device free bytes + pooled free bytes >= need)."""

@@ -464,7 +464,8 @@ def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) 
 
 
 class LaunchCache:
-    """A small cache of values computed from (plan, number of elements, device), keyed by the
+    """A small cache of values computed from (plan, number of elements, device[, extra hashable
+    values]), keyed by the
     plan's identity (plans are immutable; each entry keeps its plan alive, so an identity is
     never reused while its entry exists) - a dict lookup instead of hashing a Plan.  At most
     ``maxsize`` entries (the oldest half is dropped when full).  Safe to share between threads:
@@ -474,9 +475,9 @@ class LaunchCache:
         self.maxsize = int(maxsize)
         self._entries: dict = {}
 
-    def get(self, plan: Plan, total: int, device: int, make):
-        """The cached ``make()`` of (``plan``, ``total``, ``device``)."""
-        key = (id(plan), int(total), int(device))
+    def get(self, plan: Plan, total: int, device: int, make, extra: tuple = ()):
+        """The cached ``make()`` of (``plan``, ``total``, ``device``, ``extra``)."""
+        key = (id(plan), int(total), int(device), extra)
         hit = self._entries.get(key)
         if hit is not None and hit[0] is plan:
             return hit[1]
@@ -569,7 +570,8 @@ K_PAIR_PARAMS = (("src", "const T*"), ("dst", "T*"), ("nrows", "i64"), ("log_mu"
 #: Threads per block of ``fwht_k_stage``.
 K_STAGE_THREADS = 256
 #: Whether :func:`k_launch` may spread a row over a cluster of two blocks (``fwht_k_rows_pair``;
-#: False: explorations measuring the one-block kernel).
+#: False: explorations measuring the one-block kernel, which then clear ``engine._K_LAUNCHES``:
+#: launches are cached per plan and rows).
 K_PAIR_ROWS = True
 
 
@@ -578,6 +580,7 @@ class _Declared:
 
     declaration = PassGeometry.declaration
     arguments = PassGeometry.arguments
+    bind = PassGeometry.bind
 
 
 @dataclass(frozen=True)

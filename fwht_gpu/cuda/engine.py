@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -291,20 +292,21 @@ def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = Fal
     (:func:`fwht_gpu.hadamard.transform`), so the same bits.  With ``check`` the call waits
     for the result and returns whether some output value is not finite (the caller judges
     overflow per row); without, it only launches (capturable in a CUDA graph) and returns
-    False."""
+    False.  The launch is computed once per (plan, rows, K, direction, device)
+    (:func:`k_launches`)."""
     cp = cupy()
     rows = int(src.shape[0])
     if rows == 0 or src.size == 0:
         return False
     dev = cp.cuda.runtime.getDevice()
-    launch = config.k_launch(plan, K, rows, inverse, limits(dev))
+    step = k_launches(plan, K, rows, inverse, dev)
     if not check:
-        _launch_k(plan, K, launch, src, dst, factor, _scratch_flags(dev))
+        _launch_k(plan, step, src, dst, factor, _scratch_flags(dev))
         return False
     slot = _take_flags(cp, dev, 1)
     stream = cp.cuda.get_current_stream()
     try:
-        _launch_k(plan, K, launch, src, dst, factor, slot.flags)
+        _launch_k(plan, step, src, dst, factor, slot.flags)
         f = slot.read(cp, stream)
     except BaseException:
         _quiesce(stream)
@@ -314,35 +316,62 @@ def run_k(plan: Plan, K: int, src, dst, factor: float = 1.0, inverse: bool = Fal
     return bool(f & 2)
 
 
-def _launch_k(plan: Plan, K: int, launch: config.KLaunch, src, dst, factor: float, flags) -> None:
-    """The launches of :func:`run_k` on the current stream."""
-    rows = int(src.shape[0])
+#: Launches of :func:`run_k` per (plan, rows, device, (K, inverse)): see :func:`k_launches`.
+_K_LAUNCHES = config.LaunchCache()
+
+
+class KStep(NamedTuple):
+    """One :func:`run_k` launch: its :class:`~fwht_gpu.cuda.config.KLaunch`, the kernel (the
+    one-pass kernel, or the K-point stage after the plan's passes), grid, threads, dynamic
+    shared memory, and the argument template filled with (src, dst, scale, flags)."""
+
+    launch: config.KLaunch
+    kernel: object
+    grid: int
+    threads: int
+    smem: int
+    args: config.ArgumentTemplate
+
+
+def k_launches(plan: Plan, K: int, rows: int, inverse: bool, device: int) -> KStep:
+    """The :class:`KStep` of :func:`run_k` on ``device`` (the current device), computed once:
+    a call pays a dictionary lookup, not the launcher's choice and the kernel's attributes
+    (H100, 64 rows of 12 * 2**10 FP32: 135 us of host time per ``fwht`` call before)."""
+    return _K_LAUNCHES.get(plan, rows, device, lambda: _make_k_launch(plan, K, rows, inverse, device),
+                           (int(K), bool(inverse)))
+
+
+def _make_k_launch(plan: Plan, K: int, rows: int, inverse: bool, device: int) -> KStep:
+    launch = config.k_launch(plan, K, rows, inverse, limits(device))
+    dynamic = ("src", "dst", "scale", "flags")
     if launch.pair:             # a row per cluster of two blocks
         cfg = launch.rows_cfg
-        grid = 2 * min(launch.ntiles, 2**30 - 1)
-        args = cfg.arguments(src=src, dst=dst, nrows=launch.ntiles, log_mu=launch.log_mu,
-                             scale=factor, flags=flags)
-        K_KERNELS.function(cfg.name, launch.smem, 2)((grid,), (launch.threads,), args,
-                                                     shared_mem=launch.smem)
-    elif launch.fused:
+        return KStep(launch, K_KERNELS.function(cfg.name, launch.smem, 2),
+                     2 * min(launch.ntiles, 2**30 - 1), launch.threads, launch.smem,
+                     cfg.bind(dynamic, nrows=launch.ntiles, log_mu=launch.log_mu))
+    if launch.fused:
         cfg = launch.rows_cfg
-        grid = min(launch.ntiles, 2**31 - 1)
-        args = cfg.arguments(src=src, dst=dst, ntiles=launch.ntiles, log_mu=launch.log_mu,
-                             log_rows=launch.log_rows, scale=factor, flags=flags)
-        K_KERNELS.function(cfg.name, launch.smem)((grid,), (launch.threads,), args,
-                                                  shared_mem=launch.smem)
-    else:
-        mid = src
-        if plan.passes:     # the power-of-two passes on the (rows * K, plan.n) blocks, unscaled
-            run(plan, src.reshape(-1, plan.n), dst.reshape(-1, plan.n), 1.0, check=False)
-            mid = dst
-        cfg = launch.stage_cfg
-        npos = rows * plan.n
-        threads = config.K_STAGE_THREADS
-        grid = max(1, min(-(-npos // threads), limits().sm_count * 16))
-        args = cfg.arguments(src=mid, dst=dst, npos=npos, log_m=plan.log2n, scale=factor,
-                             flags=flags)
-        K_KERNELS.function(cfg.name)((grid,), (threads,), args)
+        return KStep(launch, K_KERNELS.function(cfg.name, launch.smem),
+                     min(launch.ntiles, 2**31 - 1), launch.threads, launch.smem,
+                     cfg.bind(dynamic, ntiles=launch.ntiles, log_mu=launch.log_mu,
+                              log_rows=launch.log_rows))
+    cfg = launch.stage_cfg
+    npos = rows * plan.n
+    threads = config.K_STAGE_THREADS
+    return KStep(launch, K_KERNELS.function(cfg.name),
+                 max(1, min(-(-npos // threads), limits(device).sm_count * 16)), threads, 0,
+                 cfg.bind(dynamic, npos=npos, log_m=plan.log2n))
+
+
+def _launch_k(plan: Plan, step: KStep, src, dst, factor: float, flags) -> None:
+    """The launches of :func:`run_k` on the current stream: the one-pass kernel, or the
+    power-of-two passes on the (rows * K, plan.n) blocks, unscaled, then the K-point stage."""
+    mid = src
+    if not step.launch.fused and plan.passes:
+        run(plan, src.reshape(-1, plan.n), dst.reshape(-1, plan.n), 1.0, check=False)
+        mid = dst
+    step.kernel((step.grid,), (step.threads,), step.args(mid, dst, factor, flags),
+                shared_mem=step.smem)
 
 
 def nonfinite_rows(a2):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..overflow import checking
 from ..plan import Plan
 from . import engine
 from .arrays import settle_rows
@@ -40,7 +41,7 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
 
     def on_device(host_in, host_out):
         dev.data.copy_from_host_async(host_in.ctypes.data, x.nbytes, stream)
-        bad = engine.run(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor)
+        bad = engine.run(plan, dev.reshape(-1, n), dev.reshape(-1, n), factor, checking())
         settle_rows(bad, plan, factor, src.reshape(-1, n), dev.reshape(-1, n))
         dev.data.copy_to_host_async(host_out.ctypes.data, x.nbytes, stream)
         stream.synchronize()
