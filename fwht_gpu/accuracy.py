@@ -26,6 +26,7 @@ from . import variants as _variants
 from .cuda import engine
 from .files import atomic_write
 from .plan import make_plan
+from .overflow import errstate
 from .transform import TransformOverflowError, fwht, ifwht, norm_factor, run_plan
 
 DISTRIBUTIONS = ("PMONE", "NORM", "RELU_NORM", "PAGH_NORM", "PAGH_PMONE")
@@ -137,7 +138,8 @@ def study(log2ns=range(3, 13), dtypes=("fp64", "fp32", "fp16", "bf16"), variants
                         rec = {"dtype": name, "log2n": L, "distribution": dist, "experiment": exp,
                                "variant": var}
                         try:
-                            with np.errstate(over="ignore", invalid="ignore"):
+                            with np.errstate(over="ignore", invalid="ignore"), \
+                                    errstate(overflow="raise"):    # the caller's state aside
                                 y = experiment(exp, a, b, _Runner(var, dt, n, xp), xp)
                             ok = bool(xp.isfinite(y.astype(xp.float32 if dt.itemsize == 2 else dt)).all())
                         except TransformOverflowError:

@@ -164,7 +164,7 @@ def transform(plan: Plan, K: int, x: np.ndarray, axis: int, factor: float = 1.0,
     """The NumPy engine's transform of length K * plan.n along ``axis`` (``inverse``: H_K^T in
     the K-point stage), times ``factor``, into ``out`` (or a new array). As the power-of-two
     engine: a transform of finite input that overflows is recomputed in float64 when scaled,
-    else TransformOverflowError."""
+    else TransformOverflowError (neither under ``errstate(overflow="ignore")``)."""
     H = matrix(K).T if inverse else matrix(K)
     n = K * plan.n
     xm = np.moveaxis(x, axis % x.ndim, -1)

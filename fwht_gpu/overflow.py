@@ -34,7 +34,8 @@ def errstate(*, overflow: str):
     kernels to read the overflow flag) or ``"ignore"`` (no detection: inf or NaN where values
     left the range, and GPU calls return without waiting, so back-to-back calls overlap their
     host work with the kernels). Per thread and per asyncio task (a context variable); every
-    engine alike, so the same bits on the CPU and the GPU in either mode.
+    engine alike, so the same values on the CPU and the GPU in either mode (NaN where NaN:
+    the payloads are the device's).
 
     >>> with fwht_gpu.errstate(overflow="ignore"):
     ...     y = fwht_gpu.fwht(x_gpu)     # returns once the kernel is queued

@@ -12,7 +12,7 @@ Implementations (:func:`gpu_impls`), each on batched rows (batch x n) of FP32, F
                            the overflow check's flag read)
 ``fwht_gpu.fwht(torch)``   the same call on a CUDA tensor (DLPack views both ways)
 ``... unchecked``          those calls inside ``fwht_gpu.errstate(overflow="ignore")``: no
-                           flag read, so no synchronisation per call
+                           overflow check (on the GPU: no flag read, no synchronisation)
 ``fast_hadamard_transform``  ``hadamard_transform(x, 1.0)``; ``hadamard_transform_{12,20,28,40}N``
                            for K * 2**k (the K of the largest power-of-two part it accepts;
                            its order-K matrices differ from ours: checked against
@@ -341,7 +341,8 @@ def _host(xp, a) -> np.ndarray:
 
 def ours_impls(fwht, xp_name: str, torch_ok: bool, tuning=None, torch_absent: str | None = None):
     """fwht_gpu.fwht on the run's arrays and (``torch_ok``) on tensors, as it is and inside
-    ``errstate(overflow="ignore")`` (no overflow check: no synchronisation per call)."""
+    ``errstate(overflow="ignore")`` (no overflow check; on the GPU no synchronisation per
+    call)."""
     def checked(case):
         return lambda x: fwht(x, tuning=tuning)
 

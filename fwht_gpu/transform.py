@@ -249,7 +249,7 @@ def _gpu_k_transform(plan: Plan, K: int, x, axis: int, factor: float, out, inver
     (:func:`fwht_gpu.cuda.engine.run_k`), times ``factor``, into ``out`` (or a new array): the
     NumPy engine's bits (:func:`fwht_gpu.hadamard.transform`), its overflow rule included
     (rows of finite input whose result is not finite: recomputed in float64 when scaled,
-    else TransformOverflowError).  The axis is made contiguous (one transpose copy unless it
+    else TransformOverflowError; neither under ``errstate(overflow="ignore")``).  The axis is made contiguous (one transpose copy unless it
     already is); ``x`` is never modified unless it is ``out``."""
     cp = gpu_device.cupy()
     n = x.shape[axis]
@@ -390,7 +390,9 @@ def fwht(x, axis: int = -1, *, norm: str = "backward", algorithm: str = "folklor
     TypeError
         Unsupported dtype.
     TransformOverflowError
-        Finite input whose transform exceeds the dtype's range.
+        Finite input whose transform exceeds the dtype's range (not checked inside
+        ``fwht_gpu.errstate(overflow="ignore")``: then inf or NaN, and a GPU call does not
+        wait for its kernels).
     """
     return _transform(x, axis, norm, algorithm, stabilizer, compute_dtype, out, device, False, tuning,
                       workers, order)
@@ -413,7 +415,8 @@ def run_plan(plan: Plan, x: np.ndarray, axis: int = -1, factor: float = 1.0, out
     """Execute ``plan`` with the NumPy engine along ``axis`` of ``x``, then multiply by ``factor``.
 
     Raises :class:`TransformOverflowError` when a transform of finite input gives a
-    non-finite value (checked per transform, whatever the other rows hold)."""
+    non-finite value (checked per transform, whatever the other rows hold; unchecked under
+    :func:`fwht_gpu.errstate` ``(overflow="ignore")``)."""
     return cpu.transform(plan, x, axis, factor, out, counter, recompute=False)
 
 

@@ -108,11 +108,12 @@ class Tuning:
     alman_strided_e: int = 6
     #: A contiguous pass groups several short transforms into one tile of at least this many bytes.
     min_tile_bytes: int = 1 << 15
-    #: ``fwht_k_rows`` groups short K * 2**k rows of 16- and 32-bit data into tiles of up to
-    #: this many bytes (FP64 rows: ``min_tile_bytes``). H100, 4096 rows, over a copy (session
-    #: 29): 64 KiB against 32 KiB took FP32 12 * 2**8 1.185 -> 1.145x, FP16 12 * 2**8 1.524 ->
-    #: 1.449x, FP16 12 * 2**10 1.162 -> 1.126x (BF16 the same); FP64 12 * 2**8 lost (1.109 ->
-    #: 1.137x: two rows per 256-thread tile, whose 64 registers per thread spill).
+    #: ``fwht_k_rows`` groups short K * 2**k rows of 4-byte compute units (FP32, FP16/BF16
+    #: pairs) into tiles of up to this many bytes (8-byte units - FP64, or a wider compute
+    #: type -: ``min_tile_bytes``). H100, 4096 rows, over a copy (session 29): 64 KiB against
+    #: 32 KiB took FP32 12 * 2**8 1.185 -> 1.145x, FP16 12 * 2**8 1.524 -> 1.449x, FP16 12 *
+    #: 2**10 1.162 -> 1.126x (BF16 the same); FP64 12 * 2**8 lost (1.109 -> 1.137x: two rows
+    #: per 256-thread tile, whose 64 registers per thread spill).
     k_tile_bytes: int = 1 << 16
     #: log2 threads per block of a cluster pass (256 beat 512 in every row of the
     #: exploration's sweep; 128 and 1024 lost badly).

@@ -189,6 +189,3 @@ def test_errstate_ignore_returns_the_engines_values_unchecked():
     with pytest.raises(ValueError, match="overflow='warn'"):
         with F.errstate(overflow="warn"):
             pass
-
-
-

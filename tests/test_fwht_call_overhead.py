@@ -158,7 +158,7 @@ def _fake_engine(monkeypatch, lim=H100):
     monkeypatch.setattr(engine, "limits", lambda device=None: lim)
     monkeypatch.setattr(engine, "kernel", lambda cfg: ("kernel", cfg.name))
     monkeypatch.setattr(engine, "_resident_blocks", lambda cfg, smem: 2)
-    engine._LAUNCHES.clear()
+    monkeypatch.setattr(engine, "_LAUNCHES", config.LaunchCache())   # (no fakes left behind)
 
 
 def test_cached_launches_equal_fresh_ones_for_layouts_and_batches(monkeypatch):
@@ -299,7 +299,7 @@ def _run_with_fake_kernels(monkeypatch, flag_value):
             flags.host[0] |= flag_value
         return fn
     monkeypatch.setattr(engine, "kernel", kernel)
-    engine._LAUNCHES.clear()
+    monkeypatch.setattr(engine, "_LAUNCHES", config.LaunchCache())   # (no fakes left behind)
     plan = F.make_plan(1 << 20, np.float32, device="cuda", compute_dtype="float64")
     x = _DevArray(np.zeros((4, plan.n), np.float32))
     return cp, plan, x, launched
@@ -360,7 +360,7 @@ def test_k_launches_are_cached_and_launch_the_launchers_choice(monkeypatch, lim)
                 launched.append((cfg, grid, block, args, shared_mem))
             return fn
     monkeypatch.setattr(engine, "K_KERNELS", Module())
-    engine._K_LAUNCHES.clear()
+    monkeypatch.setattr(engine, "_K_LAUNCHES", config.LaunchCache())   # (no fakes left behind)
     routes = set()
     for dt, K, M, rows, inverse in itertools.product(
             (np.float64, np.float32, np.float16), (12, 20, 28), (16, 256, 1024, 1 << 13),
@@ -372,15 +372,20 @@ def test_k_launches_are_cached_and_launch_the_launchers_choice(monkeypatch, lim)
         cfg, grid, threads, smem, fixed = _reference_k_launch(plan, K, rows, inverse, lim)
         routes.add((step.launch.pair, step.launch.fused))
         x = _DevArray(np.zeros((rows, K * M), dt))
+        y = _DevArray(np.zeros((rows, K * M), dt))
         launched.clear()
-        assert engine.run_k(plan, K, x, x, 0.25, inverse) is False
+        assert engine.run_k(plan, K, x, y, 0.25, inverse) is False
         got_cfg, got_grid, got_block, args, got_smem = launched[-1]
         assert (got_cfg, got_grid[0], got_block[0], got_smem) == (cfg, grid, threads, smem)
-        assert len(launched) == 1 + (0 if step.launch.fused else len(plan.passes))
+        passes = 0 if step.launch.fused else len(plan.passes)
+        assert len(launched) == 1 + passes
         slot = engine._FLAG_POOL[0][-1]
-        want = dict(fixed, src=x, dst=x, scale=np.float64(0.25), flags=slot.flags)
+        # the K-point stage reads what the power-of-two passes wrote into dst
+        src = y if passes else x
+        want = dict(fixed, src=src, dst=y, scale=np.float64(0.25), flags=slot.flags)
         assert [type(a) for a in args] == [type(a) for a in cfg.arguments(**want)]
-        assert all(a is w or a == w for a, w in zip(args, cfg.arguments(**want)))
+        assert all(a is w or (not isinstance(w, _DevArray) and a == w)
+                   for a, w in zip(args, cfg.arguments(**want)))
     assert routes == ({(False, True), (True, True), (False, False)} if lim is H100
                       else {(False, True), (False, False)})
 
@@ -405,7 +410,7 @@ def test_a_failed_launch_waits_and_keeps_the_buffer_out(monkeypatch):
             raise RuntimeError("launch failed")
         return fn
     monkeypatch.setattr(engine, "kernel", broken)
-    engine._LAUNCHES.clear()
+    monkeypatch.setattr(engine, "_LAUNCHES", config.LaunchCache())   # (no fakes left behind)
     before = _Stream.syncs
     with pytest.raises(RuntimeError, match="launch failed"):
         engine.run(plan, x, x)

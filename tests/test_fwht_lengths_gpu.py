@@ -82,18 +82,21 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
 
 
 def test_short_rows_share_tiles_of_the_tuned_size():
-    """Tiles of several short rows: up to ``Tuning.k_tile_bytes`` for 16- and 32-bit data
-    (64 KiB), ``min_tile_bytes`` for FP64 (32 KiB), and never more rows than divide the batch."""
+    """Tiles of several short rows: up to ``Tuning.k_tile_bytes`` for 4-byte compute units
+    (64 KiB: FP32, FP16/BF16 pairs), ``min_tile_bytes`` for 8-byte ones (32 KiB: FP64, or a
+    wider compute type), and never more rows than divide the batch."""
     from fwht_gpu.tuning import Tuning
 
-    def log_rows(dt, K, M, rows=4096, **tuning):
-        plan = make_plan(M, dt, device="cuda", tuning=Tuning(**tuning))
+    def log_rows(dt, K, M, rows=4096, compute=None, **tuning):
+        plan = make_plan(M, dt, device="cuda", compute_dtype=compute, tuning=Tuning(**tuning))
         return config.k_launch(plan, K, rows, False, gpu.H100).log_rows
 
     assert log_rows(np.float32, 12, 256) == 2                    # 4 rows of 12 KiB
     assert log_rows(np.float16, 12, 256) == 3 and log_rows(_dt.bfloat16, 12, 1024) == 1
     assert log_rows(np.float64, 12, 256) == 0                    # a 24 KiB row per tile
     assert log_rows(np.float64, 12, 64) == 2                     # 6 KiB rows in 32 KiB
+    assert log_rows(np.float32, 12, 256, compute="float64") == 1  # 8-byte units: 32 KiB
+    assert log_rows(np.float16, 12, 256, compute="float32") == 2
     assert log_rows(np.float32, 12, 256, k_tile_bytes=1 << 15) == 1
     assert log_rows(np.float64, 12, 64, min_tile_bytes=1 << 16) == 3
     assert log_rows(np.float32, 12, 256, rows=6) == 1 and log_rows(np.float32, 12, 256, rows=5) == 0

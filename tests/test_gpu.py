@@ -112,18 +112,24 @@ def test_overflow_detected_on_gpu():
 
 def test_errstate_ignore_on_gpu_is_the_cpus_and_never_waits(monkeypatch):
     """Under errstate(overflow="ignore") the GPU returns the NumPy engine's unchecked values
-    (power-of-two and K * 2**k lengths, scaled and not, host arrays) and takes no flags
-    buffer (no read-back, no synchronisation)."""
+    (power-of-two and K * 2**k lengths, scaled and not, interleaved along axis 0, in place,
+    host arrays) and takes no flags buffer (no read-back: the only synchronisation of a
+    checked call)."""
     from fwht_gpu.cuda import engine
     cp = _cp()
     x = np.full((4, 1 << 12), 30000, np.float16)
     x[1, 7] = np.inf
     k = np.full((3, 12 << 8), 3000, np.float16)
+    xt = np.ascontiguousarray(x.T)                               # axis 0: interleaved passes
     with F.errstate(overflow="ignore"):
-        want = [F.fwht(x), F.ifwht(x), F.fwht(k), F.ifwht(k, norm="ortho")]
+        want = [F.fwht(x), F.ifwht(x), F.fwht(k), F.ifwht(k, norm="ortho"),
+                F.ifwht(xt, axis=0), F.fwht(x)]
         monkeypatch.setattr(engine, "_take_flags", lambda *a: pytest.fail("a flags buffer"))
+        inplace = cp.asarray(x)
+        assert F.fwht(inplace, out=inplace) is inplace
         got = [F.fwht(cp.asarray(x)).get(), F.ifwht(cp.asarray(x)).get(),
-               F.fwht(cp.asarray(k)).get(), F.ifwht(cp.asarray(k), norm="ortho").get()]
+               F.fwht(cp.asarray(k)).get(), F.ifwht(cp.asarray(k), norm="ortho").get(),
+               F.ifwht(cp.asarray(xt), axis=0).get(), inplace.get()]
         host = F.fwht(x, device="cuda")
     for w, g in zip(want + [want[0]], got + [host]):           # NaN payloads are the device's
         nan = np.isnan(w.astype(np.float32))

@@ -464,8 +464,8 @@ def pass_launches(plan: Plan, total: int, limits: Limits = H100, resident=None) 
 
 
 class LaunchCache:
-    """A small cache of values computed from (plan, number of elements, device[, extra hashable
-    values]), keyed by the
+    """A small cache of values computed from (plan, number of elements, device, extra hashable
+    values), keyed by the
     plan's identity (plans are immutable; each entry keeps its plan alive, so an identity is
     never reused while its entry exists) - a dict lookup instead of hashing a Plan.  At most
     ``maxsize`` entries (the oldest half is dropped when full).  Safe to share between threads:
@@ -717,8 +717,8 @@ def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
 def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100) -> KLaunch:
     """The launch of a K * plan.n transform of ``rows`` contiguous rows on a device of
     ``limits``: ``fwht_k_rows`` when :func:`k_fusable` and a row fits in shared memory (tiles
-    of several short rows, up to ``tuning.k_tile_bytes`` of data (FP64: ``min_tile_bytes``),
-    the rows per tile dividing ``rows``); ``fwht_k_rows_pair`` where :func:`_k_pair_launch` finds it better; else the
+    of several short rows, up to ``tuning.k_tile_bytes`` of data (units of 8 bytes - FP64, or
+    a wider compute type -: ``min_tile_bytes``), the rows per tile dividing ``rows``); ``fwht_k_rows_pair`` where :func:`_k_pair_launch` finds it better; else the
     power-of-two passes and ``fwht_k_stage``."""
     stage = k_stage_config(plan, K, inverse)
     if not k_fusable(plan) or rows < 1:
@@ -732,7 +732,7 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     if cfg.smem_bytes(row_units) > limits.smem_per_block:
         return KLaunch(None, stage)
     row_bytes = K * plan.n * plan.dtype.itemsize
-    tile_bytes = plan.tuning.k_tile_bytes if plan.dtype.itemsize <= 4 else plan.tuning.min_tile_bytes
+    tile_bytes = plan.tuning.k_tile_bytes if cfg.unit_bytes <= 4 else plan.tuning.min_tile_bytes
     log_rows = 0
     while ((row_bytes << (log_rows + 1)) <= tile_bytes and rows % (2 << log_rows) == 0
            and cfg.smem_bytes(row_units << (log_rows + 1)) <= limits.smem_per_block):
