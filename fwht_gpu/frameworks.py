@@ -59,7 +59,9 @@ def _written(out) -> None:
 def through(x, out, fn):
     """``fn(array, out_array)`` on the engine's views of ``x`` and ``out`` (any framework's),
     on ``x``'s device and stream; the result in ``x``'s type, or ``out`` itself when given
-    (its framework told of the write)."""
+    (its framework told of the write). ``fn`` writes a result of ``x``'s shape and dtype (a
+    plain PyTorch CUDA tensor without ``out`` gets a fresh tensor from PyTorch's allocator
+    as ``out_array``)."""
     if not is_foreign(x) and not is_foreign(out):     # NumPy, CuPy, array-likes: as they are
         y = fn(x, out)
         return out if out is not None else y
@@ -218,16 +220,32 @@ def _torch_cuda_through(x, out, fn):
     from .cuda.device import cupy
     cp = cupy()
     stream = _cupy_stream(cp, _torch_stream_ptr(device), device)
-    a, bf16 = _cupy_view(cp, x, device)
-    o = _cupy_view(cp, out, device)[0] if out is not None else None
+    a, _ = _cupy_view(cp, x, device)
+    given = out is not None
+    if not given:               # the result in PyTorch's caching allocator (inside a CUDA-graph
+        out = _torch_empty(x)   # capture: the graph's pool), written by the engine
+    o = _cupy_view(cp, out, device)[0]
     with cp.cuda.Device(device), stream:
-        y = fn(a, o)
-        if out is None:
-            y = _back(x, True, bf16, gpu=True)(y)
-    if out is not None:
+        fn(a, o)
+    if given:
         _written(out)
-        return True, out
-    return True, y
+    return True, out
+
+
+def _torch_empty(x):
+    """A C-contiguous tensor of ``x``'s shape, dtype and device from PyTorch's allocator;
+    :class:`~fwht_gpu.memory.InsufficientMemoryError` when it has no room."""
+    import torch
+    try:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    except torch.cuda.OutOfMemoryError as exc:
+        from .memory import InsufficientMemoryError, gib
+        need = x.numel() * x.element_size()
+        free = int(torch.cuda.mem_get_info(x.device)[0])
+        raise InsufficientMemoryError(
+            f"the result ({gib(need)}) does not fit the GPU's memory ({gib(free)} free; "
+            f"PyTorch: {exc}); transform fewer rows at a time", need=need, available=free,
+            device="gpu", hint="transform fewer rows at a time") from None
 
 
 def _back(x, torch_like: bool, bf16: bool, gpu: bool):

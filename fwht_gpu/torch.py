@@ -6,8 +6,11 @@ imports PyTorch; ``import fwht_gpu`` does not.
 length the library supports (powers of two, K * 2**k); float64, float32, float16, bfloat16;
 CPU tensors through the NumPy engine and CUDA tensors through the GPU engine on PyTorch's
 current stream, through DLPack (no copy of a contiguous input transformed along its last
-dimension, lengths K * 2**k included; results are allocated by the engines: CuPy's memory
-pool on the GPU, not PyTorch's caching allocator, so CUDA-graph capture is not supported). ``hadamard_transform(x, scale)``
+dimension, lengths K * 2**k included; CUDA results come from PyTorch's caching allocator).
+Inside ``fwht_gpu.errstate(overflow="ignore")`` a CUDA call neither reads the overflow flag
+back nor synchronises, and the transform of a contiguous tensor can be captured in a CUDA
+graph (``torch.cuda.graph``, after a warm-up call; tested); checked calls cannot be captured.
+``hadamard_transform(x, scale)``
 has fast-hadamard-transform's signature and meaning: the last dimension, zero-padded to the
 next power of two and truncated back, times ``scale``.
 
@@ -40,7 +43,7 @@ def _planned(n: int, dtype: torch.dtype, cuda: bool) -> _transform.FWHT:
 def _op(x: torch.Tensor, scale: float, inverse: bool, order: str) -> torch.Tensor:
     t = _planned(x.shape[-1], x.dtype, x.is_cuda)
     y = frameworks.through(x.detach().contiguous(), None,
-                           lambda a, _: t._ordered(a, a.ndim - 1, float(scale), None,
+                           lambda a, o: t._ordered(a, a.ndim - 1, float(scale), o,
                                                    bool(inverse), order))
     return y.contiguous()
 

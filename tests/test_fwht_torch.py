@@ -152,3 +152,36 @@ def test_cuda_tensors_on_the_current_stream():
         assert z.is_cuda
     g = torch.randn(2, 48, device="cuda", dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v: FT.fwht(v, norm="ortho"), (g,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available() or not torch.cuda.is_available(),
+                    reason="needs CuPy, a GPU and a CUDA build of PyTorch")
+def test_results_in_pytorchs_allocator_and_cuda_graphs_under_errstate_ignore():
+    """A CUDA tensor's result comes from PyTorch's caching allocator (not CuPy's pool), and
+    under errstate(overflow="ignore") (no flag read, no synchronisation) the transform of a
+    contiguous tensor is captured in a CUDA graph: replays give the eager bits, for
+    power-of-two and K * 2**k lengths, the operator and the plain call."""
+    cp = gpu.cupy()
+    kept = []
+    for n in (1024, 12 * 1024):
+        x = torch.randn(64, n, device="cuda")
+        F.fwht(x)
+        pool = cp.get_default_memory_pool().used_bytes()
+        before = torch.cuda.memory_allocated()
+        kept.append(F.fwht(x))                               # (nothing freed meanwhile)
+        assert torch.cuda.memory_allocated() - before >= x.numel() * 4
+        assert cp.get_default_memory_pool().used_bytes() == pool
+        with F.errstate(overflow="ignore"):
+            static = x.clone()
+            for fn in (F.fwht, lambda t: FT.fwht(t, norm="ortho")):
+                fn(static)                                   # warm: plans, kernels, buffers
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    out = fn(static)
+                for _ in range(2):
+                    static.copy_(torch.randn_like(static))
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    assert torch.equal(out, fn(static))
