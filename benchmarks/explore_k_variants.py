@@ -3,7 +3,7 @@ persistent grid, the tiles of short rows, against the library's kernels in the s
 
 Variants (each a build of ``k_stage.cuh`` with -D switches, the launch's grid, the tiles):
 ``base`` the library; ``vif2`` .. ``vif8`` 2 to 8 16-byte vectors in flight per thread in round
-0 (FWHT_K_VIF; the library's is 4, 2 before session 29); ``persist`` a grid of the blocks that
+0 (FWHT_K_VIF; the library's: 6 for K = 20, else 4; 2 before session 29); ``persist`` a grid of the blocks that
 are resident at once, each looping over tiles; ``tile32`` / ``tile64`` short rows grouped into
 tiles of up to 32 / 64 KiB (the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64;
 before session 29 32 KiB for all). Every variant's output is compared with the library's (the
@@ -35,6 +35,7 @@ VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least th
     "base": ((), False, None),
     "vif2": (("-DFWHT_K_VIF=2",), False, None),
     "vif3": (("-DFWHT_K_VIF=3",), False, None),
+    "vif4": (("-DFWHT_K_VIF=4",), False, None),
     "vif6": (("-DFWHT_K_VIF=6",), False, None),
     "vif8": (("-DFWHT_K_VIF=8",), False, None),
     "persist": ((), True, None),

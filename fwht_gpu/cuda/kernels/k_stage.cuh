@@ -35,14 +35,20 @@
 #include "hadamard_signs.cuh"
 #include "cluster.cuh"
 
-// 16-byte vectors in flight per thread in round 0's loads (benchmarks/explore_k_variants.py
-// compiles others with -D).  H100, 4096 rows, over a copy (session 29): 2 -> 4 took every
-// one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x, 20 * 2**10
-// 1.261 -> 1.181x, FP64 20 * 2**10 1.173 -> 1.052x, FP16 20 * 2**10 1.214 -> 1.151x); 3 or 6
-// won some sizes and lost others.
+// 16-byte vectors in flight per thread in round 0's loads: k_vif<K>() (FWHT_K_VIF > 0 forces
+// a count: benchmarks/explore_k_variants.py).  H100, 4096 rows, over a copy (session 29): 2 ->
+// 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
+// 20 * 2**10 1.261 -> 1.181x, FP64 20 * 2**10 1.173 -> 1.052x, FP16 20 * 2**10 1.214 ->
+// 1.151x); 6 won the K = 20 rows (FP32 20 * 2**10 1.136x, FP16 1.135x, FP64 1.012x, 40 *
+// 2**10 FP32 1.031x, FP16 1.305x; FP64 40 * 2**10 1.337x against 1.329x) and lost K = 12 and
+// 28 (FP32 12 * 2**10 1.171x, FP64 1.245x, FP32 28 * 2**10 1.357x).
 #ifndef FWHT_K_VIF
-#define FWHT_K_VIF 4
+#define FWHT_K_VIF 0
 #endif
+template <int K>
+__host__ __device__ constexpr int k_vif() {
+    return FWHT_K_VIF > 0 ? FWHT_K_VIF : K == 20 ? 6 : 4;
+}
 
 // Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
 template <int K, bool TRANSPOSE>
@@ -196,7 +202,7 @@ struct KRowsTraits {
     static constexpr int UNITS_PER_VEC = 16 / (int)sizeof(S);
     static constexpr int LOG_UNITS_PER_VEC = UNITS_PER_VEC == 8 ? 3 : UNITS_PER_VEC == 4 ? 2 : UNITS_PER_VEC == 2 ? 1 : 0;
     static constexpr int MAX_THREADS = k_rows_max_threads<U, K>();
-    static constexpr int VECS_IN_FLIGHT = FWHT_K_VIF;
+    static constexpr int VECS_IN_FLIGHT = k_vif<K>();
     static constexpr bool PAIRED = PAIRED_;
     typedef Vec<S, UNITS_PER_VEC> V;
     static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
