@@ -7,7 +7,8 @@ Implementations (:func:`gpu_impls`), each on batched rows (batch x n) of FP32, F
 
 =========================  ===================================================================
 ``fwht_gpu engine``        the plan's kernels alone (``engine.run``, no overflow check), as the
-                           batched table; powers of two only
+                           batched table; K * 2**k: ``engine.run_k`` (one ``fwht_k_rows`` pass,
+                           or the power-of-two passes and the K-point stage)
 ``fwht_gpu.fwht(cupy)``    the user call on a CuPy array (planning cache, output allocation,
                            the overflow check's flag read)
 ``fwht_gpu.fwht(torch)``   the same call on a CUDA tensor (DLPack views both ways)
@@ -628,21 +629,26 @@ def gpu_impls(cp, torch, torch_reason, fht_mod, fht_reason, tuning=None, plan_fo
               dense_max: int = DENSE_MAX) -> list:
     """Every implementation on the GPU (``plan_for(n, dtype, batch)``: our engine's plan)."""
     from .cuda import engine
+    from .plan import make_plan
     from .transform import fwht
     impls = []
     if plan_for is not None:
         def engine_make(case):
-            if case.K > 1:
-                return "K * 2**k: no single engine plan (fwht_gpu.fwht routes these lengths)"
             dt = _dt.resolve(case.dtype)
             plans: dict = {}            # per case: (plan, destination) by input shape
 
             def call(x):
                 key = x.shape
                 if key not in plans:
-                    plans[key] = (plan_for(case.n, dt, x.shape[0]), cp.empty_like(x))
+                    plan = (plan_for(case.n, dt, x.shape[0]) if case.K == 1 else
+                            make_plan(case.M, dt, device="cuda",
+                                      **({} if tuning is None else {"tuning": tuning})))
+                    plans[key] = (plan, cp.empty_like(x))
                 plan, dst = plans[key]
-                engine.run(plan, x, dst, check=False)
+                if case.K == 1:
+                    engine.run(plan, x, dst, check=False)
+                else:                   # the K * 2**k kernels (fwht_k_rows, or passes + K stage)
+                    engine.run_k(plan, case.K, x, dst, 1.0, False, check=False)
                 return dst
             return call
         impls.append(Impl("fwht_gpu engine", "xp", engine_make, ours=True))
