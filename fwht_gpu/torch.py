@@ -9,7 +9,8 @@ current stream, through DLPack (no copy of a contiguous input transformed along 
 dimension, lengths K * 2**k included; CUDA results come from PyTorch's caching allocator).
 Inside ``fwht_gpu.errstate(overflow="ignore")`` a CUDA call neither reads the overflow flag
 back nor synchronises, and the transform of a contiguous tensor can be captured in a CUDA
-graph (``torch.cuda.graph``, after a warm-up call; tested); checked calls cannot be captured.
+graph (``torch.cuda.graph`` after a warm-up call, ``torch.compile(mode="reduce-overhead")``;
+tested); checked calls cannot be captured.
 ``hadamard_transform(x, scale)``
 has fast-hadamard-transform's signature and meaning: the last dimension, zero-padded to the
 next power of two and truncated back, times ``scale``.

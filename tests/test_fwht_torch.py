@@ -185,3 +185,23 @@ def test_results_in_pytorchs_allocator_and_cuda_graphs_under_errstate_ignore():
                     graph.replay()
                     torch.cuda.synchronize()
                     assert torch.equal(out, fn(static))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu.available() or not torch.cuda.is_available(),
+                    reason="needs CuPy, a GPU and a CUDA build of PyTorch")
+def test_torch_compile_reduce_overhead_under_errstate_ignore():
+    """torch.compile(mode="reduce-overhead") (the compiler's CUDA graphs) around the operator,
+    with errstate(overflow="ignore"): the graphs are not skipped, and the compiled function
+    gives the eager bits, call after call on new inputs."""
+    from torch._dynamo.utils import counters
+    counters.clear()
+    f = torch.compile(lambda v: FT.fwht(v * 2, norm="ortho") + 1, mode="reduce-overhead",
+                      fullgraph=True)
+    with F.errstate(overflow="ignore"):
+        for n in (1024, 12 * 1024):
+            for _ in range(4):
+                v = torch.randn(32, n, device="cuda")
+                want = FT.fwht(v * 2, norm="ortho") + 1
+                assert torch.equal(f(v).clone(), want)
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
