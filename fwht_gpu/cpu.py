@@ -364,9 +364,10 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
     and returns ``x``."""
     axis = axis % x.ndim
     fast = compiled.supports(plan, counter)
+    check = checking()
     if overwrite_x and out is None and factor == 1.0 and axis == x.ndim - 1 and x.size and \
             x.flags.c_contiguous and x.flags.writeable and x.dtype == plan.dtype and fast:
-        if compiled.run(plan, x.reshape(-1, plan.n), in_place=True)[1] is not None and checking():
+        if compiled.run(plan, x.reshape(-1, plan.n), in_place=True)[1] is not None and check:
             raise overflow_error(plan.dtype)        # unscaled: as the copying path
         return x
     xm = np.moveaxis(x, axis, -1)
@@ -383,13 +384,13 @@ def transform(plan: Plan, x: np.ndarray, axis: int, factor: float = 1.0, out=Non
                 axis == x.ndim - 1 and out.flags.c_contiguous and out.dtype == x.dtype and \
                 out.shape == x.shape and not np.may_share_memory(out, x):
             # written straight into out (one read of x, one write of out)
-            if compiled.run(plan, x2, out=out.reshape(x2.shape))[1] is not None and checking():
+            if compiled.run(plan, x2, out=out.reshape(x2.shape))[1] is not None and check:
                 raise overflow_error(plan.dtype)    # unscaled: as below
             return out
         if fast:            # the compiled kernels flag the overflowed rows as they go
             y2, bad = compiled.run(plan, x2)
             y2 = scale(y2, factor)
-            bad = bad if checking() else None
+            bad = bad if check else None
         else:
             y2 = scale(execute(plan, x2, counter), factor)
             bad = overflowed_rows(x2, y2, np)

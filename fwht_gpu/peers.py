@@ -629,8 +629,7 @@ def gpu_impls(cp, torch, torch_reason, fht_mod, fht_reason, tuning=None, plan_fo
               dense_max: int = DENSE_MAX) -> list:
     """Every implementation on the GPU (``plan_for(n, dtype, batch)``: our engine's plan)."""
     from .cuda import engine
-    from .plan import make_plan
-    from .transform import fwht
+    from .transform import _cached, fwht
     impls = []
     if plan_for is not None:
         def engine_make(case):
@@ -640,9 +639,8 @@ def gpu_impls(cp, torch, torch_reason, fht_mod, fht_reason, tuning=None, plan_fo
             def call(x):
                 key = x.shape
                 if key not in plans:
-                    plan = (plan_for(case.n, dt, x.shape[0]) if case.K == 1 else
-                            make_plan(case.M, dt, device="cuda",
-                                      **({} if tuning is None else {"tuning": tuning})))
+                    plan = (plan_for(case.n, dt, x.shape[0]) if case.K == 1 else   # fwht's own
+                            _cached(case.n, dt, "folklore", None, None, "cuda", tuning)._k_plan())
                     plans[key] = (plan, cp.empty_like(x))
                 plan, dst = plans[key]
                 if case.K == 1:
