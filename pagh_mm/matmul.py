@@ -320,9 +320,10 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
         VA, VB = (V if V is None or V.strides[0] == V.itemsize or V.shape[0] < 2 else
                   xp.ascontiguousarray(V.T).T for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
-    return kernels.fused_terms(VA, (*sides[0].gpu_table(), sides[0].gpu_positions()), VB,
-                               None if VB is None else (*sides[1].gpu_table(),
-                                                        sides[1].gpu_positions()),
+    tables = [(*s.gpu_table(), s.gpu_positions(),
+               *(s.gpu_codes() if kernels.fused_key_order(s.keys, log2b, acc.dtype) else
+                 (None,) * 3)) for s in sides]
+    return kernels.fused_terms(VA, tables[0], VB, None if VB is None else tables[1],
                                acc.reps, log2b, acc.dtype,
                                kernels.fused_group(log2b, acc.dtype, block))
 

@@ -25,6 +25,11 @@ from .backend import Backend
 #: Above this many aligned blocks a GPU side finds its largest block on the device (one
 #: reduction) instead of copying the block bounds to the host.
 DEVICE_BLOCKS = 4096
+#: The fused kernel's key codes (:meth:`Side.gpu_codes`, fused.cu's sketch_keys): the
+#: bucket in the low CODE_BUCKET_BITS bits, then these flags.
+CODE_BUCKET_BITS = 29
+CODE_SLOW = 1 << 30
+CODE_NEG = 1 << 31
 
 
 class Side:
@@ -40,6 +45,7 @@ class Side:
         self.M = M
         self._table = None
         self._positions = None
+        self._codes = None
         self._hs = None
         self._distinct = None               # GPU pairs: the distinct repetitions' functions
         self._bnd: dict[int, object] = {}   # host index pointer at block bounds, per size
@@ -52,7 +58,7 @@ class Side:
         """This side with the hash functions ``params`` into 2**log2b buckets (a side made
         with none, for the statistics that do not depend on them, keeps what it computed)."""
         self.params, self.log2b = params, log2b
-        self._table = self._positions = self._hs = self._distinct = None
+        self._table = self._positions = self._codes = self._hs = self._distinct = None
         return self
 
     def norms(self):
@@ -90,6 +96,7 @@ class Side:
         """Take the per-key hash tables ``other`` (a dense side of another chunk of the same
         factor: the same keys, hash functions and buckets, on the same device) has built."""
         self._table, self._positions, self._hs = other._table, other._positions, other._hs
+        self._codes = other._codes
 
     def most_values(self, block: int) -> int:
         """Most stored values in an aligned block of ``block`` inner indices (0 when dense)."""
@@ -250,6 +257,33 @@ class Side:
             self._positions = (xp.searchsorted(indptr[1:], at, side="right") % b).astype(xp.int32)
         return self._positions
 
+    def gpu_codes(self):
+        """(code, fptr, slow) for the fused kernel's sketch in key order: ``code`` (d, keys)
+        uint32, the bucket of key i in repetition t, | CODE_NEG when its sign is -1, |
+        CODE_SLOW when its bucket is slow: one of several keys or of a key whose sign is
+        neither +1 nor -1 (a decoding mask), whose value the kernel sums from
+        :meth:`gpu_table`'s lists instead; ``slow`` int32, the slow buckets (t b + u) in
+        increasing order; ``fptr`` int32 (d b + 1), slow[fptr[t b + u]:] those from bucket u of
+        repetition t on."""
+        if self._codes is None:
+            xp, d, b = self.be.xp, self.params.reps, 1 << self.log2b
+            if self.log2b > CODE_BUCKET_BITS or d * b >= 2 ** 31:
+                raise ValueError(f"the fused sketch's codes hold at most 2**{CODE_BUCKET_BITS} "
+                                 f"buckets and fewer than 2**31 in all reps (buckets={b}, reps={d})")
+            keys = xp.arange(self.keys, dtype=xp.int64)
+            row = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
+            s = hashing.sign_table(self.params, self.which, keys, xp)
+            at = row + (xp.arange(d, dtype=xp.int64) * b)[:, None]
+            slow = xp.diff(self.gpu_table()[0]) >= 2
+            odd = (s != 1) & (s != -1)
+            if bool(odd.any()):
+                slow[at[odd]] = True
+            code = row.astype(xp.uint32) | xp.where(slow[at], xp.uint32(CODE_SLOW), xp.uint32(0))
+            code |= xp.where(s == -1, xp.uint32(CODE_NEG), xp.uint32(0))
+            fptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(slow, dtype=xp.int32)])
+            self._codes = (code, fptr, xp.nonzero(slow)[0].astype(xp.int32))
+        return self._codes
+
     # --- sparse: only the stored values are hashed -----------------------------------
     def _stored(self, k0: int, k1: int):
         """(ptr, keys, values) of the sparse vectors k0 .. k1 - 1: the bounds (k1 - k0 + 1,
@@ -339,8 +373,11 @@ class Side:
 
     def table_bytes(self) -> int:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
-        the temporaries of their construction (measured peak about 40 d keys)."""
-        return 0 if self.sparse else 52 * self.params.reps * self.keys
+        the temporaries of their construction (measured peak about 40 d keys): the bucket
+        lists, their positions and the fused kernel's key codes (8 d keys), the lists' bounds
+        and the codes' slow buckets (12 d b, with their construction's mask)."""
+        d = self.params.reps
+        return 0 if self.sparse else 60 * d * self.keys + 16 * d * (1 << self.log2b)
 
 
 def upload(arrays, be: Backend) -> list:

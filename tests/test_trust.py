@@ -557,3 +557,47 @@ def test_smaller_validation_gaps():
     x = np.arange(8, dtype=">f8")
     o = np.empty(8, ">f8")
     assert F.fwht(x, out=o) is o and (o == F.fwht(x.astype("<f8"))).all()
+
+
+@pytest.mark.parametrize("family", ["multiply-add-shift", "tabulation"])
+@pytest.mark.parametrize("log2b", [1, 4, 9, 12])
+def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
+    """The fused GPU kernel's sketch in key order (fused.cu's sketch_keys, from
+    Side.gpu_codes): a bucket of one key with sign +-1 is 0.0 + s x, each slow bucket (several
+    keys, or a key masked by a decoding row bit) its keys' values summed in key order from the
+    bucket lists, the rest 0.0.  That rule, run here in NumPy on the codes, gives the bits of
+    the scatter matrix's product (the specification's sketch), signed zeros included, with
+    and without decoding masks."""
+    from pagh_mm import backend, hashing, sketch
+    be = backend.cpu()
+    rng = np.random.default_rng(log2b)
+    keys = 300
+    x = rng.standard_normal(keys)
+    x[::7] = -0.0                            # -0.0 alone in a bucket is +0.0 there
+    x[3::11] = rng.integers(-3, 4, x[3::11].size)
+    base = hashing.HashParams.draw(family, 4, 3)
+    for params in (base, hashing.with_row_bits(base, 2, 3)):
+        side = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)
+        d, b = params.reps, 1 << log2b
+        code, fptr, slow = side.gpu_codes()
+        indptr, kl, sl = side.gpu_table()
+        assert code.shape == (d, keys) and code.dtype == np.uint32
+        assert fptr.shape == (d * b + 1,) and (np.diff(fptr) >= 0).all()
+        spec = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)._cpu_table() @ x
+        got = np.zeros(d * b)
+        for t in range(d):
+            c = code[t]
+            fast = (c & sketch.CODE_SLOW) == 0
+            u = (c & (sketch.CODE_SLOW - 1)).astype(np.int64)
+            assert (u < b).all()
+            neg = np.where(c & sketch.CODE_NEG, -1.0, 1.0)
+            got[t * b + u[fast]] = 0.0 + neg[fast] * x[fast]
+            assert len(set(u[fast].tolist())) == int(fast.sum())     # one key per fast bucket
+            for w in slow[fptr[t * b]:fptr[t * b + b]]:
+                assert t * b <= w < t * b + b
+                total = 0.0
+                for p in range(indptr[w], indptr[w + 1]):
+                    total = total + sl[p] * x[kl[p]]
+                got[w] = total
+        assert got.tobytes() == spec.tobytes()
+        assert (np.diff(indptr)[slow] >= 1).all()

@@ -97,6 +97,94 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
     }
 }
 
+// The fused kernel's key codes (pagh_mm.sketch.Side.gpu_codes): the bucket in the low bits.
+constexpr unsigned CODE_SLOW = 1u << 30, CODE_NEG = 1u << 31, CODE_BUCKET = (1u << 29) - 1;
+
+// buf := the sketch of vector k for repetition t, all b buckets, rounded to T, walked in key
+// order (one block holds every bucket): a bucket of one key whose sign is +-1 is 0.0 +
+// s(i) x_i, written by the thread that reads key i (x and the codes read contiguously along
+// the keys when s_key = 1); the slow buckets (several keys, or a masked one) are listed
+// (slow[fptr[t b] .. fptr[t b + b]]) and summed by sketch()'s rule from the bucket's key list
+// (indptr, keys, sgn), one thread per bucket.  The same values as sketch().
+template <typename T, typename S>
+__device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
+                                            i64 s_vec, int n_keys,
+                                            const i64* __restrict__ indptr,
+                                            const i64* __restrict__ keys,
+                                            const double* __restrict__ sgn,
+                                            const unsigned* __restrict__ code,
+                                            const int* __restrict__ fptr,
+                                            const int* __restrict__ slow, i64 k, int t, int b)
+{
+    constexpr int G = 4;                                  // keys per thread in flight
+    const S* x = X + k * s_vec;
+    const unsigned* c = code + (i64)t * n_keys;
+    const int step = blockDim.x;
+    for (int u = threadIdx.x; u < b; u += step) buf[pad<T>(u)] = T(0);    // empty buckets
+    __syncthreads();                                      // before the buckets land
+    for (int i0 = threadIdx.x; i0 < n_keys; i0 += G * step) {
+        unsigned cu[G];
+        double v[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int i = i0 + g * step;
+            cu[g] = i < n_keys ? c[i] : CODE_SLOW;
+            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (!(cu[g] & CODE_SLOW))
+                buf[pad<T>((int)(cu[g] & CODE_BUCKET))] =
+                    Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g])));
+    }
+    const i64 tb = (i64)t * b;
+    for (int r = fptr[tb] + (int)threadIdx.x; r < fptr[tb + b]; r += step) {
+        const int w = slow[r];                            // t b + u
+        double sum = 0.0;
+        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
+            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
+        buf[pad<T>((int)(w - tb))] = Mul<T>::from(sum);
+    }
+}
+
+// sketch() of all b buckets as a call (not inlined; see sketch_all).
+template <typename T, typename S>
+__device__ __noinline__ void sketch_call(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
+                                         i64 s_vec, const i64* __restrict__ indptr,
+                                         const i64* __restrict__ keys,
+                                         const double* __restrict__ sgn,
+                                         const int* __restrict__ bpos, i64 k, int t, int b)
+{
+    sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);
+}
+
+// buf := the sketch of vector k for repetition t (all b buckets).  CALLS (the kernels of the
+// most buckets per block, FP32 2^15 and FP64 2^14, whose threads hold 16-32 values): in key
+// order where the factor's codes are given (few keys per bucket: the host's choice), else by
+// position, both out of line (the kernel spills far less).  The other kernels: by position,
+// inlined (there a call in the kernel, even one not taken, cost 13-31%: H100, FP32 2^12 and
+// 2^14 buckets), and the host gives no codes.
+template <typename T, typename S, bool CALLS>
+__device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
+                                           i64 s_vec, int n_keys, const i64* __restrict__ indptr,
+                                           const i64* __restrict__ keys,
+                                           const double* __restrict__ sgn,
+                                           const int* __restrict__ bpos,
+                                           const unsigned* __restrict__ code,
+                                           const int* __restrict__ fptr,
+                                           const int* __restrict__ slow, i64 k, int t, int b)
+{
+    if constexpr (CALLS) {
+        if (code)
+            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, indptr, keys, sgn, code, fptr, slow,
+                              k, t, b);
+        else
+            sketch_call<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b);
+    } else {
+        sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);
+    }
+}
+
 // v[q] := buf[pad(base + (q << lo))] (``load``), or the other way, q < VPT: from bit 5 (FP32;
 // 4 for FP64) on the padded slots are a constant step apart (a padding slot every
 // 2^pad_shift values moves with them), so an address costs one add.
@@ -168,31 +256,38 @@ template <> struct RegLogVpt<double> { static constexpr int value = 3; };
 // block's output row, scratch for A's last round when it does not stay in registers.
 template <typename T, typename S, int LOG_VPT, bool GRAM>
 __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __restrict__ A, i64 sa_key,
-                                     i64 sa_vec, const i64* __restrict__ ia,
+                                     i64 sa_vec, int n_a, const i64* __restrict__ ia,
                                      const i64* __restrict__ ka, const double* __restrict__ ga,
                                      const int* __restrict__ pa,
-                                     const S* __restrict__ B, i64 sb_key, i64 sb_vec,
+                                     const unsigned* __restrict__ ca,
+                                     const int* __restrict__ fpa, const int* __restrict__ sla,
+                                     const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                                      const i64* __restrict__ ib, const i64* __restrict__ kb,
-                                     const double* __restrict__ gb, const int* __restrict__ pb,
+                                     const double* __restrict__ gb,
+                                     const int* __restrict__ pb,
+                                     const unsigned* __restrict__ cb,
+                                     const int* __restrict__ fpb, const int* __restrict__ slb,
                                      i64 k, int t, int logb)
 {
     constexpr int VPT = 1 << LOG_VPT;
+    constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
     const int b = 1 << logb, threads = blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch<T, S>(buf, st, A, sa_key, sa_vec, ia, ka, ga, pa, k, t, b, 0, b);
+    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k, t,
+                            b);
     transform<T, LOG_VPT>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll
         for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
         return;
     }
-    constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT, rl = logb - last;
     if (SPILL) {                                          // A's values to the output row
 #pragma unroll
         for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
         __syncthreads();                                  // A's last round is read
-        sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b, 0, b);
+        sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k,
+                                t, b);
         transform<T, LOG_VPT>(buf, v, logb, threads);
 #pragma unroll
         for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
@@ -201,7 +296,8 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     }
     T fb[SPILL ? 1 : VPT];
     __syncthreads();                                      // A's last round is read
-    sketch<T, S>(buf, st, B, sb_key, sb_vec, ib, kb, gb, pb, k, t, b, 0, b);
+    sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k, t,
+                            b);
     transform<T, LOG_VPT>(buf, fb, logb, threads);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[SPILL ? 0 : q]);
@@ -249,15 +345,21 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // largest b, whose buffer leaves no room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
-// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).
+// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its n_a keys'
+// bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
+// order, its codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow buckets sla; null:
+// the sketch by position); the same for B.
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
-fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
+fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
-                  const int* __restrict__ pa,
-                  const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
-                  const i64* __restrict__ kb, const double* __restrict__ gb,
-                  const int* __restrict__ pb,
+                  const int* __restrict__ pa, const unsigned* __restrict__ ca,
+                  const int* __restrict__ fpa, const int* __restrict__ sla,
+                  const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
+                  const i64* __restrict__ ib, const i64* __restrict__ kb,
+                  const double* __restrict__ gb, const int* __restrict__ pb,
+                  const unsigned* __restrict__ cb, const int* __restrict__ fpb,
+                  const int* __restrict__ slb,
                   int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
@@ -286,8 +388,10 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
     group_tree<T, VPT, LOG_G>(
         v, count,
         [&](int i) {
-            term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, ia, ka, ga, pa, B, sb_key,
-                                      sb_vec, ib, kb, gb, pb, first + i, t, logb);
+            term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
+                                      fpa, sla, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb,
+                                      slb,
+                                      first + i, t, logb);
         },
         [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll
@@ -311,12 +415,15 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __
 // Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL, bool A_SHARED>
 __global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)
-fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, const i64* __restrict__ ia,
+fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                     const i64* __restrict__ ka, const double* __restrict__ ga,
-                    const int* __restrict__ pa,
-                    const S* __restrict__ B, i64 sb_key, i64 sb_vec, const i64* __restrict__ ib,
-                    const i64* __restrict__ kb, const double* __restrict__ gb,
-                    const int* __restrict__ pb,
+                    const int* __restrict__ pa, const unsigned* __restrict__ ca,
+                    const int* __restrict__ fpa, const int* __restrict__ sla,
+                    const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
+                    const i64* __restrict__ ib, const i64* __restrict__ kb,
+                    const double* __restrict__ gb, const int* __restrict__ pb,
+                    const unsigned* __restrict__ cb, const int* __restrict__ fpb,
+                    const int* __restrict__ slb,
                     int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
 #if FWHT_CLUSTERS

@@ -128,11 +128,11 @@ FUSED_MAX_LOG_G = 2
 #: (the largest b; more levels spill registers: 248 bytes at 1, 1140 at 2, FP32 Gram, sm_90).
 FUSED_GLOBAL_LOG_G = 1
 
-#: The parameters of ``fused_dense_terms`` in order (C types; S, T: the templates').
-FUSED_PARAMS = ("const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
-                "const int*",
-                "const S*", "i64", "i64", "const i64*", "const i64*", "const double*",
-                "const int*", "int", "int", "i64", "T*", "T*")
+#: The parameters of ``fused_dense_terms`` and ``fused_cluster_terms`` in order (C types;
+#: S, T: the templates'): per factor its vectors, strides, key count and tables.
+_FUSED_FACTOR = ("const S*", "i64", "i64", "int", "const i64*", "const i64*", "const double*",
+                 "const int*", "const unsigned*", "const int*", "const int*")
+FUSED_PARAMS = _FUSED_FACTOR + _FUSED_FACTOR + ("int", "int", "i64", "T*", "T*")
 #: Bytes of the fused kernel's sketch stage in shared memory (fused.cu's CHUNK doubles and
 #: ints, two doubles, 16-byte alignment).
 FUSED_STAGE_BYTES = 2048 * 12 + 16 + 16
@@ -486,14 +486,37 @@ def fused_group(log2b: int, dtype, block: int) -> int:
     return c
 
 
+#: Most keys per bucket, per C type, of a factor whose fused sketch walks its keys in order
+#: (``fused_dense_terms``' sketch_keys: buckets of one key written as the keys are read, the
+#: others summed from their lists) instead of its bucket lists by position; only in the
+#: kernels of the most buckets per block (FP32 2^15, FP64 2^14; in the others the call cost
+#: more than it saved).  H100, d = 5, kernel time against by position
+#: (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and 0.5
+#: keys per bucket 1.75x and 1.73x faster; FP64 2^14, 0.5 and 1 key per bucket 1.06x and
+#: 1.26x faster.
+FUSED_KEY_ORDER_MAX_LOAD = {"float": 0.5, "double": 1.0}
+
+
+def fused_key_order(keys: int, log2b: int, dtype) -> bool:
+    """Whether ``fused_terms`` sketches a factor of ``keys`` keys into 2^log2b buckets in key
+    order (its codes, :meth:`pagh_mm.sketch.Side.gpu_codes`, are then needed): one block of
+    the most buckets per block (FUSED_MAX_LOG2B) per inner index, and at most
+    FUSED_KEY_ORDER_MAX_LOAD keys per bucket."""
+    name = C_TYPES[np.dtype(dtype)]
+    return log2b == FUSED_MAX_LOG2B[name] and _cluster_log(log2b, dtype)[1] == 0 and \
+        keys <= FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b)
+
+
 def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int = 0):
     """(ceil(nb / 2^log_g), d, b) nodes of the pairwise tree (``pagh_mm.reduction``) over the
     Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram product,
     FWHT(P_t a_k)^2) of the nb vectors k of ``VA`` and ``VB``, each node the sum of 2^log_g
     consecutive terms (the last one of fewer): (keys, nb) float64 or float32 arrays of one
     dtype (any strides), in ``dtype`` (float32 or float64): see ``fused.cu``.  ``table_*``:
-    the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table` and the
-    bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`)."""
+    the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table`, the
+    bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`) and the key
+    codes (code, fptr, slow) of :meth:`pagh_mm.sketch.Side.gpu_codes` where
+    :func:`fused_key_order` holds (else three None)."""
     cp = cupy()
     gram = VB is None
     b, nb = 1 << log2b, VA.shape[1]
@@ -523,9 +546,11 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         VB, table_b = VA, table_a
     sa = [st // VA.itemsize for st in VA.strides]
     sb = [st // VB.itemsize for st in VB.strides]
+    null = np.uintp(0)
+    table_a, table_b = ([null if a is None else a for a in tab] for tab in (table_a, table_b))
     fn((groups * d << log_cl,), (b >> log_cl >> log_vpt,),
-       (VA, np.int64(sa[0]), np.int64(sa[1]), *table_a,
-        VB, np.int64(sb[0]), np.int64(sb[1]), *table_b,
+       (VA, np.int64(sa[0]), np.int64(sa[1]), np.int32(VA.shape[0]), *table_a,
+        VB, np.int64(sb[0]), np.int64(sb[1]), np.int32(VB.shape[0]), *table_b,
         np.int32(d), np.int32(log2b), np.int64(nb), out,
         slots if slots is not None else np.uintp(0)), shared_mem=smem)
     return out

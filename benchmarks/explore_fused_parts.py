@@ -1,0 +1,162 @@
+"""Where the fused compression kernel's time goes (issue 16): each part taken out in turn.
+
+    python benchmarks/explore_fused_parts.py --case fp32:17:7 --case fp64:17:7 \
+        --variants base nosketch nogather norounds noarith nodsmem notree [--json out.json]
+
+A case is ``dtype:log2(buckets):reps`` for a dense N(0, 1) product of size ``--n`` (A
+F-ordered, as the fastest layout).  Each variant compiles ``pagh_mm/cuda/fused.cu`` with one
+part replaced by a trivial stand-in (text substitutions below, each asserted to apply; the
+library's source is not changed) and times the compression's fused stage (``profile["fused"]``,
+the kernel launches, GPU synchronized; median of ``--repeats``).  The answers of the ablated
+variants are wrong by construction; ``base`` is the library's kernel.  The difference to
+``base`` is what the part costs where it does not overlap with the others:
+
+* ``nosketch``: the sketch only zero-fills the buffer (no table reads, gathers, sums);
+* ``nogather``: the sketch reads x at its position's index instead of the key's (no dependent
+  gather, no key list read; the rest as before);
+* ``norounds``: the transform only loads its last round (no shared-memory rounds, no
+  butterflies below the cluster's bits);
+* ``noarith``: the rounds' shared-memory traffic and barriers without their butterflies;
+* ``nodsmem``: the cluster's cross-block stage reads the block's own shared memory instead of
+  the other blocks' (distributed shared memory), barriers kept;
+* ``sg2``, ``sg8``: not an ablation: the sketch's positions 2 or 8 per thread at a time (the
+  library: 4; the same bits);
+* ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
+  clusters).
+
+Variants join with ``+`` (``nosketch+norounds``)."""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import pagh_mm
+from fwht_gpu import gpu, provenance
+from fwht_gpu.cuda.modules import KernelModule
+from pagh_mm.cuda import kernels
+
+PATCHES = {
+    "nosketch": [(
+        "    for (int u = threadIdx.x; u < nb; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets\n",
+        "    for (int u = threadIdx.x; u < nb; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets\n"
+        "    if (threadIdx.x == 0) buf[pad<T>(0)] = Mul<T>::from((double)x[0] + (double)p0);\n"
+        "    return;\n")],
+    "nogather": [("(double)x[keys[c0 + i] * s_key]", "(double)x[((c0 + i) & 1023) * s_key]")],
+    "norounds": [(
+        "    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;\n    for (int lo = 0; lo < logb; lo += R) {",
+        "    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;\n"
+        "    {\n"
+        "        const int lo = ((logb - 1) / R) * R, r = logb - lo;\n"
+        "        __syncthreads();\n"
+        "#pragma unroll\n"
+        "        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];\n"
+        "        return;\n"
+        "    }\n"
+        "    for (int lo = 0; lo < logb; lo += R) {")],
+    "noarith": [("            radix2_stages<T, LOG_VPT, true>(v, R);\n", "\n"),
+                ("        radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers\n",
+                 "\n")],
+    "nodsmem": [("ld_cluster<T>(map_rank(x, r))", "x[r]")],
+    "sg2": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 2;")],
+    "sg8": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 8;")],
+    "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
+               ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
+                "for (int q = 0; q < VPT; ++q) {}")],
+}
+
+
+def module_for(variant: str) -> KernelModule:
+    """The fused kernels' module with the variant's substitutions applied."""
+    mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options)
+    src = kernels.FUSED.source
+    if variant != "base":
+        for part in variant.split("+"):
+            for old, new in PATCHES[part]:
+                assert src.count(old) >= 1, (part, old)
+                src = src.replace(old, new)
+    mod.__dict__["source"] = src
+    return mod
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=16384)
+    ap.add_argument("--case", action="append", help="dtype:log2b:reps (fp32:17:7)")
+    ap.add_argument("--variants", nargs="+",
+                    default=["base"] + [p for p in PATCHES if not p.startswith("sg")])
+    ap.add_argument("--key-order-load", type=float, nargs="+", default=[None],
+                    help="time each variant with kernels.FUSED_KEY_ORDER_MAX_LOAD at these "
+                         "values (0: every factor sketched by position; inf: in key order "
+                         "wherever one block holds the buckets)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    cp = gpu.cupy()
+    library = kernels.FUSED
+    cases = []
+    for c in a.case or ["fp32:17:7", "fp64:17:7"]:
+        dt, lb, r = c.split(":")
+        cases.append(({"fp32": "float32", "fp64": "float64"}[dt], int(lb), int(r)))
+    rng = cp.random.default_rng(a.n)
+    A = cp.asfortranarray(rng.standard_normal((a.n, a.n)))
+    B = rng.standard_normal((a.n, a.n))
+    modules = {v: module_for(v) for v in a.variants}
+    # the kernels each case launches, compiled for every variant at once (NVRTC in threads)
+    names = set()
+    for dt, lb, r in cases:
+        kernels.FUSED = library
+        pagh_mm.compress(A[:, :64], B[:64], buckets=1 << lb, reps=r, seed=1, dtype=dt)
+        names |= {nm for (_, nm) in library._functions}
+    t0 = time.perf_counter()
+    for v in a.variants:
+        modules[v].precompile(sorted(names), wait=False)
+    for v in a.variants:
+        for nm in names:
+            modules[v].function(nm)
+    print(f"compiled {len(names)} kernels x {len(a.variants)} variants in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    rows = []
+    default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
+    for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
+        base = None
+        kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load if load is None else \
+            {"float": load, "double": load}
+        for v in a.variants:
+            kernels.FUSED = modules[v]
+            ts, tot = [], []
+            for i in range(a.repeats + 1):
+                prof = {}
+                t1 = time.perf_counter()
+                try:
+                    pagh_mm.compress(A, B, buckets=1 << lb, reps=r, seed=1, dtype=dt,
+                                     profile=prof)
+                except OverflowError:           # an ablated kernel's values may overflow:
+                    pass                        # its fused stage was timed before the check
+                cp.cuda.Device().synchronize()
+                if i:                                     # the first run warms up
+                    ts.append(prof["fused"])
+                    tot.append(time.perf_counter() - t1)
+            t = statistics.median(ts)
+            base = t if v == "base" else base
+            rel = f"  {t / base:5.2f}x base, saves {base - t:7.4f} s" if base else ""
+            print(f"n={a.n} {dt} b=2^{lb} d={r} load {load}: "
+                  f"{v:28} fused {t:8.4f} s  total "
+                  f"{statistics.median(tot):8.4f} s{rel}", flush=True)
+            rows.append({"n": a.n, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
+                         "key_order_max_load": kernels.FUSED_KEY_ORDER_MAX_LOAD,
+                         "fused_s": t, "fused_runs_s": ts, "total_s": statistics.median(tot)})
+            cp.get_default_memory_pool().free_all_blocks()
+    kernels.FUSED = library
+    kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
+    if a.json:
+        settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,
+                    "key_order_load": a.key_order_load,
+                    "layout": "A F-order, B C-order, N(0, 1)"}
+        provenance.write(provenance.record("pagh-fused-parts", rows, settings, device="gpu"),
+                         a.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
