@@ -21,6 +21,9 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   the other blocks' (distributed shared memory), barriers kept;
 * ``sg2``, ``sg8``: not an ablation: the sketch's positions 2 or 8 per thread at a time (the
   library: 4; the same bits);
+* ``clusterkeys``: not an ablation: the cluster kernels' sketch in key order (fused.cu's
+  sketch_cluster_keys, compiled in with -DPAGH_FUSED_CLUSTER_KEYS=1, and
+  ``kernels.FUSED_CLUSTER_KEY_ORDER`` set while it runs; the same bits);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -66,13 +69,18 @@ PATCHES = {
 }
 
 
+#: Variants that are not text substitutions: compiler options and the host's switch.
+OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",)}
+
+
 def module_for(variant: str) -> KernelModule:
-    """The fused kernels' module with the variant's substitutions applied."""
-    mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options)
+    """The fused kernels' module with the variant's substitutions (and options) applied."""
+    options = sum((OPTIONS.get(p, ()) for p in variant.split("+")), ())
+    mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options + options)
     src = kernels.FUSED.source
     if variant != "base":
         for part in variant.split("+"):
-            for old, new in PATCHES[part]:
+            for old, new in PATCHES.get(part, ()):
                 assert src.count(old) >= 1, (part, old)
                 src = src.replace(old, new)
     mod.__dict__["source"] = src
@@ -122,33 +130,41 @@ def main(argv=None) -> int:
         base = None
         kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load if load is None else \
             {"float": load, "double": load}
+        ref = None
         for v in a.variants:
             kernels.FUSED = modules[v]
+            kernels.FUSED_CLUSTER_KEY_ORDER = "clusterkeys" in v.split("+")
             ts, tot = [], []
+            out = None
             for i in range(a.repeats + 1):
                 prof = {}
                 t1 = time.perf_counter()
                 try:
-                    pagh_mm.compress(A, B, buckets=1 << lb, reps=r, seed=1, dtype=dt,
-                                     profile=prof)
+                    out = pagh_mm.compress(A, B, buckets=1 << lb, reps=r, seed=1, dtype=dt,
+                                           profile=prof).sketch
                 except OverflowError:           # an ablated kernel's values may overflow:
-                    pass                        # its fused stage was timed before the check
+                    out = None                  # its fused stage was timed before the check
                 cp.cuda.Device().synchronize()
                 if i:                                     # the first run warms up
                     ts.append(prof["fused"])
                     tot.append(time.perf_counter() - t1)
             t = statistics.median(ts)
             base = t if v == "base" else base
+            if v == "base":
+                ref = out
+            same = out is not None and ref is not None and bool((out == ref).all())
             rel = f"  {t / base:5.2f}x base, saves {base - t:7.4f} s" if base else ""
             print(f"n={a.n} {dt} b=2^{lb} d={r} load {load}: "
                   f"{v:28} fused {t:8.4f} s  total "
-                  f"{statistics.median(tot):8.4f} s{rel}", flush=True)
+                  f"{statistics.median(tot):8.4f} s{rel}  same bits as base {same}", flush=True)
             rows.append({"n": a.n, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
                          "key_order_max_load": kernels.FUSED_KEY_ORDER_MAX_LOAD,
-                         "fused_s": t, "fused_runs_s": ts, "total_s": statistics.median(tot)})
+                         "fused_s": t, "fused_runs_s": ts, "total_s": statistics.median(tot),
+                         "same_bits_as_base": same})
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
+    kernels.FUSED_CLUSTER_KEY_ORDER = False
     if a.json:
         settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,
                     "key_order_load": a.key_order_load,

@@ -398,6 +398,66 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
     for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
 }
 
+// Built for measurement, off in the library (PAGH_FUSED_CLUSTER_KEYS = 0; an exploration
+// compiles it with 1 and kernels.FUSED_CLUSTER_KEY_ORDER set): the cluster kernel's sketch in
+// key order.  Block ``rank`` of the cluster zero-fills its buckets (rank bl .. + bl - 1);
+// after a cluster barrier it reads the keys rank n/CL .. (rank + 1) n/CL - 1 in order and
+// writes each one-key bucket, 0.0 + s(i) x_i rounded to T, into the shared memory of the
+// block that holds it (distributed shared memory), and sums its own slow buckets from their
+// lists as sketch_keys does; a second cluster barrier makes every bucket visible.  The same
+// values as sketch() over the block's slice.
+#ifndef PAGH_FUSED_CLUSTER_KEYS
+#define PAGH_FUSED_CLUSTER_KEYS 0
+#endif
+#if PAGH_FUSED_CLUSTER_KEYS && FWHT_CLUSTERS
+template <typename T, typename S, int LOG_CL>
+__device__ __noinline__ void sketch_cluster_keys(T* buf, const S* __restrict__ X, i64 s_key,
+                                                 i64 s_vec, int n_keys,
+                                                 const i64* __restrict__ indptr,
+                                                 const i64* __restrict__ keys,
+                                                 const double* __restrict__ sgn,
+                                                 const unsigned* __restrict__ code,
+                                                 const int* __restrict__ fptr,
+                                                 const int* __restrict__ slow, i64 k, int t,
+                                                 int b, int logbl, int rank)
+{
+    constexpr int G = 4, CL = 1 << LOG_CL;                // keys per thread in flight
+    const int bl = 1 << logbl, step = blockDim.x;
+    const S* x = X + k * s_vec;
+    const unsigned* c = code + (i64)t * n_keys;
+    for (int u = threadIdx.x; u < bl; u += step) buf[pad<T>(u)] = T(0);   // empty buckets
+    cluster_sync();                                       // every block's buckets zeroed
+    const int per = (n_keys + CL - 1) / CL, i1 = min(n_keys, (rank + 1) * per);
+    for (int i0 = rank * per + (int)threadIdx.x; i0 < i1; i0 += G * step) {
+        unsigned cu[G];
+        double v[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int i = i0 + g * step;
+            cu[g] = i < i1 ? c[i] : CODE_SLOW;
+            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (!(cu[g] & CODE_SLOW)) {
+                const int u = (int)(cu[g] & CODE_BUCKET);
+                const T val =
+                    Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g])));
+                st_cluster<T>(map_rank(buf + pad<T>(u & (bl - 1)), u >> logbl), val);
+            }
+    }
+    const i64 tb = (i64)t * b, u0 = tb + ((i64)rank << logbl);
+    for (int r = fptr[u0] + (int)threadIdx.x; r < fptr[u0 + bl]; r += step) {
+        const int w = slow[r];                            // t b + u
+        double sum = 0.0;
+        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
+            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
+        buf[pad<T>((int)(w - u0))] = Mul<T>::from(sum);
+    }
+    cluster_sync();                                       // every bucket written
+}
+#endif
+
 // The cluster form of fused_dense_terms for more buckets than one block's shared memory
 // holds (Hopper): 2^LOG_CL blocks per (group g, repetition t), blockIdx.x = (g d + t)
 // 2^LOG_CL + rank, b = 2^LOG_CL bl buckets.  For each factor, block ``rank`` sketches the
@@ -453,9 +513,16 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
     auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
     T v[VPT];
     // v := the transform of one factor's vector k at this thread's buckets
-    auto factor = [&](const S* X, i64 s_key, i64 s_vec, const i64* ip, const i64* kp,
-                      const double* gp, const int* pp, i64 k) {
+    auto factor = [&](const S* X, i64 s_key, i64 s_vec, int n_keys, const i64* ip,
+                      const i64* kp, const double* gp, const int* pp, const unsigned* cp,
+                      const int* fp, const int* sp, i64 k) {
         cluster_sync();                   // every block has read this buffer's last values
+#if PAGH_FUSED_CLUSTER_KEYS
+        if (cp)
+            sketch_cluster_keys<T, S, LOG_CL>(buf, X, s_key, s_vec, n_keys, ip, kp, gp, cp, fp,
+                                              sp, k, t, b, logbl, rank);
+        else
+#endif
         sketch<T, S>(buf, st, X, s_key, s_vec, ip, kp, gp, pp, k, t, b, rank * bl, bl);
         transform<T, LOG_VPT>(buf, v, logbl, threads);
 #pragma unroll
@@ -476,14 +543,14 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
         [&](int i) {
             const i64 k = first + i;
             if constexpr (GRAM) {
-                factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
+                factor(A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k);
 #pragma unroll
                 for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
             } else {
 #pragma unroll 1
                 for (int f = 0; f < 2; ++f) {     // one copy of the code for both factors
-                    if (f == 0) factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
-                    else factor(B, sb_key, sb_vec, ib, kb, gb, pb, k);
+                    if (f == 0) factor(A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k);
+                    else factor(B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k);
 #pragma unroll
                     for (int q = 0; q < VPT; ++q) {   // A's values wait (row or shared)
                         T& a = A_SHARED ? aw[q * threads + (int)threadIdx.x] : o[at(q)];

@@ -497,14 +497,23 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 FUSED_KEY_ORDER_MAX_LOAD = {"float": 0.5, "double": 1.0}
 
 
+#: The cluster kernels' sketch in key order (fused.cu's sketch_cluster_keys), built for
+#: measurement and off: the library compiles it out (PAGH_FUSED_CLUSTER_KEYS 0);
+#: ``benchmarks/explore_fused_parts.py --variants clusterkeys`` compiles it in and sets this.
+FUSED_CLUSTER_KEY_ORDER = False
+
+
 def fused_key_order(keys: int, log2b: int, dtype) -> bool:
     """Whether ``fused_terms`` sketches a factor of ``keys`` keys into 2^log2b buckets in key
-    order (its codes, :meth:`pagh_mm.sketch.Side.gpu_codes`, are then needed): one block of
-    the most buckets per block (FUSED_MAX_LOG2B) per inner index, and at most
-    FUSED_KEY_ORDER_MAX_LOAD keys per bucket."""
+    order (its codes, :meth:`pagh_mm.sketch.Side.gpu_codes`, are then needed): at most
+    FUSED_KEY_ORDER_MAX_LOAD keys per bucket, in one block of the most buckets per block
+    (FUSED_MAX_LOG2B) per inner index (or in clusters where FUSED_CLUSTER_KEY_ORDER)."""
     name = C_TYPES[np.dtype(dtype)]
-    return log2b == FUSED_MAX_LOG2B[name] and _cluster_log(log2b, dtype)[1] == 0 and \
-        keys <= FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b)
+    if keys > FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b):
+        return False
+    if _cluster_log(log2b, dtype)[1]:
+        return FUSED_CLUSTER_KEY_ORDER
+    return log2b == FUSED_MAX_LOG2B[name]
 
 
 def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int = 0):
