@@ -24,6 +24,9 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``clusterkeys``: not an ablation: the cluster kernels' sketch in key order (fused.cu's
   sketch_cluster_keys, compiled in with -DPAGH_FUSED_CLUSTER_KEYS=1, and
   ``kernels.FUSED_CLUSTER_KEY_ORDER`` set while it runs; the same bits);
+* ``shapeVxC`` (``shape4x4``): not an ablation: the cluster kernels with 2^V values per thread
+  in clusters of 2^C blocks (``kernels._cluster_log`` replaced while it runs; A's values in
+  shared memory where they fit; the same bits), e.g. FP64 2^17 in 16 blocks of 512 threads;
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -87,6 +90,17 @@ def module_for(variant: str) -> KernelModule:
     return mod
 
 
+def use_shape(variant: str, cluster_log) -> None:
+    """The cluster shape of a ``shapeVxC`` variant for every cluster size (else the library's
+    ``cluster_log``) as ``kernels._cluster_log``."""
+    kernels._cluster_log = cluster_log
+    for part in variant.split("+"):
+        if part.startswith("shape"):
+            shape = tuple(int(x) for x in part[5:].split("x"))
+            kernels._cluster_log = (lambda log2b, dtype, shape=shape:
+                                    shape if cluster_log(log2b, dtype)[1] else (0, 0))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
@@ -112,10 +126,14 @@ def main(argv=None) -> int:
     modules = {v: module_for(v) for v in a.variants}
     # the kernels each case launches, compiled for every variant at once (NVRTC in threads)
     names = set()
-    for dt, lb, r in cases:
-        kernels.FUSED = library
-        pagh_mm.compress(A[:, :64], B[:64], buckets=1 << lb, reps=r, seed=1, dtype=dt)
-        names |= {nm for (_, nm) in library._functions}
+    cluster_log = kernels._cluster_log
+    kernels.FUSED = library
+    for v in ["base"] + [v for v in a.variants if "shape" in v]:
+        use_shape(v, cluster_log)
+        for dt, lb, r in cases:
+            pagh_mm.compress(A[:, :64], B[:64], buckets=1 << lb, reps=r, seed=1, dtype=dt)
+            names |= {nm for (_, nm) in library._functions}
+    kernels._cluster_log = cluster_log
     t0 = time.perf_counter()
     for v in a.variants:
         modules[v].precompile(sorted(names), wait=False)
@@ -134,6 +152,7 @@ def main(argv=None) -> int:
         for v in a.variants:
             kernels.FUSED = modules[v]
             kernels.FUSED_CLUSTER_KEY_ORDER = "clusterkeys" in v.split("+")
+            use_shape(v, cluster_log)
             ts, tot = [], []
             out = None
             for i in range(a.repeats + 1):
@@ -165,6 +184,7 @@ def main(argv=None) -> int:
     kernels.FUSED = library
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
     kernels.FUSED_CLUSTER_KEY_ORDER = False
+    kernels._cluster_log = cluster_log
     if a.json:
         settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,
                     "key_order_load": a.key_order_load,
