@@ -27,6 +27,8 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``shapeVxC`` (``shape4x4``): not an ablation: the cluster kernels with 2^V values per thread
   in clusters of 2^C blocks (``kernels._cluster_log`` replaced while it runs; A's values in
   shared memory where they fit; the same bits), e.g. FP64 2^17 in 16 blocks of 512 threads;
+* ``lb512``: not an ablation: the cluster kernels compiled for at most 512 threads per block
+  (128 registers per thread instead of 64; with a ``shape`` that launches 512);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -66,6 +68,8 @@ PATCHES = {
     "nodsmem": [("ld_cluster<T>(map_rank(x, r))", "x[r]")],
     "sg2": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 2;")],
     "sg8": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 8;")],
+    "lb512": [("__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)",
+               "__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(512)")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
