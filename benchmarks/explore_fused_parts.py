@@ -11,7 +11,9 @@ the kernel launches, GPU synchronized; median of ``--repeats``).  The answers of
 variants are wrong by construction; ``base`` is the library's kernel.  The difference to
 ``base`` is what the part costs where it does not overlap with the others:
 
-* ``nosketch``: the sketch only zero-fills the buffer (no table reads, gathers, sums);
+* ``nosketch``: the sketch by position only zero-fills the buffer (no table reads, gathers,
+  sums; the sketch in key order, where the host takes it, is not replaced: see
+  ``--key-order-load 0``);
 * ``nogather``: the sketch reads x at its position's index instead of the key's (no dependent
   gather, no key list read; the rest as before);
 * ``norounds``: the transform only loads its last round (no shared-memory rounds, no
@@ -19,8 +21,6 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``noarith``: the rounds' shared-memory traffic and barriers without their butterflies;
 * ``nodsmem``: the cluster's cross-block stage reads the block's own shared memory instead of
   the other blocks' (distributed shared memory), barriers kept;
-* ``sg2``, ``sg8``: not an ablation: the sketch's positions 2 or 8 per thread at a time (the
-  library: 4; the same bits);
 * ``clusterkeys``: not an ablation: the cluster kernels' sketch in key order (fused.cu's
   sketch_cluster_keys, compiled in with -DPAGH_FUSED_CLUSTER_KEYS=1, and
   ``kernels.FUSED_CLUSTER_KEY_ORDER`` set while it runs; the same bits);
@@ -66,8 +66,6 @@ PATCHES = {
                 ("        radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers\n",
                  "\n")],
     "nodsmem": [("ld_cluster<T>(map_rank(x, r))", "x[r]")],
-    "sg2": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 2;")],
-    "sg8": [("constexpr int SKETCH_G = 4;", "constexpr int SKETCH_G = 8;")],
     "lb512": [("__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)",
                "__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(512)")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
@@ -110,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--case", action="append", help="dtype:log2b:reps (fp32:17:7)")
     ap.add_argument("--variants", nargs="+",
-                    default=["base"] + [p for p in PATCHES if not p.startswith("sg")])
+                    default=["base"] + [p for p in PATCHES if p != "lb512"])
     ap.add_argument("--key-order-load", type=float, nargs="+", default=[None],
                     help="time each variant with kernels.FUSED_KEY_ORDER_MAX_LOAD at these "
                          "values (0: every factor sketched by position; inf: in key order "

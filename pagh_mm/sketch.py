@@ -374,10 +374,12 @@ class Side:
     def table_bytes(self) -> int:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
         the temporaries of their construction (measured peak about 40 d keys): the bucket
-        lists, their positions and the fused kernel's key codes (8 d keys), the lists' bounds
-        and the codes' slow buckets (12 d b, with their construction's mask)."""
-        d = self.params.reps
-        return 0 if self.sparse else 60 * d * self.keys + 16 * d * (1 << self.log2b)
+        lists and their positions (52 d keys) and bounds (8 d b); on the GPU also the fused
+        kernel's key codes (8 d keys) and their slow buckets' bounds and mask (8 d b)."""
+        if self.sparse:
+            return 0
+        d, b = self.params.reps, 1 << self.log2b
+        return 52 * d * self.keys + 8 * d * b + (8 * d * self.keys + 8 * d * b if self.be.gpu else 0)
 
 
 def upload(arrays, be: Backend) -> list:

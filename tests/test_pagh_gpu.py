@@ -377,6 +377,56 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
     _assert_staged_bits(cp, A0, B0, top, dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monkeypatch):
+    """The one-block kernels of the most buckets per block (FP32 2^15, FP64 2^14) sketch a
+    factor with at most FUSED_KEY_ORDER_MAX_LOAD keys per bucket in key order: at that limit
+    (thousands of slow buckets summed from their lists, several passes of the key loop), with
+    the other factor over it (one factor in key order, the other by position), decoding masks,
+    -0.0 alone in its bucket, a factor of -0.0 only, integer columns, both hash families and
+    Gram products in both layouts: the CPU's bits, and the same bits as the sketch by position
+    (the load set to 0)."""
+    cp = _cp()
+    from pagh_mm.cuda import kernels
+    name = "float" if dtype == "float32" else "double"
+    lb = kernels.FUSED_MAX_LOG2B[name]
+    b = 1 << lb
+    if kernels._cluster_log(lb, dtype)[1]:
+        pytest.skip("one block does not hold the most buckets on this GPU")
+    limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * b)
+    assert kernels.fused_key_order(limit, lb, dtype) and not kernels.fused_key_order(limit + 1, lb, dtype)
+    rng = np.random.default_rng(13)
+    positional = {"float": 0.0, "double": 0.0}
+
+    def both(f, args, kw):
+        want = f(*args, **kw)
+        for load in (kernels.FUSED_KEY_ORDER_MAX_LOAD, positional):
+            monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
+            prof = {}
+            got = f(*(cp.asarray(x) for x in args), profile=prof, **kw)
+            assert "fused" in prof
+            assert got.sketch.get().tobytes() == want.sketch.tobytes(), (args[0].shape, kw)
+            if kw.get("decode"):
+                assert got.bits.sketch.get().tobytes() == want.bits.sketch.tobytes()
+    for m, p in ((limit, b + 1), (b + 1, limit), (limit, limit // 4)):
+        A = rng.standard_normal((m, 6))
+        B = rng.standard_normal((6, p))
+        A[::3, 1] = -0.0
+        B[2] = 0.0
+        A[:, 3] = np.round(A[:, 3] * 4)
+        for family in FAMILIES:
+            for decode in (False, True):
+                both(pagh_mm.compress, (A, B), dict(buckets=b, reps=3, seed=5, dtype=dtype,
+                                                    hash=family, decode=decode))
+    zero = np.full((limit, 4), -0.0)
+    both(pagh_mm.compress, (zero, rng.standard_normal((4, b // 4))),
+         dict(buckets=b, reps=3, seed=5, dtype=dtype))
+    X = rng.standard_normal((5, limit))
+    X[1] = -0.0
+    for x in (X, np.asfortranarray(X)):
+        both(pagh_mm.compress_gram, (x,), dict(buckets=b, reps=3, seed=9, dtype=dtype))
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     """Buckets beyond one block's shared memory (thread-block clusters of 4, 8 and 16 blocks,

@@ -555,11 +555,14 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         VB, table_b = VA, table_a
     sa = [st // VA.itemsize for st in VA.strides]
     sb = [st // VB.itemsize for st in VB.strides]
+    # the key counts only for the sketch in key order (codes given; below 2^31 there)
+    n_a, n_b = (np.int32(0 if tab[4] is None else V.shape[0])
+                for V, tab in ((VA, table_a), (VB, table_b)))
     null = np.uintp(0)
     table_a, table_b = ([null if a is None else a for a in tab] for tab in (table_a, table_b))
     fn((groups * d << log_cl,), (b >> log_cl >> log_vpt,),
-       (VA, np.int64(sa[0]), np.int64(sa[1]), np.int32(VA.shape[0]), *table_a,
-        VB, np.int64(sb[0]), np.int64(sb[1]), np.int32(VB.shape[0]), *table_b,
+       (VA, np.int64(sa[0]), np.int64(sa[1]), n_a, *table_a,
+        VB, np.int64(sb[0]), np.int64(sb[1]), n_b, *table_b,
         np.int32(d), np.int32(log2b), np.int64(nb), out,
         slots if slots is not None else np.uintp(0)), shared_mem=smem)
     return out
