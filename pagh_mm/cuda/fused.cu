@@ -100,12 +100,59 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
 // The fused kernel's key codes (pagh_mm.sketch.Side.gpu_codes): the bucket in the low bits.
 constexpr unsigned CODE_SLOW = 1u << 30, CODE_NEG = 1u << 31, CODE_BUCKET = (1u << 29) - 1;
 
+// The one-key buckets of keys i_lo .. i_hi - 1 (codes c, values x[i s_key]), read in key
+// order, G keys per thread in flight: store(u, 0.0 + s(i) x_i rounded to T) for each key i
+// alone in its bucket u with sign +-1.
+template <typename T, typename S, typename Store>
+__device__ __forceinline__ void one_key_buckets(const S* __restrict__ x, i64 s_key,
+                                                const unsigned* __restrict__ c, int i_lo,
+                                                int i_hi, Store store)
+{
+    constexpr int G = 4;
+    const int step = blockDim.x;
+    for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {
+        unsigned cu[G];
+        double v[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int i = i0 + g * step;
+            cu[g] = i < i_hi ? c[i] : CODE_SLOW;
+            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (!(cu[g] & CODE_SLOW))
+                store((int)(cu[g] & CODE_BUCKET),
+                      Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g]))));
+    }
+}
+
+// buf[w - w0] := the slow buckets w of w0 .. w0 + nb - 1 (t b + u: slow[fptr[w0] ..
+// fptr[w0 + nb]]), each summed by sketch()'s rule from its key list (indptr, keys, sgn), one
+// thread per bucket.
+template <typename T, typename S>
+__device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i64 s_key,
+                                             const i64* __restrict__ indptr,
+                                             const i64* __restrict__ keys,
+                                             const double* __restrict__ sgn,
+                                             const int* __restrict__ fptr,
+                                             const int* __restrict__ slow, i64 w0, int nb)
+{
+    const int step = blockDim.x;
+    for (int r = fptr[w0] + (int)threadIdx.x; r < fptr[w0 + nb]; r += step) {
+        const int w = slow[r];
+        double sum = 0.0;
+        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
+            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
+        buf[pad<T>((int)(w - w0))] = Mul<T>::from(sum);
+    }
+}
+
 // buf := the sketch of vector k for repetition t, all b buckets, rounded to T, walked in key
 // order (one block holds every bucket): a bucket of one key whose sign is +-1 is 0.0 +
 // s(i) x_i, written by the thread that reads key i (x and the codes read contiguously along
 // the keys when s_key = 1); the slow buckets (several keys, or a masked one) are listed
-// (slow[fptr[t b] .. fptr[t b + b]]) and summed by sketch()'s rule from the bucket's key list
-// (indptr, keys, sgn), one thread per bucket.  The same values as sketch().
+// and summed by sketch()'s rule from their key lists.  The same values as sketch().
 template <typename T, typename S>
 __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
                                             i64 s_vec, int n_keys,
@@ -116,35 +163,13 @@ __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_
                                             const int* __restrict__ fptr,
                                             const int* __restrict__ slow, i64 k, int t, int b)
 {
-    constexpr int G = 4;                                  // keys per thread in flight
     const S* x = X + k * s_vec;
-    const unsigned* c = code + (i64)t * n_keys;
     const int step = blockDim.x;
     for (int u = threadIdx.x; u < b; u += step) buf[pad<T>(u)] = T(0);    // empty buckets
     __syncthreads();                                      // before the buckets land
-    for (int i0 = threadIdx.x; i0 < n_keys; i0 += G * step) {
-        unsigned cu[G];
-        double v[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const int i = i0 + g * step;
-            cu[g] = i < n_keys ? c[i] : CODE_SLOW;
-            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            if (!(cu[g] & CODE_SLOW))
-                buf[pad<T>((int)(cu[g] & CODE_BUCKET))] =
-                    Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g])));
-    }
-    const i64 tb = (i64)t * b;
-    for (int r = fptr[tb] + (int)threadIdx.x; r < fptr[tb + b]; r += step) {
-        const int w = slow[r];                            // t b + u
-        double sum = 0.0;
-        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
-            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
-        buf[pad<T>((int)(w - tb))] = Mul<T>::from(sum);
-    }
+    one_key_buckets<T, S>(x, s_key, code + (i64)t * n_keys, 0, n_keys,
+                          [&](int u, T val) { buf[pad<T>(u)] = val; });
+    slow_buckets<T, S>(buf, x, s_key, indptr, keys, sgn, fptr, slow, (i64)t * b, b);
 }
 
 // sketch() of all b buckets as a call (not inlined; see sketch_all).
@@ -421,39 +446,18 @@ __device__ __noinline__ void sketch_cluster_keys(T* buf, const S* __restrict__ X
                                                  const int* __restrict__ slow, i64 k, int t,
                                                  int b, int logbl, int rank)
 {
-    constexpr int G = 4, CL = 1 << LOG_CL;                // keys per thread in flight
-    const int bl = 1 << logbl, step = blockDim.x;
+    constexpr int CL = 1 << LOG_CL;
+    const int bl = 1 << logbl;
     const S* x = X + k * s_vec;
-    const unsigned* c = code + (i64)t * n_keys;
-    for (int u = threadIdx.x; u < bl; u += step) buf[pad<T>(u)] = T(0);   // empty buckets
+    for (int u = threadIdx.x; u < bl; u += blockDim.x) buf[pad<T>(u)] = T(0);   // empty buckets
     cluster_sync();                                       // every block's buckets zeroed
-    const int per = (n_keys + CL - 1) / CL, i1 = min(n_keys, (rank + 1) * per);
-    for (int i0 = rank * per + (int)threadIdx.x; i0 < i1; i0 += G * step) {
-        unsigned cu[G];
-        double v[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const int i = i0 + g * step;
-            cu[g] = i < i1 ? c[i] : CODE_SLOW;
-            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            if (!(cu[g] & CODE_SLOW)) {
-                const int u = (int)(cu[g] & CODE_BUCKET);
-                const T val =
-                    Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g])));
-                st_cluster<T>(map_rank(buf + pad<T>(u & (bl - 1)), u >> logbl), val);
-            }
-    }
-    const i64 tb = (i64)t * b, u0 = tb + ((i64)rank << logbl);
-    for (int r = fptr[u0] + (int)threadIdx.x; r < fptr[u0 + bl]; r += step) {
-        const int w = slow[r];                            // t b + u
-        double sum = 0.0;
-        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
-            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
-        buf[pad<T>((int)(w - u0))] = Mul<T>::from(sum);
-    }
+    const int per = (n_keys + CL - 1) / CL;
+    one_key_buckets<T, S>(x, s_key, code + (i64)t * n_keys, rank * per,
+                          min(n_keys, (rank + 1) * per), [&](int u, T val) {
+                              st_cluster<T>(map_rank(buf + pad<T>(u & (bl - 1)), u >> logbl), val);
+                          });
+    slow_buckets<T, S>(buf, x, s_key, indptr, keys, sgn, fptr, slow,
+                       (i64)t * b + ((i64)rank << logbl), bl);
     cluster_sync();                                       // every bucket written
 }
 #endif
