@@ -490,10 +490,10 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 #: (``fused_dense_terms``' sketch_keys: buckets of one key written as the keys are read, the
 #: others summed from their lists) instead of its bucket lists by position; only in the
 #: kernels of the most buckets per block (FP32 2^15, FP64 2^14; in the others the call cost
-#: more than it saved).  H100, d = 5, kernel time against by position
-#: (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and 0.5
-#: keys per bucket 1.75x and 1.73x faster; FP64 2^14, 0.5 and 1 key per bucket 1.06x and
-#: 1.26x faster.
+#: more than it saved).  H100, d = 5, kernel time against the sketch by position in the same
+#: build (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and
+#: 0.5 keys per bucket 1.32x and 1.59x faster; FP64 2^14, 0.5 and 1 key per bucket 1.35x and
+#: 1.33x (FP32 at 1 key per bucket: not measured in these kernels).
 FUSED_KEY_ORDER_MAX_LOAD = {"float": 0.5, "double": 1.0}
 
 
