@@ -27,6 +27,9 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``shapeVxC`` (``shape4x4``): not an ablation: the cluster kernels with 2^V values per thread
   in clusters of 2^C blocks (``kernels._cluster_log`` replaced while it runs; A's values in
   shared memory where they fit; the same bits), e.g. FP64 2^17 in 16 blocks of 512 threads;
+* ``slot0``: not an ablation: the cluster kernels' pending tree node of level 0 in shared
+  memory where it fits (fused.cu's PAGH_FUSED_CLUSTER_SLOT0, ``kernels.FUSED_CLUSTER_SLOT0``;
+  the same bits), e.g. FP64 2^17 with ``shape4x4`` (A's values and the node beside the buffer);
 * ``lb512``: not an ablation: the cluster kernels compiled for at most 512 threads per block
   (128 registers per thread instead of 64; with a ``shape`` that launches 512);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
@@ -75,7 +78,8 @@ PATCHES = {
 
 
 #: Variants that are not text substitutions: compiler options and the host's switch.
-OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",)}
+OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",),
+           "slot0": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",)}
 
 
 def module_for(variant: str) -> KernelModule:
@@ -154,6 +158,7 @@ def main(argv=None) -> int:
         for v in a.variants:
             kernels.FUSED = modules[v]
             kernels.FUSED_CLUSTER_KEY_ORDER = "clusterkeys" in v.split("+")
+            kernels.FUSED_CLUSTER_SLOT0 = "slot0" in v.split("+")
             use_shape(v, cluster_log)
             ts, tot = [], []
             out = None
@@ -185,7 +190,7 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
-    kernels.FUSED_CLUSTER_KEY_ORDER = False
+    kernels.FUSED_CLUSTER_KEY_ORDER = kernels.FUSED_CLUSTER_SLOT0 = False
     kernels._cluster_log = cluster_log
     if a.json:
         settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,

@@ -434,6 +434,12 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
 #ifndef PAGH_FUSED_CLUSTER_KEYS
 #define PAGH_FUSED_CLUSTER_KEYS 0
 #endif
+// Also for measurement, off in the library: the cluster kernel's pending tree node of level 0
+// in shared memory where the launch gives it room (kernels.FUSED_CLUSTER_SLOT0), not in the
+// block's row of ``slots`` in device memory.  The same values, so the same bits.
+#ifndef PAGH_FUSED_CLUSTER_SLOT0
+#define PAGH_FUSED_CLUSTER_SLOT0 0
+#endif
 #if PAGH_FUSED_CLUSTER_KEYS && FWHT_CLUSTERS
 template <typename T, typename S, int LOG_CL>
 __device__ __noinline__ void sketch_cluster_keys(T* buf, const S* __restrict__ X, i64 s_key,
@@ -514,7 +520,21 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
     T* aw = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(st.carry) + 16);
     // register q = p CL + r holds bucket r bl + j0 + p threads
     auto at = [&](int q) { return ((q & (CL - 1)) << logbl) + j0 + (q >> LOG_CL) * threads; };
+#if PAGH_FUSED_CLUSTER_SLOT0
+    // the pending node of level 0 in shared memory after A's values (bl values, each thread's
+    // at the offsets of its buckets within its slices), where the launch gave room for it
+    T* s0 = aw + (A_SHARED ? bl : 0);
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const bool s0_shared = (size_t)(reinterpret_cast<unsigned char*>(s0 + bl) - smem_raw) <= dyn;
+    const int jr = rank * (bl >> LOG_CL);
+    auto slot = [&](int level, int idx) -> T& {
+        return level == 0 && s0_shared ? s0[(idx >> logbl) * (bl >> LOG_CL) + (idx & (bl - 1)) - jr]
+                                       : slots[(cid * LOG_G + level) * b + idx];
+    };
+#else
     auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
+#endif
     T v[VPT];
     // v := the transform of one factor's vector k at this thread's buckets
     auto factor = [&](const S* X, i64 s_key, i64 s_vec, int n_keys, const i64* ip,

@@ -502,6 +502,12 @@ FUSED_KEY_ORDER_MAX_LOAD = {"float": 0.5, "double": 1.0}
 #: ``benchmarks/explore_fused_parts.py --variants clusterkeys`` compiles it in and sets this.
 FUSED_CLUSTER_KEY_ORDER = False
 
+#: The cluster kernels' pending tree node of level 0 in shared memory (fused.cu's
+#: PAGH_FUSED_CLUSTER_SLOT0), built for measurement and off: the launch adds its room (b /
+#: 2^log_cl values per block) where it fits; ``benchmarks/explore_fused_parts.py --variants
+#: slot0`` compiles it in and sets this.
+FUSED_CLUSTER_SLOT0 = False
+
 
 def fused_key_order(keys: int, log2b: int, dtype) -> bool:
     """Whether ``fused_terms`` sketches a factor of ``keys`` keys into 2^log2b buckets in key
@@ -541,6 +547,9 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         a_shared = FUSED_CLUSTER_A_SHARED and not gram and \
             _cluster_a_fits(log_bl, t_name, limits(cupy().cuda.Device().id).smem_per_block)
         smem = _cluster_a_smem(log_bl, t_name) if a_shared else _fused_smem(log_bl, t_name)
+        room = smem + (np.dtype(dtype).itemsize << log_bl)
+        if FUSED_CLUSTER_SLOT0 and log_g and room <= limits(cupy().cuda.Device().id).smem_per_block:
+            smem = room
         fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},{log_cl},"
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)
