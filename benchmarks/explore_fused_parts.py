@@ -31,7 +31,14 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   memory where it fits (fused.cu's PAGH_FUSED_CLUSTER_SLOT0, ``kernels.FUSED_CLUSTER_SLOT0``;
   the same bits), e.g. FP64 2^17 with ``shape4x4`` (A's values and the node beside the buffer);
 * ``lb512``: not an ablation: the cluster kernels compiled for at most 512 threads per block
-  (128 registers per thread instead of 64; with a ``shape`` that launches 512);
+  (128 registers per thread instead of 64; only with a ``shape`` that launches 512).
+
+``clusterkeys`` and ``slot0`` compiled in raise the 1024-thread cluster kernels' spills even
+where they are off at run time (ptxas: FP32 2^17 0 -> 96-208 bytes, FP64 316 -> 392), so at
+the library's shapes they measure that too; ``shape4x4+lb512`` spills nothing and is their
+fair baseline.  Each row prints the kernels it launched and the shared memory each asked for
+(A's values in shared memory: the name's last template argument; the level-0 node: the extra
+b / 2^C values).
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -84,8 +91,18 @@ OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",),
 
 def module_for(variant: str) -> KernelModule:
     """The fused kernels' module with the variant's substitutions (and options) applied."""
-    options = sum((OPTIONS.get(p, ()) for p in variant.split("+")), ())
+    parts = variant.split("+")
+    if "lb512" in parts and not any(p.startswith("shape") for p in parts):
+        raise SystemExit(f"{variant}: lb512 needs a shapeVxC that launches at most 512 threads")
+    options = sum((OPTIONS.get(p, ()) for p in parts), ())
     mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options + options)
+    launched = mod.launched = {}
+    load = mod.function
+
+    def function(name, smem_bytes=0, cluster_blocks=0):     # what each launch asked for
+        launched[name] = smem_bytes
+        return load(name, smem_bytes, cluster_blocks)
+    mod.function = function
     src = kernels.FUSED.source
     if variant != "base":
         for part in variant.split("+"):
@@ -146,6 +163,7 @@ def main(argv=None) -> int:
     for v in a.variants:
         for nm in names:
             modules[v].function(nm)
+        modules[v].launched.clear()
     print(f"compiled {len(names)} kernels x {len(a.variants)} variants in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
@@ -178,12 +196,18 @@ def main(argv=None) -> int:
             base = t if v == "base" else base
             if v == "base":
                 ref = out
-            same = out is not None and ref is not None and bool((out == ref).all())
+            same = out is not None and ref is not None and out.shape == ref.shape and \
+                bool(cp.array_equal(out.view(cp.uint8), ref.view(cp.uint8)))     # bits
             rel = f"  {t / base:5.2f}x base, saves {base - t:7.4f} s" if base else ""
             print(f"n={a.n} {dt} b=2^{lb} d={r} load {load}: "
                   f"{v:28} fused {t:8.4f} s  total "
                   f"{statistics.median(tot):8.4f} s{rel}  same bits as base {same}", flush=True)
+            fused = {nm: sm for nm, sm in modules[v].launched.items() if "terms" in nm}
+            print("    launched: " + ", ".join(f"{nm} ({sm} bytes of shared memory)"
+                                            for nm, sm in fused.items()), flush=True)
+            modules[v].launched.clear()
             rows.append({"n": a.n, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
+                         "launched": fused,
                          "key_order_max_load": kernels.FUSED_KEY_ORDER_MAX_LOAD,
                          "fused_s": t, "fused_runs_s": ts, "total_s": statistics.median(tot),
                          "same_bits_as_base": same})
