@@ -370,10 +370,10 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // largest b, whose buffer leaves no room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
-// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its n_a keys'
+// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
 // bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
-// order, its codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow buckets sla; null:
-// the sketch by position); the same for B.
+// order, its key count n_a and codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow
+// buckets sla; null, and n_a 0: the sketch by position); the same for B.
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
