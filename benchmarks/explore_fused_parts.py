@@ -54,6 +54,54 @@ from fwht_gpu import gpu, provenance
 from fwht_gpu.cuda.modules import KernelModule
 from pagh_mm.cuda import kernels
 
+#: group_tree's merge loop in fused.cu, and two rewrites of it (the same additions in the same
+#: order, so the same bits): ``treepeel`` level 0 (every term) in code of its own, its slot
+#: addresses known at compile time; ``treeunroll`` every level so.
+TREE_LOOP = """        int level = 0;                    // merge with the waiting left siblings
+        while (level < LOG_G && (i >> level) & 1) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+            have &= ~(1 << level);
+            ++level;
+        }
+"""
+TREE_PEEL = """        int level = 0;
+        if (LOG_G && (i & 1)) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(0, at(q)), v[q]);
+            have &= ~1;
+            level = 1;
+            while (level < LOG_G && (i >> level) & 1) {
+#pragma unroll
+                for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+                have &= ~(1 << level);
+                ++level;
+            }
+        }
+"""
+TREE_UNROLL = """        int level = LOG_G;
+#pragma unroll
+        for (int l = 0; l < LOG_G; ++l) {
+            if (level == LOG_G) {
+                if ((i >> l) & 1) {
+#pragma unroll
+                    for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(l, at(q)), v[q]);
+                    have &= ~(1 << l);
+                } else {
+                    level = l;
+                }
+            }
+        }
+"""
+
+#: The cluster kernel's slot of the tree (fused.cu), and a run-time condition never true.
+CLUSTER_SLOT = """    auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
+"""
+NEVER = """    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const bool never = dyn == 0;
+"""
+
 PATCHES = {
     "nosketch": [(
         "    for (int u = threadIdx.x; u < nb; u += blockDim.x) buf[pad<T>(u)] = T(0);  // empty buckets\n",
@@ -78,6 +126,20 @@ PATCHES = {
     "nodsmem": [("ld_cluster<T>(map_rank(x, r))", "x[r]")],
     "lb512": [("__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)",
                "__global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(512)")],
+    # not ablations: the tree's merge loop with level 0 in code of its own, or every level
+    "treepeel": [(TREE_LOOP, TREE_PEEL)],
+    "treeunroll": [(TREE_LOOP, TREE_UNROLL)],
+    # not ablations: the cluster kernel's tree slots through an opaque (generic) pointer; a
+    # select, never taken, between two rows of device memory; or between shared memory and
+    # device memory (as slot0off's code, without the node's room)
+    "slotopaque": [(CLUSTER_SLOT, CLUSTER_SLOT.replace(
+        "{ return slots[(cid * LOG_G + level) * b + idx]; }",
+        "{\n        T* p = slots + (cid * LOG_G + level) * b + idx;\n"
+        "        asm volatile(\"\" : \"+l\"(p));\n        return *p;\n    }"))],
+    "slotselect": [(CLUSTER_SLOT, NEVER + CLUSTER_SLOT.replace(
+        "{ return slots", "{ return level == 0 && never ? o[idx] : slots"))],
+    "slotsmem": [(CLUSTER_SLOT, NEVER + CLUSTER_SLOT.replace(
+        "{ return slots", "{ return level == 0 && never ? buf[idx] : slots"))],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
@@ -86,7 +148,9 @@ PATCHES = {
 
 #: Variants that are not text substitutions: compiler options and the host's switch.
 OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",),
-           "slot0": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",)}
+           "slot0": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",),
+           # compiled in, off at run time (its node in device memory as the library's)
+           "slot0off": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",)}
 
 
 def module_for(variant: str) -> KernelModule:

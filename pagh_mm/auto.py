@@ -2,10 +2,12 @@
 
 The rule: a certified query should succeed in one scan of the sketch.  That needs the
 cut tau (the k-th largest |C[i, j]|, or the threshold) to clear the certificate's margin
-lam sigma plus the largest noise among the m p scanned medians (about 4.5 sigma), where
-sigma = ||A B||_F / sqrt(b) (:mod:`pagh_mm.certificate`).  So
+lam sigma plus the largest noise x sigma among the m p scanned medians, where sigma =
+||A B||_F / sqrt(b) and x is where about one of m p medians of d Gaussian estimates lies
+(:func:`pagh_mm.certificate.noise_level`: 3.3 for d = 5, 2.8 for 7, 2.5 for 9 at m p = 2^28).
+So
 
-    b = ((lam + 4.5) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
+    b = ((lam + x) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
 
 with F an estimate of ||A B||_F (a Johnson-Lindenstrauss sketch: ||G A B H^T||_F for G and H
 s x m and s x p Count-Sketches of A's rows and B's columns, costing O(nnz(A) + nnz(B))), 1.15
@@ -16,7 +18,7 @@ scans again, or says which ``buckets`` to use).  Without a stated query: 8 (m + 
 buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="auto"`` is 5,
 or for a stated query whose compression goes through the transforms the count in
 :data:`AUTO_REPS` whose buckets cost the fewest additions (7 repetitions need a smaller margin,
-so fewer buckets: a top-300 query 2^17 instead of 2^18).
+so fewer buckets: a top-300 query of a 16384 x 16384 product 9 x 2^16 instead of 5 x 2^18).
 """
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ DEFAULT_REPS = 5
 #: goes through the transforms (not pair-accumulated, no bit sketches) and costs at least
 #: AUTO_REPS_MIN_WORK: the one whose buckets cost the fewest additions, d (n b log2 b +
 #: SCAN_WEIGHT m p); the first is the default (DEFAULT_REPS). Odd (a median of
-#: one middle value); at most 7 (the GPU scan keeps up to 8 repetitions' buckets in
-#: registers). A top-300 query needs 2^18 buckets with 5 and 2^17 with 7: 0.66x the work.
-AUTO_REPS = (5, 7)
+#: one middle value); at most 9 (the GPU scan keeps up to 9 repetitions' buckets in
+#: registers). A top-300 query of a 16384 x 16384 product needs 2^18 buckets with 5, 2^17
+#: with 7 and 2^16 with 9: 0.66x and 0.40x the transforms' additions of 5.
+AUTO_REPS = (5, 7, 9)
 #: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
 #: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).
 SCAN_WEIGHT = 8
@@ -262,7 +265,8 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         costs = []
         for dd in options:
             lam = certificate.multiplier(dd, count, delta)
-            want = ((lam + 4.5) * 1.15 * noise / cut) ** 2
+            spread = certificate.noise_level(dd, m * p)
+            want = ((lam + spread) * 1.15 * noise / cut) ** 2
             bb, note = _capped(1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2)))),
                                dd, m, p, be)
             costs.append((dd * (A.shape[1] * bb * math.log2(bb) + SCAN_WEIGHT * m * p), dd, bb,

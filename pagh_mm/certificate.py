@@ -98,6 +98,26 @@ def margin(sigma: float, d: int, residual_norm2: float, tau: float, unreported: 
     return multiplier(d, entries_at_risk(residual_norm2, tau, unreported), delta, blind) * sigma
 
 
+def noise_level(d: int, entries: float, expected: float = 1.0) -> float:
+    """The level x, in standard deviations of one repetition's estimate, that about
+    ``expected`` of ``entries`` medians of d estimates of pure noise (Gaussian, independent
+    repetitions) exceed in magnitude: 2 entries P[Binomial(d, Q(x)) >= ceil(d / 2)] =
+    ``expected``, Q the normal tail.  The largest of the m p scanned medians sits there (about
+    3.3 for d = 5, 2.8 for 7, 2.5 for 9 at m p = 2^28), a sizing rule's cushion, not a
+    certificate's (the certificate bounds each entry's own error)."""
+    if entries <= expected:
+        return 0.0
+    lo, hi = 0.0, 40.0
+    for _ in range(64):
+        mid = 0.5 * (lo + hi)
+        q = 0.5 * math.erfc(mid / math.sqrt(2.0))
+        if 2.0 * entries * binomial_tail(d, median_votes(d), q) > expected:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
 def buckets_for(b: int, sigma: float, tau: float, lam: float, spread: float = 4.0) -> int:
     """Buckets at which a cut ``tau`` clears the margin and the noise of the scanned
     estimates (about ``spread`` standard deviations at the largest): the noise scales as

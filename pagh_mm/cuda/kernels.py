@@ -15,7 +15,7 @@ ESTIMATE = KernelModule(os.path.join(HERE, "estimate.cu"))
 SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"), named=False)   # extern "C" kernels
 HASH = KernelModule(os.path.join(HERE, "hash.cu"), named=False)
 FUSED = KernelModule(os.path.join(HERE, "fused.cu"))
-MAXDS = (5, 7, 15, 31, 63, 127)
+MAXDS = (5, 7, 9, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
 #: Inner indices per block of ``pairs_direct`` (scatter.cu's PAIRS_K).
