@@ -231,19 +231,20 @@ def test_auto_parameters_are_reported_and_certify():
 
 def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
     """reps="auto" for a stated query through the transforms: the count of AUTO_REPS whose
-    buckets cost the fewest additions (a top-300 of a 16384^2 product: 9 repetitions of 2^16
-    buckets, not 7 of 2^17 or 5 of 2^18); 5 where buckets cost no compression (pairs), with
-    bit sketches, for small products (AUTO_REPS_MIN_WORK), and whenever reps or buckets are
-    given."""
+    buckets cost the fewest additions (a top-300 of a 16384^2 product: 13 repetitions of 2^15
+    buckets, not 9 of 2^16, 7 of 2^17 or 5 of 2^18); 5 where buckets cost no compression
+    (pairs), with bit sketches, for small products (AUTO_REPS_MIN_WORK), and whenever reps or
+    buckets are given."""
     be = pagh_mm.backend.cpu()
     big = np.broadcast_to(np.float64(0), (16384, 16384))         # shapes only: F is given
     kw = dict(k=300, delta=1e-3, seed=0, frobenius=1e6)
     c = auto.choose(big, big, be, auto.AUTO, auto.AUTO, **kw)
     five = auto.choose(big, big, be, auto.AUTO, 5, **kw)
-    seven = auto.choose(big, big, be, auto.AUTO, 7, **kw)
-    assert (c.reps, c.buckets, five.reps, five.buckets) == (9, 1 << 16, 5, 1 << 18)
-    assert (seven.reps, seven.buckets) == (7, 1 << 17)
-    assert "reps 9 (of 5, 7, 9" in c.reason and "reps" not in five.reason.split("probability")[1]
+    assert (c.reps, c.buckets, five.reps, five.buckets) == (13, 1 << 15, 5, 1 << 18)
+    assert [auto.choose(big, big, be, auto.AUTO, d, **kw).buckets for d in (7, 9, 11)] == \
+        [1 << 17, 1 << 16, 1 << 16]
+    assert "reps 13 (of 5, 7, 9, 11, 13" in c.reason
+    assert "reps" not in five.reason.split("probability")[1]
     assert auto.choose(big, big, be, auto.AUTO, auto.AUTO, cheap=True, **kw).reps == 5
     assert auto.choose(big, big, be, auto.AUTO, auto.AUTO, decoding=True, **kw).reps == 5
     assert auto.choose(big, big, be, 1 << 16, auto.AUTO, **kw).reps == 5
@@ -253,7 +254,7 @@ def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
     small = np.broadcast_to(np.float64(0), (1024, 64))            # little work: 5 stays
     assert auto.choose(small, small.T, be, auto.AUTO, auto.AUTO, **kw).reps == 5
     mid = np.broadcast_to(np.float64(0), (1024, 1024))            # 2.4e10 additions with 5
-    assert auto.choose(mid, mid, be, auto.AUTO, auto.AUTO, **kw).reps == 9
+    assert auto.choose(mid, mid, be, auto.AUTO, auto.AUTO, **kw).reps == 13
 
 
 def test_an_auto_sketch_grows_when_a_verified_query_needs_it():

@@ -25,7 +25,7 @@ typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
-#define SCAN_REG 9          // repetitions whose buckets are kept in registers / staged (auto: up to 9)
+#define SCAN_REG 13         // repetitions whose buckets are kept in registers / staged (auto: up to 13)
 #define SCAN_STAGED 32      // rows whose buckets a block stages at a time
 #define SCAN_ROW_CHUNK 256  // rows of one work item
 #define NEG_INF __longlong_as_double((long long)0xfff0000000000000ull)   // (NVRTC has no INFINITY)

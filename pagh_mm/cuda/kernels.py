@@ -15,7 +15,7 @@ ESTIMATE = KernelModule(os.path.join(HERE, "estimate.cu"))
 SCATTER = KernelModule(os.path.join(HERE, "scatter.cu"), named=False)   # extern "C" kernels
 HASH = KernelModule(os.path.join(HERE, "hash.cu"), named=False)
 FUSED = KernelModule(os.path.join(HERE, "fused.cu"))
-MAXDS = (5, 7, 9, 15, 31, 63, 127)
+MAXDS = (5, 7, 9, 11, 13, 15, 31, 63, 127)
 #: Threads per block of every pagh_mm kernel, and resident blocks per SM of a grid-stride loop.
 THREADS, BLOCKS_PER_SM = 256, 8
 #: Inner indices per block of ``pairs_direct`` (scatter.cu's PAIRS_K).
@@ -493,8 +493,9 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 #: more than it saved).  H100, d = 5, kernel time against the sketch by position in the same
 #: build (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and
 #: 0.5 keys per bucket 1.32x and 1.59x faster; FP64 2^14, 0.5 and 1 key per bucket 1.35x and
-#: 1.33x (FP32 at 1 key per bucket: not measured in these kernels).
-FUSED_KEY_ORDER_MAX_LOAD = {"float": 0.5, "double": 1.0}
+#: 1.33x; FP32 2^15 at 1 key per bucket (n = 32768, d = 13) 1.51x (0.385 against 0.580 s,
+#: ``results/h100/session31-fused-load32768.json``).
+FUSED_KEY_ORDER_MAX_LOAD = {"float": 1.0, "double": 1.0}
 
 
 #: The cluster kernels' sketch in key order (fused.cu's sketch_cluster_keys), built for
