@@ -17,8 +17,9 @@ background of the same mass; smaller cuts need more buckets, and the query then 
 scans again, or says which ``buckets`` to use).  Without a stated query: 8 (m + p)
 buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="auto"`` is 5,
 or for a stated query whose compression goes through the transforms the count in
-:data:`AUTO_REPS` whose buckets cost the fewest additions (7 repetitions need a smaller margin,
-so fewer buckets: a top-300 query of a 16384 x 16384 product 9 x 2^16 instead of 5 x 2^18).
+:data:`AUTO_REPS` whose buckets cost the fewest additions (more repetitions need a smaller
+margin, so fewer buckets: a top-300 query of a 16384 x 16384 product 13 x 2^15 instead of
+5 x 2^18).
 """
 from __future__ import annotations
 
