@@ -4,8 +4,8 @@ The rule: a certified query should succeed in one scan of the sketch.  That need
 cut tau (the k-th largest |C[i, j]|, or the threshold) to clear the certificate's margin
 lam sigma plus the largest noise x sigma among the m p scanned medians, where sigma =
 ||A B||_F / sqrt(b) and x is where about one of m p medians of d Gaussian estimates lies
-(:func:`pagh_mm.certificate.noise_level`: 3.3 for d = 5, 2.8 for 7, 2.5 for 9 at m p = 2^28).
-So
+(:func:`pagh_mm.certificate.noise_level`: 3.3 for d = 5, 2.8 for 7, 2.1 for 13 at m p = 2^28;
+4.5 where buckets cost no compression time, :data:`CHEAP_SPREAD`).  So
 
     b = ((lam + x) * 1.15 * F / tau)^2        (a power of two, at least 2**10)
 
@@ -38,7 +38,7 @@ DEFAULT_REPS = 5
 #: The repetition counts ``reps="auto"`` chooses from for a stated query whose compression
 #: goes through the transforms (not pair-accumulated, no bit sketches) and costs at least
 #: AUTO_REPS_MIN_WORK: the one whose buckets cost the fewest additions, d (n b log2 b +
-#: SCAN_WEIGHT m p); the first is the default (DEFAULT_REPS). Odd (a median of
+#: SCAN_WEIGHT m p) (CPU_SCAN_WEIGHT on the CPU); the first is the default (DEFAULT_REPS). Odd (a median of
 #: one middle value); at most 13 (the GPU scan keeps up to 13 repetitions' buckets in
 #: registers). A top-300 query of a 16384 x 16384 product needs 2^18 buckets with 5, 2^17
 #: with 7, 2^16 with 9 and 2^15 with 13: 0.66x, 0.40x and 0.27x the transforms' additions of 5.
@@ -46,6 +46,15 @@ AUTO_REPS = (5, 7, 9, 11, 13)
 #: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
 #: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).
 SCAN_WEIGHT = 8
+#: The same on the CPU (2 cores, session 31: the compression adds at about 1e10 per second;
+#: the one-pass scan of 5 repetitions takes about 3 ns per estimate and repetition, the
+#: tiles of other counts about 10 ns): by repetition count, CPU_SCAN_WEIGHT_OTHER elsewhere.
+CPU_SCAN_WEIGHT = {5: 32}
+CPU_SCAN_WEIGHT_OTHER = 100
+#: The cushion for the scanned medians' largest noise, in noise levels, where buckets cost no
+#: compression time (pair-accumulated products, bit sketches: 5 repetitions, CHEAP_SLACK
+#: calibrated with it); elsewhere :func:`pagh_mm.certificate.noise_level`.
+CHEAP_SPREAD = 4.5
 #: Below this many additions with 5 repetitions (about a second of the 2-core CPU's
 #: compression) 5 stays: small products gain nothing measurable, and on the CPU the one-pass
 #: scan is for 5 (other counts take the two-pass tiles and more compiled kernels: the CPU test
@@ -266,11 +275,12 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         costs = []
         for dd in options:
             lam = certificate.multiplier(dd, count, delta)
-            spread = certificate.noise_level(dd, m * p)
+            spread = CHEAP_SPREAD if cheap or decoding else certificate.noise_level(dd, m * p)
             want = ((lam + spread) * 1.15 * noise / cut) ** 2
             bb, note = _capped(1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2)))),
                                dd, m, p, be)
-            costs.append((dd * (A.shape[1] * bb * math.log2(bb) + SCAN_WEIGHT * m * p), dd, bb,
+            weight = SCAN_WEIGHT if be.gpu else CPU_SCAN_WEIGHT.get(dd, CPU_SCAN_WEIGHT_OTHER)
+            costs.append((dd * (A.shape[1] * bb * math.log2(bb) + weight * m * p), dd, bb,
                           note))
         _, d, b, note = costs[0] if costs[0][0] < AUTO_REPS_MIN_WORK else min(costs)
         if len(options) > 1:

@@ -562,7 +562,9 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     top-k entries, or ``threshold`` for the entries above it, so that a certified query
     (``verify=True``) with ``failure_probability`` succeeds in one scan (the rule and its
     assumptions: :mod:`pagh_mm.auto`); without either, 8 (m + p) buckets.  ``reps="auto"``
-    is 5.  What was chosen, and why: :attr:`CompressedProduct.chosen`.
+    is 5, or for a stated query of a large product compressed through the transforms the
+    count of 5 .. 13 that costs the least (:data:`pagh_mm.auto.AUTO_REPS`).  What was chosen,
+    and why: :attr:`CompressedProduct.chosen`.
 
     A (m x n) and B (n x p): NumPy/CuPy arrays (or array-likes NumPy accepts) or sparse
     matrices of any SciPy/cupyx format (converted once to CSC/CSR), on one device (the

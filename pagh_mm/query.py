@@ -324,7 +324,8 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     scanned = m * p / (2.0 if cp.gram else 1.0)
     factor = 0.5 if cp.gram else 1.0
     room = memory.available(cp.backend.name)
-    if room is not None and 16 * 8 * (m + p) + 8 * d * (b + 1) > room // 4:
+    # the hashes and signs of every repetition, the members' lists, the buckets' marks
+    if room is not None and 16 * d * (m + p) + 8 * d * p + 8 * d * (b + 1) > room // 4:
         return None
     if cut > -math.inf:
         limits = [cut] if cut > 0 else []

@@ -567,7 +567,9 @@ def _selection(D, window, by, lim, cut, skip_diagonal, upper):
 
 
 @pytest.mark.parametrize("method,reps,gram", [("fwht", 5, False), ("fft", 4, False),
-                                              ("fwht", 11, False), ("fwht", 5, True)])
+                                              ("fwht", 11, False), ("fwht", 13, False),
+                                              ("fwht", 15, False), ("fwht", 5, True),
+                                              ("fwht", 9, True), ("fwht", 13, True)])
 def test_gpu_scan_kernel_selects_exactly_what_the_tile_holds(method, reps, gram):
     """scan_select (estimates and selection in one pass, behind the heavy-bucket filter with
     0, some or all repetitions' bitmaps in shared memory, one bit per bucket or per group of
@@ -651,7 +653,8 @@ def test_gpu_scans_in_many_chunks_give_the_cpu_answers(monkeypatch):
                 assert (eg.certified, eg.verified) == (ec.certified, ec.verified)
 
 
-@pytest.mark.parametrize("reps,gram", [(5, False), (4, False), (3, False), (5, True), (4, True)])
+@pytest.mark.parametrize("reps,gram", [(5, False), (4, False), (3, False), (13, False), (5, True),
+                                       (4, True), (9, True)])
 def test_gpu_pruned_search_selects_exactly_what_the_scan_selects(reps, gram):
     """The sub-quadratic search (heavy buckets of the first d - (d + 1) // 2 + 1 repetitions,
     the columns they point to, each entry once): exactly the entries whose key reaches the

@@ -229,15 +229,25 @@ def test_auto_parameters_are_reported_and_certify():
         pagh_mm.compress(A, B, buckets="many")
 
 
-def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
+def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost(monkeypatch):
     """reps="auto" for a stated query through the transforms: the count of AUTO_REPS whose
-    buckets cost the fewest additions (a top-300 of a 16384^2 product: 13 repetitions of 2^15
-    buckets, not 9 of 2^16, 7 of 2^17 or 5 of 2^18); 5 where buckets cost no compression
-    (pairs), with bit sketches, for small products (AUTO_REPS_MIN_WORK), and whenever reps or
-    buckets are given."""
+    buckets cost the fewest additions, the scan counted (a top-300 of a 16384^2 product with
+    the GPU's scan weight: 13 repetitions of 2^15 buckets, not 9 of 2^16, 7 of 2^17 or 5 of
+    2^18; with the CPU's slower scan of more than 5 repetitions 9 of 2^16, and 13 at 2048);
+    5 where buckets cost no compression (pairs), with bit sketches, for small products
+    (AUTO_REPS_MIN_WORK), and whenever reps or buckets are given."""
     be = pagh_mm.backend.cpu()
     big = np.broadcast_to(np.float64(0), (16384, 16384))         # shapes only: F is given
     kw = dict(k=300, delta=1e-3, seed=0, frobenius=1e6)
+    cpu = auto.choose(big, big, be, auto.AUTO, auto.AUTO, **kw)
+    assert (cpu.reps, cpu.buckets) == (9, 1 << 16)
+    n2048 = np.broadcast_to(np.float64(0), (2048, 2048))
+    assert auto.choose(n2048, n2048, be, auto.AUTO, auto.AUTO, **kw).reps == 13
+    thin = np.broadcast_to(np.float64(0), (16384, 8))             # a short inner dimension:
+    t = auto.choose(thin, thin.T, be, auto.AUTO, auto.AUTO, **kw)   # the scan's d m p decides
+    assert t.reps == 5
+    monkeypatch.setattr(auto, "CPU_SCAN_WEIGHT", {})              # the GPU's weights
+    monkeypatch.setattr(auto, "CPU_SCAN_WEIGHT_OTHER", auto.SCAN_WEIGHT)
     c = auto.choose(big, big, be, auto.AUTO, auto.AUTO, **kw)
     five = auto.choose(big, big, be, auto.AUTO, 5, **kw)
     assert (c.reps, c.buckets, five.reps, five.buckets) == (13, 1 << 15, 5, 1 << 18)
@@ -248,13 +258,76 @@ def test_auto_reps_trade_repetitions_for_buckets_where_the_transforms_cost():
     assert auto.choose(big, big, be, auto.AUTO, auto.AUTO, cheap=True, **kw).reps == 5
     assert auto.choose(big, big, be, auto.AUTO, auto.AUTO, decoding=True, **kw).reps == 5
     assert auto.choose(big, big, be, 1 << 16, auto.AUTO, **kw).reps == 5
-    thin = np.broadcast_to(np.float64(0), (16384, 8))             # a short inner dimension:
-    t = auto.choose(thin, thin.T, be, auto.AUTO, auto.AUTO, **kw)   # the scan's d m p decides
-    assert t.reps == 5
     small = np.broadcast_to(np.float64(0), (1024, 64))            # little work: 5 stays
     assert auto.choose(small, small.T, be, auto.AUTO, auto.AUTO, **kw).reps == 5
     mid = np.broadcast_to(np.float64(0), (1024, 1024))            # 2.4e10 additions with 5
     assert auto.choose(mid, mid, be, auto.AUTO, auto.AUTO, **kw).reps == 13
+
+
+def test_auto_buckets_take_the_noise_models_cushion_where_buckets_cost_time():
+    """The cushion for the scanned medians' largest noise: certificate.noise_level(d, m p)
+    where the transforms cost (a Gram screen of 2^20 x 4096: 9 x 8192; a threshold query);
+    CHEAP_SPREAD (4.5) for pair-accumulated products and bit sketches."""
+    be = pagh_mm.backend.cpu()
+    kw = dict(delta=1e-3, seed=0, frobenius=1e6)
+    XT = np.broadcast_to(np.float64(0), (4096, 1 << 20))
+    g = auto.choose(XT, XT.T, be, auto.AUTO, auto.AUTO, k=100, diagonal=np.zeros(4096), **kw)
+    assert (g.reps, g.buckets) == (9, 1 << 13)
+    big = np.broadcast_to(np.float64(0), (16384, 16384))
+    t = auto.choose(big, big, be, auto.AUTO, 7, threshold=1e4, **kw)
+    lam = certificate.multiplier(7, 1e4, 1e-3)            # (F / threshold)^2 entries at risk
+    want = ((lam + certificate.noise_level(7, 16384 ** 2)) * 1.15 * 1e6 / 1e4) ** 2
+    assert t.buckets == 1 << math.ceil(math.log2(want))
+    c = auto.choose(big, big, be, auto.AUTO, auto.AUTO, k=300, cheap=True, **kw)
+    lam = certificate.multiplier(5, 600, 1e-3)
+    want = ((lam + auto.CHEAP_SPREAD) * 1.15) ** 2 * 600 * auto.CHEAP_SLACK
+    assert (c.reps, c.buckets) == (5, 1 << math.ceil(math.log2(want)))
+
+
+def test_noise_level_is_where_one_median_of_pure_noise_lies():
+    """certificate.noise_level: about ``expected`` of the medians exceed it (the Gaussian
+    model of query.expected_noise_entries), falling with d, rising with the entries; 0 when
+    there are no more entries than expected; bad arguments named."""
+    from pagh_mm import query
+    levels = [certificate.noise_level(d, 2 ** 28) for d in (5, 7, 9, 11, 13)]
+    assert [round(x, 2) for x in levels] == [3.25, 2.78, 2.46, 2.23, 2.06]
+    for d, x in zip((5, 7, 9, 11, 13), levels):
+        assert query.expected_noise_entries(1.0, x, d, "abs", 2 ** 28) == \
+            pytest.approx(1.0, rel=1e-6)
+    assert certificate.noise_level(5, 2 ** 20) < certificate.noise_level(5, 2 ** 28) < \
+        certificate.noise_level(5, 2.0 ** 62) < 40
+    assert certificate.noise_level(9, 1) == 0.0
+    assert certificate.noise_level(9, 100, expected=100) == 0.0
+    for bad in (0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="expected="):
+            certificate.noise_level(5, 1e6, expected=bad)
+    with pytest.raises(ValueError, match="entries="):
+        certificate.noise_level(5, math.inf)
+
+
+def test_scan_kernel_constants_match_its_source():
+    """kernels.SCAN_REG (sizing the scan's shared memory) is estimate.cu's SCAN_REG, and the
+    auto repetitions stay within it (the median in registers)."""
+    import re
+    from pagh_mm.cuda import kernels
+    src = open(kernels.ESTIMATE.path).read()
+    assert int(re.search(r"#define SCAN_REG (\d+)", src).group(1)) == kernels.SCAN_REG
+    assert int(re.search(r"#define SCAN_STAGED (\d+)", src).group(1)) * 12 * kernels.SCAN_REG \
+        == kernels.SCAN_STATIC_BYTES
+    assert max(auto.AUTO_REPS) <= kernels.SCAN_REG
+    assert all(d in kernels.MAXDS for d in auto.AUTO_REPS)
+
+
+def test_auto_reps_certify_a_dense_product_on_the_cpu():
+    """End to end on the CPU: a 1024^2 planted product, top-300 with automatic parameters
+    takes 13 repetitions and certifies the planted entries."""
+    from pagh_mm import synthetic
+    d = synthetic.planted_product(1024, 300, seed=3)
+    sk = pagh_mm.compress(d.A, d.B, k=300, seed=1)
+    assert sk.reps == 13
+    top = sk.top_k(300, verify=True)
+    assert top.certified
+    assert synthetic.recall(d.rows, d.cols, top.rows, top.cols) == 1.0
 
 
 def test_an_auto_sketch_grows_when_a_verified_query_needs_it():

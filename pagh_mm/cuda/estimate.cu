@@ -18,9 +18,9 @@
 // most the largest light bucket's magnitude (the caller's bound).  The passing entries are
 // evaluated exactly as above: the selection is the unfiltered one, bit for bit.
 //
-// Layout: one thread per column of the tile (its buckets of the first REG repetitions in
-// registers), rows walked in order with their buckets staged in shared memory (a broadcast
-// read per row), the filter's bitmaps of the first `sreps` repetitions in shared memory.
+// Layout: one thread per column of the tile (its buckets of the first REG = min(MAXD,
+// SCAN_REG) repetitions in registers), rows walked in order with their buckets staged in
+// shared memory (a broadcast read per row), the filter's bitmaps of the first `sreps` repetitions in shared memory.
 typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -117,9 +117,11 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
           double* __restrict__ vals, i64* __restrict__ ids, u64* __restrict__ count, i64 room,
           u64* __restrict__ low)
 {
+    // the repetitions staged and kept in registers: all of them up to SCAN_REG
+    constexpr int REG = MAXD < SCAN_REG ? MAXD : SCAN_REG;
     extern __shared__ u32 sbits[];
-    __shared__ u32 sh1[SCAN_REG][SCAN_STAGED];
-    __shared__ double ss1[SCAN_REG][SCAN_STAGED];
+    __shared__ u32 sh1[REG][SCAN_STAGED];
+    __shared__ double ss1[REG][SCAN_STAGED];
     const i64 words = log2b - log2g >= 5 ? ((i64)1 << (log2b - log2g - 5)) : 1;
     const u32 bmask = (u32)(((u64)1 << log2b) - 1);
     const bool by_abs = flags & 1, skip_diag = flags & 2, upper = flags & 4;
@@ -127,7 +129,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
     if (filter)
         for (i64 w = threadIdx.x; w < (i64)sreps * words; w += blockDim.x) sbits[w] = bits[w];
     __syncthreads();
-    const int dr = d < SCAN_REG ? d : SCAN_REG;
+    const int dr = d < REG ? d : REG;
     const int width = blockDim.x;
     const i64 slabs = (cols + width - 1) / width;
     const i64 items = slabs * ((rows + SCAN_ROW_CHUNK - 1) / SCAN_ROW_CHUNK);
@@ -139,9 +141,9 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
             continue;                           // the whole item lies below the diagonal
         const i64 jl = slab * width + threadIdx.x, j = c0 + jl;
         const bool valid = jl < cols;
-        u32 hj[SCAN_REG];
+        u32 hj[REG];
 #pragma unroll
-        for (int t = 0; t < SCAN_REG; ++t) hj[t] = (t < d && valid) ? (u32)h2[t * cols + jl] : 0u;
+        for (int t = 0; t < REG; ++t) hj[t] = (t < d && valid) ? (u32)h2[t * cols + jl] : 0u;
         for (i64 rs = rbeg; rs < rend; rs += SCAN_STAGED) {
             const int nr = (int)min((i64)SCAN_STAGED, rend - rs);
             __syncthreads();
@@ -164,7 +166,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                         int heavy = 0, light = 0;
                         bool pass = true;
 #pragma unroll
-                        for (int t = 0; t < SCAN_REG; ++t) {
+                        for (int t = 0; t < REG; ++t) {
                             if (t < d && pass) {
                                 const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
                                 if (!(GRAM && idx == 0)) {
@@ -176,7 +178,7 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                                 }
                             }
                         }
-                        for (int t = SCAN_REG; t < d && pass; ++t) {
+                        for (int t = REG; t < d && pass; ++t) {
                             const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il],
                                                            (u32)h2[t * cols + jl], bmask);
                             if (GRAM && idx == 0) continue;
@@ -199,13 +201,13 @@ scan_tile(const i64* __restrict__ h1, const double* __restrict__ s1, i64 rows,
                     } else {
                         Median<MAXD, GRAM> md;
 #pragma unroll
-                        for (int t = 0; t < SCAN_REG; ++t)
+                        for (int t = 0; t < REG; ++t)
                             if (t < d) {
                                 const u32 idx = bucket_of<XOR>(sh1[t][r], hj[t], bmask);
                                 md.add(idx, ss1[t][r], s2[t * cols + jl],
                                        sketch[((i64)t << log2b) + idx]);
                             }
-                        for (int t = SCAN_REG; t < d; ++t) {
+                        for (int t = REG; t < d; ++t) {
                             const u32 idx = bucket_of<XOR>((u32)h1[t * rows + il],
                                                            (u32)h2[t * cols + jl], bmask);
                             md.add(idx, s1[t * rows + il], s2[t * cols + jl],

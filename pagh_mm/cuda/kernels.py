@@ -33,8 +33,12 @@ PRUNED_PARAMS = ("const i64*", "const double*", "i64", "i64", "const i64*", "con
                  "u64*", "i64", "u64*")
 #: Threads per block of ``scan_tile`` (one per column of the tile; estimate.cu's launch bounds).
 SCAN_THREADS = 512
-#: Shared memory of ``scan_tile`` besides the filter's bitmaps (estimate.cu's staged rows).
-SCAN_STATIC_BYTES = 8 * 32 * 12
+#: Repetitions whose buckets ``scan_tile`` stages in shared memory and keeps in registers
+#: (estimate.cu's SCAN_REG; up to min(MAXD, SCAN_REG) in an instance).
+SCAN_REG = 13
+#: Shared memory of ``scan_tile`` besides the filter's bitmaps, at most (estimate.cu's staged
+#: rows: SCAN_REG x SCAN_STAGED hashes and signs).
+SCAN_STATIC_BYTES = SCAN_REG * 32 * 12
 
 
 #: The C type of each float dtype the fused kernels take.
