@@ -1,9 +1,9 @@
-"""reps="auto" against reps=5 for certified top-k queries of dense planted products (the
+"""reps="auto" against fixed counts (``--against``, default 5) for certified top-k queries of dense planted products (the
 compression through the transforms): the repetitions and buckets chosen, compression and
 query times, whether the answer is certified and its recall; same data, same run.
 
     python benchmarks/auto_reps.py [--n 2048 --n 4096] [--planted 300] [--device cpu|gpu]
-        [--repeats 3] [--json FILE]
+        [--against 5 --against 7] [--repeats 3] [--json FILE]
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def main(argv=None) -> int:
     ap.add_argument("--planted", type=int, default=300)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--dtype", default="float64")
+    ap.add_argument("--against", type=int, action="append",
+                    help="fixed repetition counts to compare with (default 5)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
           f"{'recall':>6}")
     for n in a.n or [2048, 4096]:
         data = synthetic.planted_product(n, a.planted, seed=n, dtype=a.dtype, xp=xp)
-        for reps in ("auto", 5):
+        for reps in ("auto", *(a.against or [5])):
             t_c, t_q = [], []
             for _ in range(a.repeats):
                 t0 = time.perf_counter()

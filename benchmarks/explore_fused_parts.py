@@ -21,26 +21,23 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``noarith``: the rounds' shared-memory traffic and barriers without their butterflies;
 * ``nodsmem``: the cluster's cross-block stage reads the block's own shared memory instead of
   the other blocks' (distributed shared memory), barriers kept;
-* ``clusterkeys``: not an ablation: the cluster kernels' sketch in key order (fused.cu's
-  sketch_cluster_keys, compiled in with -DPAGH_FUSED_CLUSTER_KEYS=1, and
-  ``kernels.FUSED_CLUSTER_KEY_ORDER`` set while it runs; the same bits);
 * ``shapeVxC`` (``shape4x4``): not an ablation: the cluster kernels with 2^V values per thread
   in clusters of 2^C blocks (``kernels._cluster_log`` replaced while it runs; A's values in
   shared memory where they fit; the same bits), e.g. FP64 2^17 in 16 blocks of 512 threads;
-* ``slot0``: not an ablation: the cluster kernels' pending tree node of level 0 in shared
-  memory where it fits (fused.cu's PAGH_FUSED_CLUSTER_SLOT0, ``kernels.FUSED_CLUSTER_SLOT0``;
-  the same bits), e.g. FP64 2^17 with ``shape4x4`` (A's values and the node beside the buffer);
 * ``lb512``: not an ablation: the cluster kernels compiled for at most 512 threads per block
-  (128 registers per thread instead of 64; only with a ``shape`` that launches 512).
-
-``clusterkeys`` and ``slot0`` compiled in raise the 1024-thread cluster kernels' spills even
-where they are off at run time (ptxas: FP32 2^17 0 -> 96-208 bytes, FP64 316 -> 392), so at
-the library's shapes they measure that too; ``shape4x4+lb512`` spills nothing and is their
-fair baseline.  Each row prints the kernels it launched and the shared memory each asked for
-(A's values in shared memory: the name's last template argument; the level-0 node: the extra
-b / 2^C values).
+  (128 registers per thread instead of 64; only with a ``shape`` that launches 512);
+* ``treepeel`` / ``treeunroll``: not ablations: the tree's merge loop with level 0 in code of
+  its own, or every level unrolled (the same additions in the same order: the same bits);
+* ``slotopaque`` / ``slotselect`` / ``slotsmem``: not ablations: the cluster kernel's tree
+  slots through an opaque pointer, or a never-taken select (session 31: compiling in a level-0
+  node in shared memory, even off at run time, made the FP64 2^17 cluster kernel 0.89x, by
+  its register allocation; these did not reproduce it; that code is in commit a2153f0);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
+
+Each row prints the kernels it launched and the shared memory each asked for (A's values in
+shared memory: the name's last template argument) and whether its sketch has the bits of
+``base``.
 
 Variants join with ``+`` (``nosketch+norounds``)."""
 from __future__ import annotations
@@ -131,7 +128,7 @@ PATCHES = {
     "treeunroll": [(TREE_LOOP, TREE_UNROLL)],
     # not ablations: the cluster kernel's tree slots through an opaque (generic) pointer; a
     # select, never taken, between two rows of device memory; or between shared memory and
-    # device memory (as slot0off's code, without the node's room)
+    # device memory
     "slotopaque": [(CLUSTER_SLOT, CLUSTER_SLOT.replace(
         "{ return slots[(cid * LOG_G + level) * b + idx]; }",
         "{\n        T* p = slots + (cid * LOG_G + level) * b + idx;\n"
@@ -146,20 +143,13 @@ PATCHES = {
 }
 
 
-#: Variants that are not text substitutions: compiler options and the host's switch.
-OPTIONS = {"clusterkeys": ("-DPAGH_FUSED_CLUSTER_KEYS=1",),
-           "slot0": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",),
-           # compiled in, off at run time (its node in device memory as the library's)
-           "slot0off": ("-DPAGH_FUSED_CLUSTER_SLOT0=1",)}
-
 
 def module_for(variant: str) -> KernelModule:
-    """The fused kernels' module with the variant's substitutions (and options) applied."""
+    """The fused kernels' module with the variant's substitutions applied."""
     parts = variant.split("+")
     if "lb512" in parts and not any(p.startswith("shape") for p in parts):
         raise SystemExit(f"{variant}: lb512 needs a shapeVxC that launches at most 512 threads")
-    options = sum((OPTIONS.get(p, ()) for p in parts), ())
-    mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options + options)
+    mod = KernelModule(kernels.FUSED.path, kernels.FUSED.options)
     launched = mod.launched = {}
     load = mod.function
 
@@ -193,7 +183,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=16384)
     ap.add_argument("--case", action="append", help="dtype:log2b:reps (fp32:17:7)")
     ap.add_argument("--variants", nargs="+",
-                    default=["base"] + [p for p in PATCHES if p != "lb512"])
+                    default=["base", "nosketch", "nogather", "norounds", "noarith", "nodsmem",
+                             "notree"])
     ap.add_argument("--key-order-load", type=float, nargs="+", default=[None],
                     help="time each variant with kernels.FUSED_KEY_ORDER_MAX_LOAD at these "
                          "values (0: every factor sketched by position; inf: in key order "
@@ -239,8 +230,6 @@ def main(argv=None) -> int:
         ref = None
         for v in a.variants:
             kernels.FUSED = modules[v]
-            kernels.FUSED_CLUSTER_KEY_ORDER = "clusterkeys" in v.split("+")
-            kernels.FUSED_CLUSTER_SLOT0 = "slot0" in v.split("+")
             use_shape(v, cluster_log)
             ts, tot = [], []
             out = None
@@ -278,7 +267,6 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
-    kernels.FUSED_CLUSTER_KEY_ORDER = kernels.FUSED_CLUSTER_SLOT0 = False
     kernels._cluster_log = cluster_log
     if a.json:
         settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,

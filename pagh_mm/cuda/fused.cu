@@ -423,51 +423,6 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
     for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
 }
 
-// Built for measurement, off in the library (PAGH_FUSED_CLUSTER_KEYS = 0; an exploration
-// compiles it with 1 and kernels.FUSED_CLUSTER_KEY_ORDER set): the cluster kernel's sketch in
-// key order.  Block ``rank`` of the cluster zero-fills its buckets (rank bl .. + bl - 1);
-// after a cluster barrier it reads the keys rank n/CL .. (rank + 1) n/CL - 1 in order and
-// writes each one-key bucket, 0.0 + s(i) x_i rounded to T, into the shared memory of the
-// block that holds it (distributed shared memory), and sums its own slow buckets from their
-// lists as sketch_keys does; a second cluster barrier makes every bucket visible.  The same
-// values as sketch() over the block's slice.
-#ifndef PAGH_FUSED_CLUSTER_KEYS
-#define PAGH_FUSED_CLUSTER_KEYS 0
-#endif
-// Also for measurement, off in the library: the cluster kernel's pending tree node of level 0
-// in shared memory where the launch gives it room (kernels.FUSED_CLUSTER_SLOT0), not in the
-// block's row of ``slots`` in device memory.  The same values, so the same bits.
-#ifndef PAGH_FUSED_CLUSTER_SLOT0
-#define PAGH_FUSED_CLUSTER_SLOT0 0
-#endif
-#if PAGH_FUSED_CLUSTER_KEYS && FWHT_CLUSTERS
-template <typename T, typename S, int LOG_CL>
-__device__ __noinline__ void sketch_cluster_keys(T* buf, const S* __restrict__ X, i64 s_key,
-                                                 i64 s_vec, int n_keys,
-                                                 const i64* __restrict__ indptr,
-                                                 const i64* __restrict__ keys,
-                                                 const double* __restrict__ sgn,
-                                                 const unsigned* __restrict__ code,
-                                                 const int* __restrict__ fptr,
-                                                 const int* __restrict__ slow, i64 k, int t,
-                                                 int b, int logbl, int rank)
-{
-    constexpr int CL = 1 << LOG_CL;
-    const int bl = 1 << logbl;
-    const S* x = X + k * s_vec;
-    for (int u = threadIdx.x; u < bl; u += blockDim.x) buf[pad<T>(u)] = T(0);   // empty buckets
-    cluster_sync();                                       // every block's buckets zeroed
-    const int per = (n_keys + CL - 1) / CL;
-    one_key_buckets<T, S>(x, s_key, code + (i64)t * n_keys, rank * per,
-                          min(n_keys, (rank + 1) * per), [&](int u, T val) {
-                              st_cluster<T>(map_rank(buf + pad<T>(u & (bl - 1)), u >> logbl), val);
-                          });
-    slow_buckets<T, S>(buf, x, s_key, indptr, keys, sgn, fptr, slow,
-                       (i64)t * b + ((i64)rank << logbl), bl);
-    cluster_sync();                                       // every bucket written
-}
-#endif
-
 // The cluster form of fused_dense_terms for more buckets than one block's shared memory
 // holds (Hopper): 2^LOG_CL blocks per (group g, repetition t), blockIdx.x = (g d + t)
 // 2^LOG_CL + rank, b = 2^LOG_CL bl buckets.  For each factor, block ``rank`` sketches the
@@ -481,7 +436,8 @@ __device__ __noinline__ void sketch_cluster_keys(T* buf, const S* __restrict__ X
 // group's tree as fused_dense_terms', its pending nodes in ``slots``
 // (slots[((g d + t) LOG_G + level) b + i]).  blockDim.x = bl / 2^LOG_VPT; shared memory:
 // padded_size<T>(bl) values rounded up to 16 bytes, then the sketch's Stage, then (A_SHARED)
-// bl values.
+// bl values.  The factors' key counts and codes (the sketch in key order) are not read: the
+// cluster kernels sketch by position (in key order measured slower, session 31).
 // Clusters of 16 blocks are not portable: the launcher opts in (engine.kernel's attribute).
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int LOG_CL, bool A_SHARED>
 __global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)
@@ -520,33 +476,12 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
     T* aw = reinterpret_cast<T*>(reinterpret_cast<unsigned char*>(st.carry) + 16);
     // register q = p CL + r holds bucket r bl + j0 + p threads
     auto at = [&](int q) { return ((q & (CL - 1)) << logbl) + j0 + (q >> LOG_CL) * threads; };
-#if PAGH_FUSED_CLUSTER_SLOT0
-    // the pending node of level 0 in shared memory after A's values (bl values, each thread's
-    // at the offsets of its buckets within its slices), where the launch gave room for it
-    T* s0 = aw + (A_SHARED ? bl : 0);
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const bool s0_shared = (size_t)(reinterpret_cast<unsigned char*>(s0 + bl) - smem_raw) <= dyn;
-    const int jr = rank * (bl >> LOG_CL);
-    auto slot = [&](int level, int idx) -> T& {
-        return level == 0 && s0_shared ? s0[(idx >> logbl) * (bl >> LOG_CL) + (idx & (bl - 1)) - jr]
-                                       : slots[(cid * LOG_G + level) * b + idx];
-    };
-#else
     auto slot = [&](int level, int idx) -> T& { return slots[(cid * LOG_G + level) * b + idx]; };
-#endif
     T v[VPT];
     // v := the transform of one factor's vector k at this thread's buckets
-    auto factor = [&](const S* X, i64 s_key, i64 s_vec, int n_keys, const i64* ip,
-                      const i64* kp, const double* gp, const int* pp, const unsigned* cp,
-                      const int* fp, const int* sp, i64 k) {
+    auto factor = [&](const S* X, i64 s_key, i64 s_vec, const i64* ip, const i64* kp,
+                      const double* gp, const int* pp, i64 k) {
         cluster_sync();                   // every block has read this buffer's last values
-#if PAGH_FUSED_CLUSTER_KEYS
-        if (cp)
-            sketch_cluster_keys<T, S, LOG_CL>(buf, X, s_key, s_vec, n_keys, ip, kp, gp, cp, fp,
-                                              sp, k, t, b, logbl, rank);
-        else
-#endif
         sketch<T, S>(buf, st, X, s_key, s_vec, ip, kp, gp, pp, k, t, b, rank * bl, bl);
         transform<T, LOG_VPT>(buf, v, logbl, threads);
 #pragma unroll
@@ -567,14 +502,14 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
         [&](int i) {
             const i64 k = first + i;
             if constexpr (GRAM) {
-                factor(A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k);
+                factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
 #pragma unroll
                 for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
             } else {
 #pragma unroll 1
                 for (int f = 0; f < 2; ++f) {     // one copy of the code for both factors
-                    if (f == 0) factor(A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k);
-                    else factor(B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k);
+                    if (f == 0) factor(A, sa_key, sa_vec, ia, ka, ga, pa, k);
+                    else factor(B, sb_key, sb_vec, ib, kb, gb, pb, k);
 #pragma unroll
                     for (int q = 0; q < VPT; ++q) {   // A's values wait (row or shared)
                         T& a = A_SHARED ? aw[q * threads + (int)threadIdx.x] : o[at(q)];

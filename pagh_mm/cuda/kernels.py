@@ -502,28 +502,16 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 FUSED_KEY_ORDER_MAX_LOAD = {"float": 1.0, "double": 1.0}
 
 
-#: The cluster kernels' sketch in key order (fused.cu's sketch_cluster_keys), built for
-#: measurement and off: the library compiles it out (PAGH_FUSED_CLUSTER_KEYS 0);
-#: ``benchmarks/explore_fused_parts.py --variants clusterkeys`` compiles it in and sets this.
-FUSED_CLUSTER_KEY_ORDER = False
-
-#: The cluster kernels' pending tree node of level 0 in shared memory (fused.cu's
-#: PAGH_FUSED_CLUSTER_SLOT0), built for measurement and off: the launch adds its room (b /
-#: 2^log_cl values per block) where it fits; ``benchmarks/explore_fused_parts.py --variants
-#: slot0`` compiles it in and sets this.
-FUSED_CLUSTER_SLOT0 = False
-
-
 def fused_key_order(keys: int, log2b: int, dtype) -> bool:
     """Whether ``fused_terms`` sketches a factor of ``keys`` keys into 2^log2b buckets in key
     order (its codes, :meth:`pagh_mm.sketch.Side.gpu_codes`, are then needed): at most
     FUSED_KEY_ORDER_MAX_LOAD keys per bucket, in one block of the most buckets per block
-    (FUSED_MAX_LOG2B) per inner index (or in clusters where FUSED_CLUSTER_KEY_ORDER)."""
+    (FUSED_MAX_LOG2B) per inner index (not in clusters: measured slower there, session 31)."""
     name = C_TYPES[np.dtype(dtype)]
     if keys > FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b):
         return False
     if _cluster_log(log2b, dtype)[1]:
-        return FUSED_CLUSTER_KEY_ORDER
+        return False
     return log2b == FUSED_MAX_LOG2B[name]
 
 
@@ -552,9 +540,6 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         a_shared = FUSED_CLUSTER_A_SHARED and not gram and \
             _cluster_a_fits(log_bl, t_name, limits(cupy().cuda.Device().id).smem_per_block)
         smem = _cluster_a_smem(log_bl, t_name) if a_shared else _fused_smem(log_bl, t_name)
-        room = smem + (np.dtype(dtype).itemsize << log_bl)
-        if FUSED_CLUSTER_SLOT0 and log_g and room <= limits(cupy().cuda.Device().id).smem_per_block:
-            smem = room
         fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},{log_cl},"
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)

@@ -1,5 +1,5 @@
 // Thread-block cluster primitives (Hopper, sm_90+): the block's rank, the cluster barrier,
-// and loads from and stores to another block's shared memory (distributed shared memory).  Used by the
+// and loads from another block's shared memory (distributed shared memory).  Used by the
 // cluster passes (cluster_pass.cuh, stabilized_cluster_pass.cuh) and by the fused
 // cluster kernel (any package's kernel may include it).
 #pragma once
@@ -50,20 +50,6 @@ __device__ __forceinline__ U ld_cluster(unsigned addr) {
         unsigned short w;
         asm volatile("ld.shared::cluster.b16 %0, [%1];" : "=h"(w) : "r"(addr) : "memory");
         return *reinterpret_cast<const U*>(&w);
-    }
-}
-// store a unit of U (2, 4 or 8 bytes) at a shared::cluster address
-template <typename U>
-__device__ __forceinline__ void st_cluster(unsigned addr, U value) {
-    if constexpr (sizeof(U) == 8) {
-        const unsigned long long w = *reinterpret_cast<const unsigned long long*>(&value);
-        asm volatile("st.shared::cluster.b64 [%0], %1;" :: "r"(addr), "l"(w) : "memory");
-    } else if constexpr (sizeof(U) == 4) {
-        const unsigned w = *reinterpret_cast<const unsigned*>(&value);
-        asm volatile("st.shared::cluster.b32 [%0], %1;" :: "r"(addr), "r"(w) : "memory");
-    } else {
-        const unsigned short w = *reinterpret_cast<const unsigned short*>(&value);
-        asm volatile("st.shared::cluster.b16 [%0], %1;" :: "r"(addr), "h"(w) : "memory");
     }
 }
 #endif
