@@ -38,10 +38,11 @@ DEFAULT_REPS = 5
 #: The repetition counts ``reps="auto"`` chooses from for a stated query whose compression
 #: goes through the transforms (not pair-accumulated, no bit sketches) and costs at least
 #: AUTO_REPS_MIN_WORK: the one whose buckets cost the fewest additions, d (n b log2 b +
-#: SCAN_WEIGHT m p) (CPU_SCAN_WEIGHT on the CPU); the first is the default (DEFAULT_REPS). Odd (a median of
-#: one middle value); at most 13 (the GPU scan keeps up to 13 repetitions' buckets in
-#: registers). A top-300 query of a 16384 x 16384 product needs 2^18 buckets with 5, 2^17
-#: with 7, 2^16 with 9 and 2^15 with 13: 0.66x, 0.40x and 0.27x the transforms' additions of 5.
+#: SCAN_WEIGHT m p) (CPU_SCAN_WEIGHT on the CPU); the first is the default (DEFAULT_REPS).
+#: Odd (a median of one middle value); at most 13 (the GPU scan keeps up to 13 repetitions'
+#: buckets in registers). A top-300 query of a 16384 x 16384 product needs 2^18 buckets with
+#: 5, 2^17 with 7, 2^16 with 9 and 2^15 with 13: 0.66x, 0.40x and 0.27x the transforms'
+#: additions of 5.
 AUTO_REPS = (5, 7, 9, 11, 13)
 #: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
 #: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).

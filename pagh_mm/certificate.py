@@ -103,8 +103,8 @@ def noise_level(d: int, entries: float, expected: float = 1.0) -> float:
     ``expected`` of ``entries`` medians of d estimates of pure noise (Gaussian, independent
     repetitions) exceed in magnitude: 2 entries P[Binomial(d, Q(x)) >= ceil(d / 2)] =
     ``expected``, Q the normal tail.  The largest of the m p scanned medians sits there (about
-    3.3 for d = 5, 2.8 for 7, 2.5 for 9, 2.1 for 13 at m p = 2^28), a sizing rule's cushion, not a
-    certificate's (the certificate bounds each entry's own error)."""
+    3.3 for d = 5, 2.8 for 7, 2.5 for 9, 2.1 for 13 at m p = 2^28), a sizing rule's cushion,
+    not a certificate's (the certificate bounds each entry's own error)."""
     if not (expected > 0 and math.isfinite(expected)):
         raise ValueError(f"expected={expected!r} must be a positive number")
     if not entries >= 0 or not math.isfinite(entries):

@@ -20,7 +20,8 @@
 //
 // Layout: one thread per column of the tile (its buckets of the first REG = min(MAXD,
 // SCAN_REG) repetitions in registers), rows walked in order with their buckets staged in
-// shared memory (a broadcast read per row), the filter's bitmaps of the first `sreps` repetitions in shared memory.
+// shared memory (a broadcast read per row), the filter's bitmaps of the first `sreps`
+// repetitions in shared memory.
 typedef long long i64;
 typedef unsigned long long u64;
 typedef unsigned int u32;
