@@ -453,6 +453,78 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
         lows[r] = low
 
 
+@numba.njit(nogil=True, cache=True, parallel=True)
+def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip_diag, lim,
+                  strict, cut, vals, cols_out, counts, lows):
+    """:func:`scan_tile5` for any odd number d of repetitions of an FWHT sketch: an entry's
+    values are read repetition by repetition and it is rejected as soon as h = (d + 1) // 2 of
+    its keys are below ``lim`` (h values within [-B, B], B the largest of their keys, put the
+    median there: the bound offered to lows[r]); the others' medians through
+    :func:`_estimate_any`'s insertion, so the general path's values.  Gram entries with a blind
+    repetition go through the general path."""
+    d = h1.shape[0]
+    h = (d + 1) // 2
+    rows = h1.shape[1]
+    cols = h2T.shape[0]
+    mask = sketch.shape[1] - 1
+    upper = shift > -(1 << 61)
+    for r in numba.prange(rows):
+        v = np.empty(d, dtype=np.float64)
+        hr = h1[:, r].copy()
+        sr = s1[:, r].copy()
+        n = 0
+        low = -np.inf
+        for c in range(min(max(0, r + shift), cols), cols):
+            gr, gc = r0 + r, c0 + c
+            blind = False
+            if gram:
+                for t in range(d):
+                    if hr[t] ^ h2T[c, t] == 0:
+                        blind = True
+            if blind:
+                e = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
+            else:
+                below = 0
+                bnd = -np.inf
+                for t in range(d):
+                    x = sr[t] * s2T[c, t] * sketch[t, hr[t] ^ h2T[c, t]]
+                    if gram:
+                        x = x * 0.5
+                    y = abs(x) if by_abs else x
+                    if y < lim:
+                        below += 1
+                        bnd = max(bnd, y)
+                        if below == h:
+                            break
+                    j = t                      # insertion: after the values <= x
+                    while j > 0 and v[j - 1] > x:
+                        v[j] = v[j - 1]
+                        j -= 1
+                    v[j] = x
+                if below == h:
+                    # h keys below lim: the median's key is at most their largest (< lim: the
+                    # entry fails), which bounds it where it counts (below cut)
+                    if not ((skip_diag and gr == gc) or (upper and gr > gc)):
+                        if bnd < cut and bnd > low:
+                            low = bnd
+                    continue
+                e = (v[h - 1] + v[h - 1]) * 0.5 if gram else v[h - 1]
+            if gram and gr == gc:
+                e = diag[gr]
+            k = abs(e) if by_abs else e
+            if (skip_diag and gr == gc) or (upper and gr > gc):
+                k = -np.inf
+            if k < cut and k > low:
+                low = k
+            if (k > lim) if strict else (k >= lim):
+                if n < vals.shape[1]:
+                    vals[r, n] = e
+                    cols_out[r, n] = c
+                n += 1
+        counts[r] = n
+        lows[r] = low
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
 def _offer(e, c, gr, by_abs, lim, strict, cut, r, n, low, vals, cols_out):
     """An evaluated entry (estimate e, column c) of row r: stored when its key passes

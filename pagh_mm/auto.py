@@ -38,20 +38,18 @@ DEFAULT_REPS = 5
 #: The repetition counts ``reps="auto"`` chooses from for a stated query whose compression
 #: goes through the transforms (not pair-accumulated, no bit sketches) and costs at least
 #: AUTO_REPS_MIN_WORK: the one whose buckets cost the fewest additions, d (n b log2 b +
-#: SCAN_WEIGHT m p) (CPU_SCAN_WEIGHT on the CPU); the first is the default (DEFAULT_REPS).
+#: SCAN_WEIGHT m p); the first is the default (DEFAULT_REPS).
 #: Odd (a median of one middle value); at most 13 (the GPU scan keeps up to 13 repetitions'
 #: buckets in registers). A top-300 query of a 16384 x 16384 product needs 2^18 buckets with
 #: 5, 2^17 with 7, 2^16 with 9 and 2^15 with 13: 0.66x, 0.40x and 0.27x the transforms'
 #: additions of 5.
 AUTO_REPS = (5, 7, 9, 11, 13)
 #: A scanned estimate's cost per repetition in transform additions (the GPU's scan selects at
-#: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second).
+#: about 3e10 estimate-repetitions per second, its compression adds at about 2e11 per second;
+#: on 2 CPU cores the one-pass scan of an odd count, which drops an entry once half its
+#: repetitions fall short, takes about 1 ns per entry for 5-13 repetitions at a certificate's
+#: cut and the compression adds at about 1e10 per second: less than this weight).
 SCAN_WEIGHT = 8
-#: The same on the CPU (2 cores, session 31: the compression adds at about 1e10 per second;
-#: the one-pass scan of 5 repetitions takes about 3 ns per estimate and repetition, the
-#: tiles of other counts about 10 ns): by repetition count, CPU_SCAN_WEIGHT_OTHER elsewhere.
-CPU_SCAN_WEIGHT = {5: 32}
-CPU_SCAN_WEIGHT_OTHER = 100
 #: The cushion for the scanned medians' largest noise, in noise levels, where buckets cost no
 #: compression time (pair-accumulated products, bit sketches: 5 repetitions, CHEAP_SLACK
 #: calibrated with it); elsewhere :func:`pagh_mm.certificate.noise_level`.
@@ -280,8 +278,7 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
             want = ((lam + spread) * 1.15 * noise / cut) ** 2
             bb, note = _capped(1 << max(MIN_LOG2B, math.ceil(math.log2(max(want * slack, 2)))),
                                dd, m, p, be)
-            weight = SCAN_WEIGHT if be.gpu else CPU_SCAN_WEIGHT.get(dd, CPU_SCAN_WEIGHT_OTHER)
-            costs.append((dd * (A.shape[1] * bb * math.log2(bb) + weight * m * p), dd, bb,
+            costs.append((dd * (A.shape[1] * bb * math.log2(bb) + SCAN_WEIGHT * m * p), dd, bb,
                           note))
         _, d, b, note = costs[0] if costs[0][0] < AUTO_REPS_MIN_WORK else min(costs)
         if len(options) > 1:

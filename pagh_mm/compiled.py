@@ -39,7 +39,7 @@ def _kernels():
     from . import _cpu_kernels as k
     return (k.scatter, k.fused, k.tile_estimates, k.tile_estimates5, k.pair_dots,
             k.select_tile, k.select_fill, k.tile_keys, k.scan_tile5, k.pruned_scan5,
-            k.pairs_only)
+            k.pairs_only, k.scan_tile_odd)
 
 
 def scatter_dense(X, h, s, b: int):
@@ -119,9 +119,10 @@ PRUNED_ROOM = 256
 
 def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int, c0: int,
               p: int, by_abs: bool, skip_diagonal: bool, lim: float, cut: float):
-    """:func:`tile_estimates` (five repetitions of an FWHT sketch) and :func:`select_tile`
-    in one pass that never holds the tile: (estimates, flat ids, a bound on the keys below
-    cut), or None when the passing entries would take more than :data:`ROW_ROOM_BYTES`."""
+    """:func:`tile_estimates` (an odd number of repetitions of an FWHT sketch) and
+    :func:`select_tile` in one pass that never holds the tile: (estimates, flat ids, a bound on
+    the keys below cut), or None when the passing entries would take more than
+    :data:`ROW_ROOM_BYTES`."""
     rows = h1.shape[1]
     counts = np.empty(rows, dtype=np.int64)
     lows = np.empty(rows, dtype=np.float64)
@@ -130,7 +131,8 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
             np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
             np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
             by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut))
-    got = _with_room(_kernels()[8], args, counts, lows, ROW_ROOM)
+    kernel = _kernels()[8] if h1.shape[0] == 5 else _kernels()[11]
+    got = _with_room(kernel, args, counts, lows, ROW_ROOM)
     if got is None:
         return None
     vals, cols, keep = got

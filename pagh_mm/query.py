@@ -543,7 +543,7 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     gpu = cp.backend.gpu
     filt = _Filter(cp, sketch) if gpu else None
     fused = not gpu and compiled.ENABLED
-    one_pass = fused and cp.method == "fwht" and cp.reps == 5
+    one_pass = fused and cp.method == "fwht" and cp.reps % 2 == 1
 
     def take(r0, c0, est):
         nonlocal pool_v, pool_i, parts_v, parts_i, held, floor, below
