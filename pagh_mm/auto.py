@@ -55,9 +55,10 @@ SCAN_WEIGHT = 8
 #: calibrated with it); elsewhere :func:`pagh_mm.certificate.noise_level`.
 CHEAP_SPREAD = 4.5
 #: Below this many additions with 5 repetitions (about a second of the 2-core CPU's
-#: compression) 5 stays: small products gain nothing measurable, and on the CPU the one-pass
-#: scan is for 5 (other counts take the two-pass tiles and more compiled kernels: the CPU test
-#: suite took 7:46 with 5 everywhere, 10:10-10:38 when its small products took 7).
+#: compression) 5 stays: small products gain nothing measurable, and on the CPU the pruned
+#: scan and the sorting-network medians are for 5 (the CPU test suite took 7:46 with 5
+#: everywhere, 10:10-10:38 when its small products took 7, before the one-pass scan of any odd
+#: count).
 AUTO_REPS_MIN_WORK = 1e10
 MIN_LOG2B = 10
 #: Rows s of each Count-Sketch of the Frobenius-norm estimate (relative standard deviation of
