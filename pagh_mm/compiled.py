@@ -131,6 +131,8 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
             np.ascontiguousarray(h2.T), np.ascontiguousarray(s2.T, dtype=np.float64),
             np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
             by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut))
+    if h1.shape[0] % 2 == 0:
+        raise ValueError(f"scan_tile: {h1.shape[0]} repetitions; the one-pass scan takes odd counts")
     kernel = _kernels()[8] if h1.shape[0] == 5 else _kernels()[11]
     got = _with_room(kernel, args, counts, lows, ROW_ROOM)
     if got is None:
@@ -198,6 +200,8 @@ def pruned_scan(h1, s1, h2T, s2T, sketch, gram: bool, diagonal, r0: int, heavy, 
     that heavy buckets point to (:func:`pagh_mm._cpu_kernels.pruned_scan5`; ``lim`` > 0):
     (estimates, flat ids, largest key below cut among the entries it evaluated), or None
     when the passing entries would take more than :data:`ROW_ROOM_BYTES`."""
+    if h1.shape[0] != 5:
+        raise ValueError(f"pruned_scan: {h1.shape[0]} repetitions; it takes five")
     rows = h1.shape[1]
     counts = np.empty(rows, dtype=np.int64)
     lows = np.empty(rows, dtype=np.float64)

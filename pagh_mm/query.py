@@ -600,7 +600,7 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
                 hint="raise the threshold or lower candidates")
 
     pruned = _pruned(cp, sketch, by, cap, cut, exclude, skip_diagonal, least) \
-        if one_pass or (gpu and cp.method == "fwht") else None
+        if (one_pass and cp.reps == 5) or (gpu and cp.method == "fwht") else None
     if pruned is not None:              # the entries that can reach the limit, directly
         flat, ids, low = pruned
         parts_v, parts_i = [flat], [ids]

@@ -268,7 +268,7 @@ def test_compiled_scans_give_the_specifications_answers(kind, reps):
 
 
 @pytest.mark.parametrize("prune,reps", [(False, 5), (True, 5), (False, 7), (False, 13),
-                                        (False, 4)])
+                                        (False, 4), (True, 3), (True, 13)])
 @pytest.mark.parametrize("kind", ["dense", "gram"])
 def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, reps, monkeypatch):
     """Small tiles (many of them, a seeded first one), rows with more passing entries than
@@ -294,7 +294,8 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, reps, monk
     else:
         A, B = rng.standard_normal((240, 80)), rng.standard_normal((80, 230))
         A[:8] *= 20.0                                                # crowded rows
-    sk = pagh_mm.compress(A, B, buckets=512, reps=reps, seed=2)
+    sk = pagh_mm.compress(A, B, buckets=512, reps=reps, seed=2, gram=kind == "gram" or None)
+    assert sk.gram == (kind == "gram")
     scanned, one_pass = [], compiled.scan_tile           # the one-pass kernel's repetitions
     monkeypatch.setattr(compiled, "scan_tile",
                         lambda h1, *a: scanned.append(h1.shape[0]) or one_pass(h1, *a))
@@ -329,8 +330,9 @@ def test_one_pass_scans_over_many_tiles_and_crowded_rows(kind, prune, reps, monk
             assert np.array_equal(got.rows, want.rows) and np.array_equal(got.cols, want.cols)
             assert np.array_equal(got.exact, want.exact)
             assert got.certified == want.certified and got.margin == want.margin
-    assert any(used) == prune and (not prune or not all(used))      # pruned, and fallbacks
-    assert prune or set(scanned) == ({reps} if reps % 2 else set())
+    # pruned (five repetitions only), and fallbacks; else one pass for odd counts
+    assert any(used) == (prune and reps == 5) and (not used or not all(used))
+    assert (prune and reps == 5) or set(scanned) == ({reps} if reps % 2 else set())
 
 
 def test_pruned_scans_certify_what_the_specification_certifies(monkeypatch):
