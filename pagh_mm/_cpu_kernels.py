@@ -456,12 +456,12 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
 @numba.njit(nogil=True, cache=True, parallel=True)
 def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip_diag, lim,
                   strict, cut, vals, cols_out, counts, lows):
-    """:func:`scan_tile5` for any odd number d of repetitions of an FWHT sketch: an entry's
-    values are read repetition by repetition and it is rejected as soon as h = (d + 1) // 2 of
-    its keys are below ``lim`` (h values within [-B, B], B the largest of their keys, put the
-    median there: the bound offered to lows[r]); the others' medians through
-    :func:`_estimate_any`'s insertion, so the general path's values.  Gram entries with a blind
-    repetition go through the general path."""
+    """:func:`scan_tile5` for any odd number d of repetitions of an FWHT sketch: an entry is
+    rejected when h = (d + 1) // 2 of its keys are below ``lim`` (h values within [-B, B], B
+    the largest of those keys, put the median there: the bound offered to lows[r]), after its
+    first h values when they all are; the others' medians through :func:`_estimate_any`'s
+    insertion, so the general path's values.  Gram entries with a blind repetition go through
+    the general path."""
     d = h1.shape[0]
     h = (d + 1) // 2
     rows = h1.shape[1]
@@ -470,6 +470,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
     upper = shift > -(1 << 61)
     for r in numba.prange(rows):
         v = np.empty(d, dtype=np.float64)
+        xs = np.empty(d, dtype=np.float64)
         hr = h1[:, r].copy()
         sr = s1[:, r].copy()
         n = 0
@@ -484,30 +485,45 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
             if blind:
                 e = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
             else:
+                # the first h keys, then (when not all below lim) the others; an entry with h
+                # keys below lim fails
                 below = 0
                 bnd = -np.inf
-                for t in range(d):
+                for t in range(h):
                     x = sr[t] * s2T[c, t] * sketch[t, hr[t] ^ h2T[c, t]]
                     if gram:
                         x = x * 0.5
+                    xs[t] = x
                     y = abs(x) if by_abs else x
-                    if y < lim:
-                        below += 1
-                        bnd = max(bnd, y)
-                        if below == h:
-                            break
-                    j = t                      # insertion: after the values <= x
-                    while j > 0 and v[j - 1] > x:
-                        v[j] = v[j - 1]
-                        j -= 1
-                    v[j] = x
-                if below == h:
-                    # h keys below lim: the median's key is at most their largest (< lim: the
-                    # entry fails), which bounds it where it counts (below cut)
+                    fail = y < lim
+                    below += fail
+                    bnd = max(bnd, y if fail else -np.inf)
+                if below < h:
+                    for t in range(h, d):
+                        x = sr[t] * s2T[c, t] * sketch[t, hr[t] ^ h2T[c, t]]
+                        if gram:
+                            x = x * 0.5
+                        xs[t] = x
+                        y = abs(x) if by_abs else x
+                        if y < lim:
+                            below += 1
+                            bnd = max(bnd, y)
+                            if below == h:
+                                break
+                if below >= h:
+                    # h keys below lim: the median's key is at most the largest of them (< lim:
+                    # the entry fails), which bounds it where it counts (below cut)
                     if not ((skip_diag and gr == gc) or (upper and gr > gc)):
                         if bnd < cut and bnd > low:
                             low = bnd
                     continue
+                for t in range(d):             # insertion, in _estimate_any's order
+                    x = xs[t]
+                    j = t
+                    while j > 0 and v[j - 1] > x:
+                        v[j] = v[j - 1]
+                        j -= 1
+                    v[j] = x
                 e = (v[h - 1] + v[h - 1]) * 0.5 if gram else v[h - 1]
             if gram and gr == gc:
                 e = diag[gr]

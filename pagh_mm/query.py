@@ -67,6 +67,9 @@ PRUNE_ROWS = 8192
 #: A CPU scan with nothing to prune with yet starts with the first rows of its first tile,
 #: about this many times its pool's entries, whose best set the floor for the rest.
 SEED_ENTRIES = 64
+#: The rows a one-pass scan takes after the seed grow this many times per step, each step's
+#: best entries raising the floor the next is scanned against.
+SEED_GROWTH = 4
 #: GPU scans: entries of the largest chunk one selecting kernel call scans, and of the largest
 #: without a heavy-bucket filter (when every entry it evaluates may be returned).
 GPU_CHUNK = 1 << 32
@@ -618,12 +621,15 @@ def scan(cp, by: str, cap: int, cut: float = -math.inf, *, sketch=None, exclude=
     for r0, c0, est in chunks:
         if one_pass and max(cut, floor) == -math.inf:
             # nothing to prune with: a few rows first (two passes), whose best entries set
-            # the floor the rest of the tile is scanned against in one pass
+            # the floor the next rows are scanned against in one pass, 4x as many each time
+            # while the floor rises with them, then the rest of the tile
             h1, s1, h2, s2 = est
             seed = -(-SEED_ENTRIES * (cap + 1) // h2.shape[1])
-            if seed < h1.shape[1]:
+            while seed < h1.shape[1]:
                 take(r0, c0, (h1[:, :seed], s1[:, :seed], h2, s2))
-                r0, est = r0 + seed, (h1[:, seed:], s1[:, seed:], h2, s2)
+                r0, h1, s1 = r0 + seed, h1[:, seed:], s1[:, seed:]
+                seed *= SEED_GROWTH
+            est = (h1, s1, h2, s2)
         take(r0, c0, est)
     pool_v, pool_i = compact(xp.concatenate([pool_v] + parts_v), xp.concatenate([pool_i] + parts_i))
     next_key = -math.inf if below is None else float(below)
