@@ -1,6 +1,8 @@
-"""reps="auto" against fixed counts (``--against``, default 5) for certified top-k queries of dense planted products (the
-compression through the transforms): the repetitions and buckets chosen, compression and
-query times, whether the answer is certified and its recall; same data, same run.
+"""reps="auto" against fixed counts for certified top-k queries of dense planted products.
+
+The compression goes through the transforms; ``--against`` names the fixed counts (default 5).
+Rows: the repetitions and buckets chosen, compression and query times, whether the answer is
+certified and its recall; same data, same run.
 
     python benchmarks/auto_reps.py [--n 2048 --n 4096] [--planted 300] [--device cpu|gpu]
         [--against 5 --against 7] [--repeats 3] [--json FILE]

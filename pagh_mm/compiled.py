@@ -132,7 +132,8 @@ def scan_tile(h1, s1, h2, s2, sketch, gram: bool, diagonal, shift: int, r0: int,
             np.ascontiguousarray(sketch, dtype=np.float64), gram, diag, shift, r0, c0,
             by_abs, skip_diagonal, float(lim), lim == -np.inf, float(cut))
     if h1.shape[0] % 2 == 0:
-        raise ValueError(f"scan_tile: {h1.shape[0]} repetitions; the one-pass scan takes odd counts")
+        raise ValueError(f"scan_tile: {h1.shape[0]} repetitions; the one-pass scan takes "
+                         "odd counts")
     kernel = _kernels()[8] if h1.shape[0] == 5 else _kernels()[11]
     got = _with_room(kernel, args, counts, lows, ROW_ROOM)
     if got is None:
