@@ -384,6 +384,29 @@ def tile_keys(est, r0, c0, by_abs, skip_diag, upper, keys):
             keys[r * cols + c] = _tile_key(est, r, c, r0 + r, c0 + c, by_abs, skip_diag, upper)
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _bound_dropped(bnd, gr, gc, skip_diag, upper, cut, low):
+    """An entry dropped early with its key at most ``bnd`` (< lim): ``bnd`` remembered in
+    ``low`` when below ``cut``, unless the entry is skipped (the diagonal, or below it)."""
+    if not ((skip_diag and gr == gc) or (upper and gr > gc)):
+        if bnd < cut and bnd > low:
+            low = bnd
+    return low
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _offer_scanned(e, c, gr, gc, gram, diag, by_abs, skip_diag, upper, lim, strict, cut, r, n,
+                   low, vals, cols_out):
+    """A one-pass scan's evaluated entry (a Gram diagonal entry: its exact value) offered as
+    :func:`_offer` does, unless it is skipped (the diagonal, or below it: its key -inf, below
+    any low, and at lim = -inf the scan is strict); returns (n, low)."""
+    if gram and gr == gc:
+        e = diag[gr]
+    if (skip_diag and gr == gc) or (upper and gr > gc):
+        return n, low
+    return _offer(e, c, gr, by_abs, lim, strict, cut, r, n, low, vals, cols_out)
+
+
 @numba.njit(nogil=True, cache=True, parallel=True)
 def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip_diag, lim,
                strict, cut, vals, cols_out, counts, lows):
@@ -396,7 +419,6 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
     are its exact values ``diag``."""
     rows = h1.shape[1]
     cols = h2T.shape[0]
-    room = vals.shape[1]
     mask = sketch.shape[1] - 1
     upper = shift > -(1 << 61)
     for r in numba.prange(rows):
@@ -425,30 +447,16 @@ def scan_tile5(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, skip
                 if (y0 < lim) & (y1 < lim) & (y2 < lim):
                     # three of five below lim: the median's key is at most their largest
                     # (< lim: the entry fails), which bounds it where it counts (below cut)
-                    gr, gc = r0 + r, c0 + c
-                    if not ((skip_diag and gr == gc) or (upper and gr > gc)):
-                        bnd = max(y0, max(y1, y2))
-                        if bnd < cut and bnd > low:
-                            low = bnd
+                    low = _bound_dropped(max(y0, max(y1, y2)), r0 + r, c0 + c, skip_diag,
+                                         upper, cut, low)
                     continue
                 x3 = b3 * s2T[c, 3] * sketch[3, i3]
                 x4 = b4 * s2T[c, 4] * sketch[4, i4]
                 if gram:
                     x3, x4 = x3 * 0.5, x4 * 0.5
                 e = _median5(x0, x1, x2, x3, x4, gram)
-            gr, gc = r0 + r, c0 + c
-            if gram and gr == gc:
-                e = diag[gr]
-            k = abs(e) if by_abs else e
-            if (skip_diag and gr == gc) or (upper and gr > gc):
-                k = -np.inf
-            if k < cut and k > low:
-                low = k
-            if (k > lim) if strict else (k >= lim):
-                if n < room:
-                    vals[r, n] = e
-                    cols_out[r, n] = c
-                n += 1
+            n, low = _offer_scanned(e, c, r0 + r, c0 + c, gram, diag, by_abs, skip_diag, upper,
+                                    lim, strict, cut, r, n, low, vals, cols_out)
         counts[r] = n
         lows[r] = low
 
@@ -513,9 +521,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                 if below >= h:
                     # h keys below lim: the median's key is at most the largest of them (< lim:
                     # the entry fails), which bounds it where it counts (below cut)
-                    if not ((skip_diag and gr == gc) or (upper and gr > gc)):
-                        if bnd < cut and bnd > low:
-                            low = bnd
+                    low = _bound_dropped(bnd, gr, gc, skip_diag, upper, cut, low)
                     continue
                 for t in range(d):             # insertion, in _estimate_any's order
                     x = xs[t]
@@ -525,18 +531,8 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                         j -= 1
                     v[j] = x
                 e = (v[h - 1] + v[h - 1]) * 0.5 if gram else v[h - 1]
-            if gram and gr == gc:
-                e = diag[gr]
-            k = abs(e) if by_abs else e
-            if (skip_diag and gr == gc) or (upper and gr > gc):
-                k = -np.inf
-            if k < cut and k > low:
-                low = k
-            if (k > lim) if strict else (k >= lim):
-                if n < vals.shape[1]:
-                    vals[r, n] = e
-                    cols_out[r, n] = c
-                n += 1
+            n, low = _offer_scanned(e, c, gr, gc, gram, diag, by_abs, skip_diag, upper, lim,
+                                    strict, cut, r, n, low, vals, cols_out)
         counts[r] = n
         lows[r] = low
 
