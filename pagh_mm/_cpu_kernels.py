@@ -231,6 +231,23 @@ def _median5(x0, x1, x2, x3, x4, gram):
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
+def _insert(v, n, x):
+    """x into the sorted v[:n], after the values <= x (insertion sort's step)."""
+    j = n
+    while j > 0 and v[j - 1] > x:
+        v[j] = v[j - 1]
+        j -= 1
+    v[j] = x
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _rep_value(sr, s2T, sketch, t, c, idx, gram):
+    """Repetition t's estimate of an entry whose bucket is idx (Gram sketches: halved)."""
+    x = sr[t] * s2T[c, t] * sketch[t, idx]
+    return x * 0.5 if gram else x
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
 def _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v):
     """One entry's median over any number of repetitions (insertion sort)."""
     n = 0
@@ -240,14 +257,7 @@ def _estimate_any(hr, sr, h2T, s2T, c, sketch, fwht, gram, mask, v):
         idx = (a ^ b) if fwht else ((a + b) & mask)
         if gram and idx == 0:
             continue
-        x = sr[t] * s2T[c, t] * sketch[t, idx]
-        if gram:
-            x = x * 0.5
-        j = n                          # insertion: after the values <= x
-        while j > 0 and v[j - 1] > x:
-            v[j] = v[j - 1]
-            j -= 1
-        v[j] = x
+        _insert(v, n, _rep_value(sr, s2T, sketch, t, c, idx, gram))
         n += 1
     return _median_sorted(v, n, gram)
 
@@ -490,6 +500,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                 for t in range(d):
                     if hr[t] ^ h2T[c, t] == 0:
                         blind = True
+                        break
             if blind:
                 e = _estimate_any(hr, sr, h2T, s2T, c, sketch, True, True, mask, v)
             else:
@@ -498,9 +509,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                 below = 0
                 bnd = -np.inf
                 for t in range(h):
-                    x = sr[t] * s2T[c, t] * sketch[t, hr[t] ^ h2T[c, t]]
-                    if gram:
-                        x = x * 0.5
+                    x = _rep_value(sr, s2T, sketch, t, c, hr[t] ^ h2T[c, t], gram)
                     xs[t] = x
                     y = abs(x) if by_abs else x
                     fail = y < lim
@@ -508,9 +517,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                     bnd = max(bnd, y if fail else -np.inf)
                 if below < h:
                     for t in range(h, d):
-                        x = sr[t] * s2T[c, t] * sketch[t, hr[t] ^ h2T[c, t]]
-                        if gram:
-                            x = x * 0.5
+                        x = _rep_value(sr, s2T, sketch, t, c, hr[t] ^ h2T[c, t], gram)
                         xs[t] = x
                         y = abs(x) if by_abs else x
                         if y < lim:
@@ -524,12 +531,7 @@ def scan_tile_odd(h1, s1, h2T, s2T, sketch, gram, diag, shift, r0, c0, by_abs, s
                     low = _bound_dropped(bnd, gr, gc, skip_diag, upper, cut, low)
                     continue
                 for t in range(d):             # insertion, in _estimate_any's order
-                    x = xs[t]
-                    j = t
-                    while j > 0 and v[j - 1] > x:
-                        v[j] = v[j - 1]
-                        j -= 1
-                    v[j] = x
+                    _insert(v, t, xs[t])
                 e = (v[h - 1] + v[h - 1]) * 0.5 if gram else v[h - 1]
             n, low = _offer_scanned(e, c, gr, gc, gram, diag, by_abs, skip_diag, upper, lim,
                                     strict, cut, r, n, low, vals, cols_out)
