@@ -130,3 +130,51 @@ def buckets_for(b: int, sigma: float, tau: float, lam: float, spread: float = 4.
         return 2 * b
     want = b * ((lam + spread) * sigma / tau) ** 2
     return max(2 * b, 1 << max(1, math.ceil(math.log2(want))))
+
+
+# --- rounding -----------------------------------------------------------------------------
+
+def unit_roundoff(dtype) -> float:
+    """u of a floating dtype (float64, float32, float16, bfloat16): half its epsilon."""
+    import numpy as np
+    import fwht_gpu.dtypes as fd
+    dt = fd.resolve(dtype, "dtype")
+    if dt == fd.bfloat16:
+        return 2.0 ** -8
+    return float(np.finfo(dt).eps) / 2
+
+
+def _gamma(n: int, u: float) -> float:
+    """gamma_n = n u / (1 - n u): the relative error of n successive roundings."""
+    return math.inf if n * u >= 1 else n * u / (1 - n * u)
+
+
+def rounding_coefficients(dtype, log2b: int, inner: int, load: int,
+                          algorithm: str = "folklore") -> tuple[float, float]:
+    """(e, f) such that one bucket of a repetition's computed sketch differs from the exact
+    sketch of the product by at most e S + f ||c||_2, whatever the data (worst case, not a
+    model): S = sum_k ||a_k||_P ||b_k||_P with ||x||_P^2 = sum_i load(bucket of i) x_i^2
+    (a bound on ||P |x| ||_2), ||c||_2 the computed sketch's norm, for the pipeline of
+    :class:`pagh_mm.convolution.Accumulator` with transforms in ``dtype`` (2^log2b buckets,
+    ``inner`` inner indices, at most ``load`` keys per bucket): each bucket summed in float64
+    (load - 1 roundings) and rounded to ``dtype`` (through float32 for 16-bit dtypes); the
+    log2b Folklore stages (||fl(H x) - H x|| <= gamma_L sqrt(b) ||x||); the product and the
+    pairwise tree over the inner dimension (depth <= ceil(log2 inner) + 1) in the
+    accumulation dtype (float64 for float64 transforms, else float32), bounded in the
+    l1 norm by Cauchy-Schwarz; the inverse transform in the accumulation dtype (per bucket
+    at most gamma_L ||c||_2); the float64 sum with pair-accumulated terms.  Alman-Rao's H8
+    blocks (``algorithm="alman"``) are allowed twice the roundings of the stages they
+    replace."""
+    import numpy as np
+    u = unit_roundoff(dtype)
+    wide = unit_roundoff(np.float64)
+    ua = wide if u == wide else unit_roundoff(np.float32)
+    cast = 0.0 if u == wide else (ua + u + ua * u if u > ua else u)
+    e1 = _gamma(max(load - 1, 0), wide) * (1 + cast) + cast
+    stages = log2b * (2 if algorithm == "alman" else 1)
+    e1 = e1 + _gamma(stages, u) * (1 + e1)                     # the transform of each factor
+    e2 = 2 * e1 + e1 * e1 + ua * (1 + e1) ** 2                  # their product
+    depth = max(1, (max(inner, 1) - 1).bit_length()) + 1
+    e3 = e2 + _gamma(depth, ua) * (1 + e1) ** 2 * (1 + ua)      # the tree over the inner index
+    g = _gamma(stages, ua)
+    return e3 + 2 * wide * (1 + e3), g * (1 + 2 * g)

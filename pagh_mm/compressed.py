@@ -228,6 +228,62 @@ class CompressedProduct:
             out = run()
         return out
 
+    def rounding(self) -> float:
+        """The most the transforms' rounding can move one estimate, whatever the data (a
+        worst case, :func:`pagh_mm.certificate.rounding_coefficients`, from the factors'
+        row and column norms and the repetitions' bucket loads; the largest over the
+        repetitions): certified queries widen their margin by it.  0.0 for float64
+        transforms (their rounding, about 1e-14 of the factors' norms, is left to the noise
+        model) and without factors.  Computed once, on first use (a pass over the factors)."""
+        cached = self.__dict__.get("_rounding")
+        if cached is not None:
+            return cached
+        dt = self.dtype_object()
+        if dt == np.float64 or not self.factors or self.method != "fwht":
+            value = 0.0
+        else:
+            from .exact import squared_norms
+            xp = self.backend.xp
+            total = xp.zeros(self.reps)
+            for A, B in self.factors:
+                if self.gram:           # one hash function: ||a_k||_P = ||b_k||_P
+                    w = self.diagonal if len(self.factors) == 1 else \
+                        squared_norms(self.backend, A, 1)
+                    S, most = self._loaded(1, w)
+                else:
+                    SA, la = self._loaded(1, squared_norms(self.backend, A, 1))
+                    SB, lb = self._loaded(2, squared_norms(self.backend, B, 0))
+                    S, most = xp.sqrt(SA * SB), max(la, lb)
+                e, f = certificate.rounding_coefficients(dt, self.log2b, A.shape[1], most,
+                                                         self.algorithm)
+                total += e * S
+            if len(self.factors) > 1:   # the float64 sum of the factors' sketches
+                total *= 1 + certificate._gamma(len(self.factors) - 1, 2.0 ** -53)
+            norms = xp.sqrt(row_sums(self.sketch * self.sketch, xp))
+            rho = (total + f * norms) * (1 + 1e-9)      # (the norms' own float64 sums)
+            value = float(rho.max()) * (0.5 if self.gram else 1.0)
+        self.__dict__["_rounding"] = value
+        return value
+
+    def _loaded(self, which: int, w):
+        """(sum_i load_t(h_t(i)) w_i per repetition t, the largest bucket load) for the keys
+        of side ``which`` weighted by ``w`` (their squared norms)."""
+        xp = self.backend.xp
+        keys = w.shape[0]
+        out = xp.zeros(self.reps)
+        most = 0
+        step = 1 << 20
+        for t in range(self.reps):
+            loads = xp.zeros(self.buckets, dtype=xp.int64)
+            for k0 in range(0, keys, step):
+                h = self._hashes(which, xp.arange(k0, min(keys, k0 + step), dtype=xp.int64))[0]
+                loads += xp.bincount(h[t], minlength=self.buckets)
+            most = max(most, int(loads.max()) if keys else 0)
+            for k0 in range(0, keys, step):
+                h = self._hashes(which, xp.arange(k0, min(keys, k0 + step), dtype=xp.int64))[0]
+                out[t] += (loads[h[t]] * w[k0:k0 + step]).sum()
+        return out, most
+
     def dtype_object(self):
         """The transforms' dtype as a NumPy dtype (``dtype`` holds its short name)."""
         import fwht_gpu.dtypes as fd

@@ -293,3 +293,30 @@ def _dots(be, A, B, r, c, absolute: bool):
     Bc = select(B, c, be, np.float64) if is_sparse(B) else B[:, c].T
     prod = f(_dense(Ar, xp)) * f(_dense(Bc, xp))
     return row_sums(prod, xp)
+
+
+def squared_norms(be, M, axis: int):
+    """Squared Euclidean norms in float64 of the rows (``axis`` 1) or columns (``axis`` 0) of
+    a factor (dense, memory-mapped, sparse or dask; dense ones read a block of rows at a
+    time), on ``be``'s device: what :meth:`pagh_mm.CompressedProduct.rounding` bounds with."""
+    xp = be.xp
+    from .backend import is_dask
+    if is_dask(M):
+        out = (M.astype(np.float64) ** 2).sum(axis=axis).compute()
+        return xp.asarray(out.toarray().ravel() if hasattr(out, "toarray") else out,
+                          dtype=xp.float64)
+    if is_sparse(M):
+        S = M.astype(np.float64)
+        S = S.multiply(S)
+        return xp.asarray(S.sum(axis=axis), dtype=xp.float64).ravel()
+    rows, cols = M.shape
+    out = xp.zeros(rows if axis == 1 else cols, dtype=xp.float64)
+    step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, cols)))
+    for r0 in range(0, rows, step):
+        blk = xp.asarray(M[r0:r0 + step], dtype=xp.float64)
+        blk = blk * blk
+        if axis == 1:
+            out[r0:r0 + step] = blk.sum(axis=1)
+        else:
+            out += blk.sum(axis=0)
+    return out

@@ -832,6 +832,7 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
     peeled = False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
+    rho = cp.rounding()                 # the transforms' rounding, at most, per estimate
     decodes = decode.ROUNDS if decoding else 0
     bits = None
     level = math.inf                    # the last decoding level
@@ -845,13 +846,13 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
         if tau > -math.inf:
             at_risk = certificate.entries_at_risk(norm2 / pairs, tau, unreported)
             lam = certificate.multiplier(d, at_risk, delta, blind)
-            mg = lam * sigma
+            mg = lam * sigma + rho
             cut = tau - mg
             noise = expected_noise_entries(sigma, cut, d, target.by, unreported)
             if rnd >= 1 and noise > min(cap, CROWDED * at_risk + first_pool):
                 # peeled, and noise alone would fill the pool at this cut: more buckets
                 advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd,
-                                 crowded=True)
+                                 crowded=True, rho=rho)
                 break
         if decodes:
             decodes -= 1
@@ -890,11 +891,11 @@ def search(cp, target: Target, *, delta: float, candidates: int, rounds: int,
         if tau > -math.inf:
             lam = certificate.multiplier(
                 d, certificate.entries_at_risk(norm2 / pairs, tau, unreported), delta, blind)
-            mg = lam * sigma
+            mg = lam * sigma + rho
             if got.next_key + mg < tau:
                 certified = True
                 break
-            advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd)
+            advice = _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, rho=rho)
         else:
             advice = ("candidates", f"raise candidates= (now {candidates})", None)
         if left <= 0:
@@ -926,15 +927,23 @@ def _decode_step(cp, residual, bits, level: float, cap: int, found: Found, targe
     return int(ids.size)
 
 
-def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=False):
-    """Which parameter to raise when the search stops uncertified: the buckets when the
-    residual noise alone keeps the margin near the cut, else candidates or rounds."""
+def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=False,
+            rho: float = 0.0):
+    """Which parameter to raise when the search stops uncertified: a wider dtype when the
+    transforms' rounding (``rho``, at most, per estimate) is most of the margin, the
+    buckets when the residual noise keeps the margin near the cut, else candidates or
+    rounds."""
     if tau <= 0 and target.by == "value":
         return ("by", f"the cut {tau:.6g} is not positive: with by='value' every entry may "
                 "reach it, and the margin must cover them all; use by='abs', a positive "
                 "threshold, or more buckets", None)
-    if crowded or tau - lam * sigma < 4 * sigma:
-        want = certificate.buckets_for(cp.buckets, sigma, tau, lam)
+    if crowded or tau - lam * sigma - rho < 4 * sigma:
+        if rho > lam * sigma:
+            return ("dtype", f"the rounding of the {cp.dtype} transforms (up to {rho:.4g} per "
+                    f"estimate, beside a noise margin of {lam * sigma:.4g}) is too close to "
+                    f"the cut {tau:.6g}: compress with dtype=float64", None)
+        want = certificate.buckets_for(cp.buckets, sigma, tau, lam + rho / sigma
+                                       if sigma > 0 else lam)
         noise = (f"the residual noise ({sigma:.4g} per repetition, margin {lam * sigma:.4g}) is "
                  f"too close to the cut {tau:.6g}")
         from .matmul import MAX_LOG2B
@@ -1050,6 +1059,7 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
     residual, peeled = cp.sketch, False
     left = candidates
     certified, mg, sigma, advice = False, math.inf, 0.0, None
+    rho = cp.rounding()                 # the transforms' rounding, at most, per estimate
     if decoding:
         bits = cp.bits.sketch.copy()
         residual, peeled = residual.copy(), True
@@ -1059,8 +1069,8 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
             low = float(cuts.min()) if m else -math.inf
             if not math.isfinite(low) or left <= 0:
                 break
-            level = low - certificate.margin(sigma, d, norm2 / pairs, low,
-                                             size - int(found.ids.size), delta, blind)
+            level = low - rho - certificate.margin(sigma, d, norm2 / pairs, low,
+                                                   size - int(found.ids.size), delta, blind)
             added = _decode_step(cp, residual, bits, level, left, found, target) \
                 if level > 0 else 0
             if not added:
@@ -1072,7 +1082,7 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
         cuts = _row_cuts(target, found, m, p, xp)
         finite = cuts[xp.isfinite(cuts)]
         low = float(finite.min()) if finite.size else -math.inf
-        mg = certificate.margin(sigma, d, norm2 / pairs, low, unreported, delta, blind) \
+        mg = certificate.margin(sigma, d, norm2 / pairs, low, unreported, delta, blind) + rho \
             if low > -math.inf else math.inf
         PK, PV, PI, nxt = scan_rows(cp, target.by, width, cuts - mg, sketch=residual,
                                     skip_diagonal=target.exclude_diagonal, progress=progress)
@@ -1089,7 +1099,7 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
         unreported = size - int(found.ids.size)
         lam = certificate.multiplier(d, certificate.entries_at_risk(norm2 / pairs, low, unreported),
                                      delta, blind) if low > -math.inf else math.inf
-        mg = lam * sigma
+        mg = lam * sigma + rho
         ok_rows = (nxt == -xp.inf) | (nxt + mg < cuts)
         if bool(ok_rows.all()):
             certified = True
@@ -1098,7 +1108,8 @@ def search_rows(cp, target: Target, *, delta: float, candidates: int, rounds: in
             advice = ("threshold", "give a threshold (rows whose n-th largest entry is not "
                       "separated from the noise cannot be certified without one)", None)
         else:
-            advice = _advice(cp, target, low, sigma, lam, candidates, left, rounds, rnd)
+            advice = _advice(cp, target, low, sigma, lam, candidates, left, rounds, rnd,
+                             rho=rho)
         if left <= 0 or (rnd >= 1 and advice[0] == "buckets"):
             break
         if not peeled:
