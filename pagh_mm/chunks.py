@@ -81,14 +81,19 @@ def pairs_allowed(stats) -> bool:
 def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c H^T of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
-    unless ``gram``)) of one inner chunk."""
+    unless ``gram``), (||A_c||_F^2, ||B_c||_F^2) of dense factors with ``estimate`` (else
+    None: what :func:`pagh_mm.auto.narrower_transforms` weighs)) of one inner chunk."""
     a, b, be = matrices(*_pair(a, b, gram), check_finite)
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     integral, bound = _pair_statistics(sides)
+    norms2 = None
     with _lock(be):
         part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
         diagonal = exact.gram_diagonal(be, a) if gram else None
-    return integral, bound, part, diagonal
+        if estimate and not any(s.sparse for s in sides):
+            na = float(exact.squared_norms(be, a, 1).sum())
+            norms2 = (na, na) if gram else (na, float(exact.squared_norms(be, b, 0).sum()))
+    return integral, bound, part, diagonal, norms2
 
 
 @dataclass(frozen=True)
@@ -228,7 +233,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
              failure_probability: float, method: str, dt, algorithm: str, stabilizer, hash: str,
              check_finite: bool, memory_budget, decode,
              stats: Callable[[Callable], list], sums: Callable[[Plan, bool], tuple],
-             exact_of: Callable) -> CompressedProduct:
+             exact_of: Callable, dtype=None) -> CompressedProduct:
     """The compression of A @ B from its chunks (validated arguments; ``A``, ``B`` the
     factors the result keeps for verification, shapes and dtypes read from them).
 
@@ -236,6 +241,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     ``sums(plan, pairs)``: the tree sum (:func:`plus_parts`) of :func:`chunk_sums` over the
     chunks (its statistics in chunk order), (None, None, None, None) for none;
     ``exact_of(r, c)``: exact entries of the product (the Gram diagonal's large integers).
+    ``dtype``: the caller's argument (None: the rule may narrow ``dt``, as compress's).
 
     The statistics pass runs only where the choice of the sketch needs it: automatic buckets
     for a stated query. Otherwise the sums pass checks the values, forms the Gram diagonal
@@ -268,6 +274,10 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
                          decoding=bits > 0, frobenius=F)
+    if ran and parts and all(s[4] is not None for s in parts):
+        norms2 = (math.fsum(s[4][0] for s in parts), math.fsum(s[4][1] for s in parts))
+        dt, chosen = matmul._narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
+                                      failure_probability, norms2)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = matmul._draw(chosen, bits, hash, seed, be)
     plan = Plan(made, log2b, every, method, dt, algorithm, stabilizer, memory_budget, gram,

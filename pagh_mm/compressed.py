@@ -185,11 +185,15 @@ class CompressedProduct:
         this sketch was sized automatically from its factors, the sketch is rebuilt with the
         buckets it names (within the memory available; without its bit sketches when only
         that fits, the searches then scan) and the search repeated, up to REGROWTHS times (a
-        search on too small a sketch may underestimate what it needs)."""
+        search on too small a sketch may underestimate what it needs); when it reports that
+        the rounding of transforms the rule narrowed to float32 is too large, the same in
+        float64."""
         out = run()
         for _ in range(REGROWTHS):
             found, ok, mg, sigma, advice = out
-            if ok or advice is None or advice[0] != "buckets" or advice[2] <= self.buckets or \
+            kind = advice[0] if advice is not None else None
+            wider = kind == "dtype" and self.chosen is not None and self.chosen.narrowed
+            if ok or not (wider or (kind == "buckets" and advice[2] > self.buckets)) or \
                     len(self.factors) != 1 or self.chosen is None or \
                     not self.chosen.reason.startswith("auto"):
                 return out
@@ -205,9 +209,10 @@ class CompressedProduct:
             # with the bit sketches if they fit, else without them: the scan certifies alone
             for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:
-                    new = compress(A, B, buckets=advice[2], reps=self.reps,
-                                   seed=self.params.seed, method=self.method,
-                                   dtype=self.dtype_object(), algorithm=self.algorithm,
+                    new = compress(A, B, buckets=self.buckets if wider else advice[2],
+                                   reps=self.reps, seed=self.params.seed, method=self.method,
+                                   dtype=np.float64 if wider else self.dtype_object(),
+                                   algorithm=self.algorithm,
                                    stabilizer=self.stabilizer, hash=self.params.family,
                                    gram=self.gram, decode=with_bits, check_finite=False)
                     break
@@ -216,15 +221,18 @@ class CompressedProduct:
             if new is None:
                 return out
             from .auto import Choice
-            self.sketch, self.params, self.log2b, self.bits = new.sketch, new.params, \
-                new.log2b, new.bits
+            self.sketch, self.params, self.log2b, self.bits, self.dtype = new.sketch, \
+                new.params, new.log2b, new.bits, new.dtype
             first = self.chosen.reason
-            if first.startswith("auto: grown to "):       # keep the first sizing's reason
+            if first.startswith(("auto: grown to ", "auto: redone ")):   # the first sizing's
                 rest = first.split(" by a verified query", 1)[1]
                 first = rest.removeprefix(DROPPED)[2:-1]
+            grown = "redone in float64 transforms (the float32 ones' rounding neared the " \
+                "cut)" if wider else f"grown to {new.buckets} buckets"
             self.chosen = Choice(new.buckets, self.reps, self.chosen.frobenius, self.chosen.cut,
-                                 f"auto: grown to {new.buckets} buckets by a verified query"
-                                 + (DROPPED if dropped else "") + f" ({first})")
+                                 f"auto: {grown} by a verified query"
+                                 + (DROPPED if dropped else "") + f" ({first})",
+                                 narrowed=self.chosen.narrowed and not wider)
             out = run()
         return out
 
@@ -236,8 +244,8 @@ class CompressedProduct:
         transforms (their rounding, about 1e-14 of the factors' norms, is left to the noise
         model) and without factors.  Computed once, on first use (a pass over the factors)."""
         cached = self.__dict__.get("_rounding")
-        if cached is not None:
-            return cached
+        if cached is not None and cached[0] is self.sketch:
+            return cached[1]
         dt = self.dtype_object()
         if dt == np.float64 or not self.factors or self.method != "fwht":
             value = 0.0
@@ -262,7 +270,7 @@ class CompressedProduct:
             norms = xp.sqrt(row_sums(self.sketch * self.sketch, xp))
             rho = (total + f * norms) * (1 + 1e-9)      # (the norms' own float64 sums)
             value = float(rho.max()) * (0.5 if self.gram else 1.0)
-        self.__dict__["_rounding"] = value
+        self.__dict__["_rounding"] = (self.sketch, value)
         return value
 
     def _loaded(self, which: int, w):
@@ -523,12 +531,14 @@ class CompressedProduct:
                                  f"{self.shape}; got {getattr(A, 'shape', None)} and "
                                  f"{getattr(B, 'shape', None)}")
             self.factors = [(A, B)]
+            self.__dict__.pop("_rounding", None)
             return self
         A, B = _as_matrix(A, "A", self.backend), _as_matrix(B, "B", self.backend)
         if (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
             raise ValueError(f"A @ B has shape {(A.shape[0], B.shape[1])} (inner {A.shape[1]} and "
                              f"{B.shape[0]}); the sketch is of a {self.shape} product")
         self.factors = [(canonical(A, 1, self.backend), canonical(B, 2, self.backend))]
+        self.__dict__.pop("_rounding", None)
         return self
 
     def _norms2(self, sketch):

@@ -148,7 +148,7 @@ def compress(A, B, *, buckets: int | str = auto.AUTO, reps: int | str = auto.AUT
         threshold=threshold, failure_probability=failure_probability, method=method, dt=dt,
         algorithm=algorithm, stabilizer=stabilizer, hash=hash, check_finite=check_finite,
         memory_budget=memory_budget, decode=decode, stats=lambda fn: _run(dask, fn, slabs),
-        sums=sums, exact_of=lambda r, c: exact_pair(be, A, B, r, c))
+        sums=sums, exact_of=lambda r, c: exact_pair(be, A, B, r, c), dtype=dtype)
 
 
 def compress_gram(X, **options) -> CompressedProduct:

@@ -639,6 +639,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                          delta=failure_probability, seed=seed, diagonal=diagonal,
                          cheap=_pair_accumulated(sides, be, method, dt, algorithm, stabilizer),
                          decoding=bits > 0)
+    dt, chosen = _narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
+                           failure_probability)
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = _draw(chosen, bits, hash, seed, be)
@@ -662,6 +664,20 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
     return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
                              algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+
+
+def _narrowed(dtype, dt, A, B, be, chosen, method: str, stabilizer, gram: bool, delta: float,
+              norms2=None):
+    """(the transforms' dtype, the choice): float32 where the automatic rule narrows the
+    float64 transforms of dense floating factors (``dtype`` None; the FWHT without a
+    stabilizer; :func:`pagh_mm.auto.narrower_transforms`), else ``dt`` and ``chosen``."""
+    metas = [getattr(M, "_meta", M) for M in (A, B)]          # (dask arrays: their blocks)
+    if dtype is not None or np.dtype(dt) != np.float64 or method != "fwht" or \
+            stabilizer is not None or any(_be.is_sparse(M) for M in metas) or \
+            not all(np.dtype(M.dtype).kind == "f" for M in metas):
+        return dt, chosen
+    chosen = auto.narrower_transforms(A, B, be, chosen, delta=delta, gram=gram, norms2=norms2)
+    return (np.dtype(np.float32) if chosen.narrowed else dt), chosen
 
 
 def _detect_gram(A, B, gram, method: str, hash) -> bool:

@@ -597,7 +597,7 @@ def compress(A, B, *, devices, chunk: int | None = None, buckets: int | str = au
             failure_probability=failure_probability, method=method, dt=dt,
             algorithm=algorithm, stabilizer=stabilizer, hash=hash, check_finite=check_finite,
             memory_budget=memory_budget, decode=decode, stats=stats, sums=sums,
-            exact_of=lambda r, cc: exact.exact_pair(be, A, B, r, cc))
+            exact_of=lambda r, cc: exact.exact_pair(be, A, B, r, cc), dtype=dtype)
     sk.recompress = partial(compress, devices=devices, chunk=chunk, memory_budget=memory_budget)
     return sk
 

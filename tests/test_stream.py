@@ -311,7 +311,7 @@ def test_regrowth_goes_through_the_same_devices(monkeypatch):
 
     assert sk._certified(run)[1] and sk.buckets == 2 * first
     assert calls[-1] == (["cpu", "cpu"], 128, 2 * first)
-    ref = pagh_mm.compress(A, B, buckets=2 * first, seed=1)
+    ref = pagh_mm.compress(A, B, buckets=2 * first, seed=1, dtype=sk.dtype_object())
     assert _same(sk.sketch, ref.sketch)
 
 
