@@ -210,7 +210,7 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
     dt = np.float64 if name == "fp64" else np.float32
     data = synthetic.planted_product(n, planted, seed=n, dtype=dt, xp=be.xp)
     prof: dict = {}
-    kw = dict(k=planted, seed=1, dtype=dt)
+    kw = dict(k=planted, seed=1)        # the transforms' dtype the library's rule
     if reps is not None:
         kw["reps"] = reps
     if buckets is not None:
@@ -242,7 +242,8 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
         t_top = statistics.median(state["query_s"][1:])
     rec = synthetic.recall(data.rows, data.cols, be.asnumpy(top.rows), be.asnumpy(top.cols))
     floor = reps_used * (data.A.nbytes + data.B.nbytes) / (bw / 2)
-    row = {"n": n, "dtype": name, "buckets": b, "buckets_final": final, "reps": reps_used,
+    row = {"n": n, "dtype": name, "transforms": sk.dtype, "buckets": b,
+           "buckets_final": final, "reps": reps_used,
            "planted": planted,
            "chosen": sk.chosen.reason if sk.chosen else None,
            "sketch_s": t_sk, "topk_s": t_top, "total_s": t_sk + t_top, "recall": rec,
@@ -251,7 +252,7 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
            "floor_s": floor, "ratio_floor": (t_sk + t_top) / floor, "copy_bandwidth": bw,
            "stages_s": prof, "sketch_ratio_floor": t_sk / floor}
     adds = 2 * reps_used * n * b * max(1, b.bit_length() - 1)    # both factors' transforms
-    rate = _add_rate(be, dt)
+    rate = _add_rate(be, sk.dtype_object())
     if rate:                    # the issue's floor: A and B read once, or the transforms' adds
         row.update(transform_adds=adds, add_rate=rate, arithmetic_floor_s=adds / rate,
                    sketch_ratio_arithmetic=t_sk / (adds / rate),
@@ -286,7 +287,8 @@ def _case(be, n, name, planted, reps, repeats, bw, echo, buckets=None, staged=Fa
          f"{'yes' if row['certified'] else 'NO':>4} {row['certificate_overhead']:+6.0%} "
          f"{row['ratio_floor']:8.1f} | {g['fp64']} {g['fp32']} {g['fp16']} "
          f"{row['speedup_vs_fp64']:6.2f} {row['speedup_vs_fp32']:6.2f}")
-    echo("       stages: " + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
+    echo(f"       transforms in {row['transforms']}; stages: "
+         + ", ".join(f"{k} {v:.4f} s" for k, v in prof.items())
          + f"; sketch {row['sketch_ratio_floor']:.1f} x floor"
          + (f"; transforms' additions {adds:.3g}, {adds / rate:.4f} s at the device's add "
             f"rate: sketch {row['sketch_ratio_arithmetic']:.1f}x that floor" if rate else ""))
@@ -340,7 +342,7 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
     X[:, b] = dt(GRAM_RHO) * X[:, a] + dt(np.sqrt(1 - GRAM_RHO ** 2)) * X[:, b]
     planted = _pairs(pick[:pairs], pick[pairs:])
     k = 2 * pairs                       # both orientations of each pair
-    kw = dict(k=k, seed=1, dtype=dt)
+    kw = dict(k=k, seed=1)              # the transforms' dtype the library's rule
     if reps is not None:
         kw["reps"] = reps
     if buckets is not None:
@@ -363,10 +365,11 @@ def _gram_case(be, N, M, name, pairs, reps, repeats, bw, echo, buckets=None) -> 
     floor = X.nbytes / (bw / 2)
     d = sk.reps
     adds = d * N * b0 * max(1, b0.bit_length() - 1)         # one transform per sample
-    rate = _add_rate(be, dt)
+    rate = _add_rate(be, sk.dtype_object())
     if rate:
         arith = adds / rate
-    row = {"kind": "gram", "n": N, "features": M, "dtype": name, "pairs": pairs, "k": k,
+    row = {"kind": "gram", "n": N, "features": M, "dtype": name, "transforms": sk.dtype,
+           "pairs": pairs, "k": k,
            "buckets": b0, "buckets_final": final, "reps": d, "chosen": sk.chosen.reason,
            "sketch_s": t_sk, "topk_s": t_top, "total_s": t_total, "recall": rec,
            "certified": bool(top.certified), "verified": int(top.verified), "stages_s": prof,
