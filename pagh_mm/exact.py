@@ -309,6 +309,9 @@ def squared_norms(be, M, axis: int):
         S = M.astype(np.float64)
         S = S.multiply(S)
         return xp.asarray(S.sum(axis=axis), dtype=xp.float64).ravel()
+    flags = getattr(M, "flags", None)
+    if flags is not None and flags.f_contiguous and not flags.c_contiguous:
+        return squared_norms(be, M.T, 1 - axis)        # (read along the contiguous axis)
     rows, cols = M.shape
     out = xp.zeros(rows if axis == 1 else cols, dtype=xp.float64)
     step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, cols)))

@@ -640,7 +640,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                          cheap=_pair_accumulated(sides, be, method, dt, algorithm, stabilizer),
                          decoding=bits > 0)
     dt, chosen = _narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
-                           failure_probability)
+                           failure_probability, None if diagonal is None else
+                           (float(diagonal.sum()),) * 2)
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = _draw(chosen, bits, hash, seed, be)
