@@ -309,19 +309,15 @@ ROUNDING_SHARE = 0.25
 
 
 def narrower_transforms(A, B, be, chosen: Choice, *, delta: float, gram: bool,
-                        norms2: tuple[float, float] | None = None) -> Choice:
+                        norms2: tuple[float, float]) -> Choice:
     """``chosen`` with ``narrowed`` set when the automatic rule may run a float64 product's
     transforms in float32 (:data:`ROUNDING_SHARE`; the caller checks the data and settings).
-    ``norms2``: ||A||_F^2 and ||B||_F^2 when they were formed elsewhere (the chunks' pass)."""
-    from .exact import squared_norms
+    ``norms2``: ||A||_F^2 and ||B||_F^2."""
     F, cut = chosen.frobenius, chosen.cut
     if F is None or cut is None or not F > 0 or not cut > 0 or not math.isfinite(F):
         return chosen
     m, n, p = A.shape[0], A.shape[1], B.shape[1]
     b, d = chosen.buckets, chosen.reps
-    if norms2 is None:
-        na = float(squared_norms(be, A, 1).sum())
-        norms2 = (na, na) if gram else (na, float(squared_norms(be, B, 0).sum()))
     e, f = certificate.rounding_coefficients(np.float32, b.bit_length() - 1, n, 8)
     # S = sum_k ||a_k||_P ||b_k||_P at the buckets' expected loads (1 + (keys - 1) / b)
     S = math.sqrt((1 + (m - 1) / b) * (1 + (p - 1) / b) * norms2[0] * norms2[1])

@@ -81,8 +81,9 @@ def pairs_allowed(stats) -> bool:
 def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c H^T of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
-    unless ``gram``), (||A_c||_F^2, ||B_c||_F^2) of dense factors with ``estimate`` (else
-    None: what :func:`pagh_mm.auto.narrower_transforms` weighs)) of one inner chunk."""
+    unless ``gram``), the squared row norms of A_c and column norms of B_c of dense factors
+    with ``estimate`` (else None: what :func:`pagh_mm.matmul._narrowed` weighs)) of one inner
+    chunk."""
     a, b, be = matrices(*_pair(a, b, gram), check_finite)
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     integral, bound = _pair_statistics(sides)
@@ -91,8 +92,8 @@ def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool)
         part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
         diagonal = exact.gram_diagonal(be, a) if gram else None
         if estimate and not any(s.sparse for s in sides):
-            na = float(exact.squared_norms(be, a, 1).sum())
-            norms2 = (na, na) if gram else (na, float(exact.squared_norms(be, b, 0).sum()))
+            ra = exact.squared_norms(be, a, 1)
+            norms2 = (ra, ra) if gram else (ra, exact.squared_norms(be, b, 0))
     return integral, bound, part, diagonal, norms2
 
 
@@ -274,10 +275,12 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     chosen = auto.choose(A, B, be, buckets, reps, k=k, threshold=threshold,
                          delta=failure_probability, seed=seed, diagonal=diagonal, cheap=cheap,
                          decoding=bits > 0, frobenius=F)
+    norms = None
     if ran and parts and all(s[4] is not None for s in parts):
-        norms2 = (math.fsum(s[4][0] for s in parts), math.fsum(s[4][1] for s in parts))
-        dt, chosen = matmul._narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
-                                      failure_probability, norms2)
+        norms = tuple(tree([be.xp.asarray(s[4][i]) for s in parts], lambda x, y: x + y)
+                      for i in (0, 1))          # (summed in chunk order)
+        dt, chosen, norms = matmul._narrowed(dtype, dt, A, B, be, chosen, method, stabilizer,
+                                             gram, failure_probability, norms)
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = matmul._draw(chosen, bits, hash, seed, be)
     plan = Plan(made, log2b, every, method, dt, algorithm, stabilizer, memory_budget, gram,
@@ -304,6 +307,7 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
                               False)        # the transforms' own sums would round: theirs
         sketch = acc.finish(None, total=total)
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
-    return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+    out = CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
+                            algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+    return out.keep_norms(norms)
 

@@ -253,14 +253,17 @@ class CompressedProduct:
             from .exact import squared_norms
             xp = self.backend.xp
             total = xp.zeros(self.reps)
+            kept = self.__dict__.get("_norms")
             for A, B in self.factors:
                 if self.gram:           # one hash function: ||a_k||_P = ||b_k||_P
                     w = self.diagonal if len(self.factors) == 1 else \
                         squared_norms(self.backend, A, 1)
                     S, most = self._loaded(1, w)
                 else:
-                    SA, la = self._loaded(1, squared_norms(self.backend, A, 1))
-                    SB, lb = self._loaded(2, squared_norms(self.backend, B, 0))
+                    ra, cb = kept if kept is not None and len(self.factors) == 1 else \
+                        (squared_norms(self.backend, A, 1), squared_norms(self.backend, B, 0))
+                    SA, la = self._loaded(1, ra)
+                    SB, lb = self._loaded(2, cb)
                     S, most = xp.sqrt(SA * SB), max(la, lb)
                 e, f = certificate.rounding_coefficients(dt, self.log2b, A.shape[1], most,
                                                          self.algorithm)
@@ -272,6 +275,13 @@ class CompressedProduct:
             value = float(rho.max()) * (0.5 if self.gram else 1.0)
         self.__dict__["_rounding"] = (self.sketch, value)
         return value
+
+    def keep_norms(self, norms) -> "CompressedProduct":
+        """Keep A's squared row norms and B's squared column norms (formed by the
+        compression's choice of dtype) for :meth:`rounding`; returns self."""
+        if norms is not None:
+            self.__dict__["_norms"] = norms
+        return self
 
     def _loaded(self, which: int, w):
         """(sum_i load_t(h_t(i)) w_i per repetition t, the largest bucket load) for the keys
@@ -532,6 +542,7 @@ class CompressedProduct:
                                  f"{getattr(B, 'shape', None)}")
             self.factors = [(A, B)]
             self.__dict__.pop("_rounding", None)
+            self.__dict__.pop("_norms", None)
             return self
         A, B = _as_matrix(A, "A", self.backend), _as_matrix(B, "B", self.backend)
         if (A.shape[0], B.shape[1]) != tuple(self.shape) or A.shape[1] != B.shape[0]:
@@ -539,6 +550,7 @@ class CompressedProduct:
                              f"{B.shape[0]}); the sketch is of a {self.shape} product")
         self.factors = [(canonical(A, 1, self.backend), canonical(B, 2, self.backend))]
         self.__dict__.pop("_rounding", None)
+        self.__dict__.pop("_norms", None)
         return self
 
     def _norms2(self, sketch):

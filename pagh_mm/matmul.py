@@ -639,9 +639,9 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                          delta=failure_probability, seed=seed, diagonal=diagonal,
                          cheap=_pair_accumulated(sides, be, method, dt, algorithm, stabilizer),
                          decoding=bits > 0)
-    dt, chosen = _narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
-                           failure_probability, None if diagonal is None else
-                           (float(diagonal.sum()),) * 2)
+    dt, chosen, norms = _narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
+                                  failure_probability, None if diagonal is None else
+                                  (diagonal, diagonal))
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = _draw(chosen, bits, hash, seed, be)
@@ -663,22 +663,31 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     if direct is not None and not _inverse_exact(sketch, direct, be.xp, _abs_product_bound(sides)):
         sketch, _ = one_pass(False)     # the transforms' own sums would round: theirs
     bit_sketch = _decode.BitSketch(_decode.REPS, bits, sketch[reps:]) if bits else None
-    return CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
-                             algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+    out = CompressedProduct(sketch[:reps], params, (m, p), log2b, method, _fdt.short_name(dt),
+                            algorithm, stabilizer, be, [(A, B)], chosen, diagonal, bit_sketch)
+    return out.keep_norms(norms)
 
 
 def _narrowed(dtype, dt, A, B, be, chosen, method: str, stabilizer, gram: bool, delta: float,
-              norms2=None):
-    """(the transforms' dtype, the choice): float32 where the automatic rule narrows the
-    float64 transforms of dense floating factors (``dtype`` None; the FWHT without a
-    stabilizer; :func:`pagh_mm.auto.narrower_transforms`), else ``dt`` and ``chosen``."""
+              norms=None):
+    """(the transforms' dtype, the choice, the factors' squared row and column norms or None):
+    float32 where the automatic rule narrows the float64 transforms of dense floating
+    factors (``dtype`` None; the FWHT without a stabilizer; a stated query;
+    :func:`pagh_mm.auto.narrower_transforms`), else ``dt`` and ``chosen``.  ``norms``: A's
+    squared row norms and B's squared column norms when formed elsewhere (a Gram product's
+    diagonal, the chunks' pass); kept by the product for :meth:`CompressedProduct.rounding`."""
     metas = [getattr(M, "_meta", M) for M in (A, B)]          # (dask arrays: their blocks)
     if dtype is not None or np.dtype(dt) != np.float64 or method != "fwht" or \
             stabilizer is not None or any(_be.is_sparse(M) for M in metas) or \
-            not all(np.dtype(M.dtype).kind == "f" for M in metas):
-        return dt, chosen
+            not all(np.dtype(M.dtype).kind == "f" for M in metas) or chosen.cut is None:
+        return dt, chosen, None
+    if norms is None:
+        from .exact import squared_norms
+        ra = squared_norms(be, A, 1)
+        norms = (ra, ra) if gram else (ra, squared_norms(be, B, 0))
+    norms2 = (float(norms[0].sum()), float(norms[1].sum()))
     chosen = auto.narrower_transforms(A, B, be, chosen, delta=delta, gram=gram, norms2=norms2)
-    return (np.dtype(np.float32) if chosen.narrowed else dt), chosen
+    return (np.dtype(np.float32) if chosen.narrowed else dt), chosen, norms
 
 
 def _detect_gram(A, B, gram, method: str, hash) -> bool:

@@ -89,6 +89,9 @@ def test_rule_narrows_dense_float64_products_for_a_stated_query():
     ref = pagh_mm.compress(d.A, d.B, buckets=sk.buckets, reps=sk.reps, seed=1,
                            dtype=np.float32)
     assert np.array_equal(sk.sketch, ref.sketch)
+    # the norms the choice formed serve the rounding bound: the same as formed again
+    assert "_norms" in sk.__dict__ and "_norms" not in ref.__dict__
+    assert sk.rounding() == pytest.approx(ref.rounding(), rel=1e-12)
     # the chunked routes decide the same (the chunks' norms)
     st = pagh_mm.compress(d.A, d.B, k=50, seed=1, devices="cpu")
     assert st.dtype == "fp32" and np.array_equal(st.sketch, sk.sketch)
