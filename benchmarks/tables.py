@@ -150,6 +150,12 @@ def pagh_mm(records) -> list[str]:
                    "DGEMM + top-k", "SGEMM + top-k", "FP16 GEMM + top-k", "vs DGEMM / SGEMM"], out)
 
 
+def _data(r) -> str:
+    """The data's dtype, and the transforms' where the library's rule chose narrower ones."""
+    t = r.get("transforms")
+    return r["dtype"] if t is None or t == r["dtype"] else f"{r['dtype']} ({t} transforms)"
+
+
 def pagh_mm_certified(records) -> list[str]:
     """pagh-mm bench with automatic parameters and certified top-k (session 8 on; the FP16
     screen with float64 verification from the records that have it)."""
@@ -157,7 +163,7 @@ def pagh_mm_certified(records) -> list[str]:
     for rec in records:
         for r in rec["rows"]:
             screen = r.get("screen_s")
-            out.append([r["n"], r["dtype"], f"{r['reps']} x {r['buckets']}", _s(r["sketch_s"]),
+            out.append([r["n"], _data(r), f"{r['reps']} x {r['buckets']}", _s(r["sketch_s"]),
                         _s(r["topk_s"]), "yes" if r["certified"] else "no",
                         f"{r['certificate_overhead']:+.0%}", f"{r['recall']:.3f}",
                         _s(r["gemm_fp64_s"]), _s(r["gemm_fp32_s"]), _s(r["gemm_fp16_s"]),
@@ -217,7 +223,7 @@ def pagh_mm_gram(records) -> list[str]:
         route = "fused" if "fused" in stages else "staged"
         best = min(v for v in (r.get("gemm_fp32_s"), r.get("gemm_fp64_s"), r.get("screen_s"))
                    if v is not None and not math.isnan(v))
-        out.append([f"{r['n']} x {r['features']}", r["dtype"], f"{r['buckets']} ({route})",
+        out.append([f"{r['n']} x {r['features']}", _data(r), f"{r['buckets']} ({route})",
                     _s(r["sketch_s"]), _s(r["total_s"]), "yes" if r["certified"] else "no",
                     f"{r['recall']:.3f}", f"{r['sketch_ratio_arithmetic']:.0f}x"
                     if "sketch_ratio_arithmetic" in r else "-",
@@ -281,7 +287,7 @@ TABLES = {
     "fwht-variants": (fwht_variants, ["h100/fwht-variants.json"]),
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
-    "pagh-mm-certified": (pagh_mm_certified, ["h100/session31-bench-certified-final.json"]),
+    "pagh-mm-certified": (pagh_mm_certified, ["h100/session32-bench-certified.json"]),
     "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session15-sparse-64.json",
                                         "h100/session15-sparse-64-1048576.json",
                                         "h100/session15-sparse-64-1048576-partial.json",
@@ -297,7 +303,8 @@ TABLES = {
                                     "h100/session16-gram-fused-8192.json",
                                     "h100/session16-gram-fused-slots.json",
                                     "h100/session16-gram-fused-tree32.json",
-                                    "h100/session31-gram-4096.json"]),
+                                    "h100/session31-gram-4096.json",
+                                    "h100/session32-gram-4096.json"]),
     "pagh-mm-cpu": (pagh_mm_cpu, ["cpu-xeon/session12-cpubench.json",
                                   "cpu-xeon/session14-cpubench-scale-262144.json"]),
     "fwht-cpu": (fwht_cpu, ["cpu-xeon/session12-fwht-cpubench.json"]),
