@@ -306,6 +306,9 @@ def _wanted(d: int, count: float, delta: float, entries: int, ratio: float, chea
 #: values are verified in float64) and the compression about twice as fast on the GPU
 #: (n = 16384: 0.263 -> 0.131 s), 1.4x on the CPU.
 ROUNDING_SHARE = 0.25
+#: The largest magnitude the narrowed pipeline's values may reach (float32's largest is
+#: about 2^128).
+FLOAT32_CEILING = 2.0 ** 120
 
 
 def narrower_transforms(A, B, be, chosen: Choice, *, delta: float, gram: bool,
@@ -318,11 +321,19 @@ def narrower_transforms(A, B, be, chosen: Choice, *, delta: float, gram: bool,
         return chosen
     m, n, p = A.shape[0], A.shape[1], B.shape[1]
     b, d = chosen.buckets, chosen.reps
-    e, f = certificate.rounding_coefficients(np.float32, b.bit_length() - 1, n, 8)
-    # S = sum_k ||a_k||_P ||b_k||_P at the buckets' expected loads (1 + (keys - 1) / b)
-    S = math.sqrt((1 + (m - 1) / b) * (1 + (p - 1) / b) * norms2[0] * norms2[1])
+    na, nb = math.sqrt(norms2[0]), math.sqrt(norms2[1])
+    # every float32 value of the pipeline (a transform: at most ||a_k||_1 <= sqrt(m) ||A||_F;
+    # a product, a tree node, the inverse before its scaling by 1 / b) far from overflow
+    if not b * math.sqrt(m * p) * na * nb <= FLOAT32_CEILING or \
+            not max(math.sqrt(m) * na, math.sqrt(p) * nb) <= FLOAT32_CEILING:
+        return chosen
+    e, f, c, q = certificate.rounding_coefficients(np.float32, b.bit_length() - 1, n, 8)
+    # S = sqrt(SA SB), SA = sum_i load(h(i)) ||A_i||^2 at the expected loads 1 + (m - 1) / b
+    SA, SB = (1 + (m - 1) / b) * norms2[0], (1 + (p - 1) / b) * norms2[1]
+    S = math.sqrt(SA * SB)
     noise = F / math.sqrt(2) if gram else F
-    rho = (e * S + f * (F + math.sqrt(norms2[0] * norms2[1]))) * (0.5 if gram else 1.0)
+    rho = (e * S + f * (F + S) + c * math.sqrt(b * n) * (math.sqrt(SA) + math.sqrt(SB)) + q) \
+        * (0.5 if gram else 1.0)
     share = rho / (noise / math.sqrt(b))
     if share > ROUNDING_SHARE:
         return chosen

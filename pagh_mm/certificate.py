@@ -149,32 +149,56 @@ def _gamma(n: int, u: float) -> float:
     return math.inf if n * u >= 1 else n * u / (1 - n * u)
 
 
+def tiny(dtype) -> float:
+    """Half the smallest positive subnormal of a floating dtype: the most an underflowing
+    rounding (a cast or a product; sums of subnormals are exact) can lose, absolutely."""
+    import numpy as np
+    import fwht_gpu.dtypes as fd
+    dt = fd.resolve(dtype, "dtype")
+    return 2.0 ** -134 if dt == fd.bfloat16 else float(np.finfo(dt).smallest_subnormal) / 2
+
+
+#: Roundings allowed per bit of Alman-Rao's H8 blocks (their outputs' longest path has 8
+#: roundings for 3 bits, through intermediate sums up to twice the outputs' scale): an
+#: allowance checked by random search (the worst found: 0.5 of it), not a proof.
+ALMAN_ROUNDINGS_PER_BIT = 4
+
+
 def rounding_coefficients(dtype, log2b: int, inner: int, load: int,
-                          algorithm: str = "folklore") -> tuple[float, float]:
-    """(e, f) such that one bucket of a repetition's computed sketch differs from the exact
-    sketch of the product by at most e S + f ||c||_2, whatever the data (worst case, not a
-    model): S = sum_k ||a_k||_P ||b_k||_P with ||x||_P^2 = sum_i load(bucket of i) x_i^2
-    (a bound on ||P |x| ||_2), ||c||_2 the computed sketch's norm, for the pipeline of
+                          algorithm: str = "folklore") -> tuple[float, float, float, float]:
+    """(e, f, c, p) such that one bucket of a repetition's computed sketch differs from the
+    exact sketch of the product by at most
+
+        e S + f ||c||_2 + c sqrt(b inner) (sqrt(SA) + sqrt(SB)) + p
+
+    whatever the data (a worst case, not a model): SA = sum_i load(h(i)) ||A_i||^2 (A's rows;
+    SB likewise for B's columns), S = sqrt(SA SB), which bounds sum_k ||P |a_k| || ||P |b_k| ||
+    (Cauchy-Schwarz), ||c||_2 the computed sketch's norm; for the pipeline of
     :class:`pagh_mm.convolution.Accumulator` with transforms in ``dtype`` (2^log2b buckets,
     ``inner`` inner indices, at most ``load`` keys per bucket): each bucket summed in float64
     (load - 1 roundings) and rounded to ``dtype`` (through float32 for 16-bit dtypes); the
     log2b Folklore stages (||fl(H x) - H x|| <= gamma_L sqrt(b) ||x||); the product and the
     pairwise tree over the inner dimension (depth <= ceil(log2 inner) + 1) in the
-    accumulation dtype (float64 for float64 transforms, else float32), bounded in the
-    l1 norm by Cauchy-Schwarz; the inverse transform in the accumulation dtype (per bucket
-    at most gamma_L ||c||_2); the float64 sum with pair-accumulated terms.  Alman-Rao's H8
-    blocks (``algorithm="alman"``) are allowed twice the roundings of the stages they
-    replace."""
+    accumulation dtype (float64 for float64 transforms, else float32), bounded in the l1
+    norm; the inverse transform in the accumulation dtype (per bucket at most
+    gamma_L ||c||_2); the float64 sum with pair-accumulated terms.  Relative roundings give
+    e and f; underflow, absolute, c (the casts to ``dtype``: their errors transformed and
+    multiplied by the other factor's transform) and p (the products, the inverse's scaling).
+    Alman-Rao's H8 blocks (``algorithm="alman"``): :data:`ALMAN_ROUNDINGS_PER_BIT`."""
     import numpy as np
     u = unit_roundoff(dtype)
     wide = unit_roundoff(np.float64)
-    ua = wide if u == wide else unit_roundoff(np.float32)
-    cast = 0.0 if u == wide else (ua + u + ua * u if u > ua else u)
+    narrow = u != wide
+    ua = unit_roundoff(np.float32) if narrow else wide
+    cast = 0.0 if not narrow else (ua + u + ua * u if u > ua else u)
     e1 = _gamma(max(load - 1, 0), wide) * (1 + cast) + cast
-    stages = log2b * (2 if algorithm == "alman" else 1)
+    stages = log2b * (ALMAN_ROUNDINGS_PER_BIT if algorithm == "alman" else 1)
     e1 = e1 + _gamma(stages, u) * (1 + e1)                     # the transform of each factor
     e2 = 2 * e1 + e1 * e1 + ua * (1 + e1) ** 2                  # their product
     depth = max(1, (max(inner, 1) - 1).bit_length()) + 1
     e3 = e2 + _gamma(depth, ua) * (1 + e1) ** 2 * (1 + ua)      # the tree over the inner index
     g = _gamma(stages, ua)
-    return e3 + 2 * wide * (1 + e3), g * (1 + 2 * g)
+    acc = np.float32 if narrow else np.float64
+    cast_tiny = (tiny(dtype) + (tiny(np.float32) if u > ua else 0.0)) if narrow else 0.0
+    return (e3 + 2 * wide * (1 + e3), g * (1 + 2 * g), 2 * cast_tiny * (1 + e3),
+            tiny(acc) * (max(inner, 1) + 1) * (1 + e3))

@@ -81,9 +81,9 @@ def pairs_allowed(stats) -> bool:
 def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool):
     """(every stored value an integer, sum_k |a_k|_1 |b_k|_1, the chunk's share G A_c B_c H^T of
     the Frobenius estimate (None unless ``estimate``), its share of the Gram diagonal (None
-    unless ``gram``), the squared row norms of A_c and column norms of B_c of dense factors
-    with ``estimate`` (else None: what :func:`pagh_mm.matmul._narrowed` weighs)) of one inner
-    chunk."""
+    unless ``gram``), (the squared row norms of A_c, the column norms of B_c, whether all
+    their values are integers) of dense factors with ``estimate`` (else None: what
+    :func:`pagh_mm.matmul._narrowed` weighs)) of one inner chunk."""
     a, b, be = matrices(*_pair(a, b, gram), check_finite)
     sides = (Side(a, 1, None, 0, be),) if gram else (Side(a, 1, None, 0, be), Side(b, 2, None, 0, be))
     integral, bound = _pair_statistics(sides)
@@ -94,6 +94,7 @@ def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool)
         if estimate and not any(s.sparse for s in sides):
             ra = exact.squared_norms(be, a, 1)
             norms2 = (ra, ra) if gram else (ra, exact.squared_norms(be, b, 0))
+            norms2 += (all(matmul._integral(be, M) for M in ((a,) if gram else (a, b))),)
     return integral, bound, part, diagonal, norms2
 
 
@@ -279,8 +280,9 @@ def compress(A, B, be, *, sparse: bool, gram: bool, buckets, reps, seed: int, k,
     if ran and parts and all(s[4] is not None for s in parts):
         norms = tuple(tree([be.xp.asarray(s[4][i]) for s in parts], lambda x, y: x + y)
                       for i in (0, 1))          # (summed in chunk order)
-        dt, chosen, norms = matmul._narrowed(dtype, dt, A, B, be, chosen, method, stabilizer,
-                                             gram, failure_probability, norms)
+        dt, chosen, norms = matmul._narrowed(dtype, dt, A, B, be, chosen, method, algorithm,
+                                             stabilizer, gram, failure_probability, norms,
+                                             all(s[4][2] for s in parts))
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
     every, params, made = matmul._draw(chosen, bits, hash, seed, be)
     plan = Plan(made, log2b, every, method, dt, algorithm, stabilizer, memory_budget, gram,

@@ -238,11 +238,14 @@ class CompressedProduct:
 
     def rounding(self) -> float:
         """The most the transforms' rounding can move one estimate, whatever the data (a
-        worst case, :func:`pagh_mm.certificate.rounding_coefficients`, from the factors'
-        row and column norms and the repetitions' bucket loads; the largest over the
-        repetitions): certified queries widen their margin by it.  0.0 for float64
-        transforms (their rounding, about 1e-14 of the factors' norms, is left to the noise
-        model) and without factors.  Computed once, on first use (a pass over the factors)."""
+        worst case, :func:`pagh_mm.certificate.rounding_coefficients`, underflow included,
+        from the factors' squared row and column norms and the repetitions' bucket loads;
+        the largest over the repetitions): certified queries widen their margin by it.  0.0
+        for float64 transforms (their rounding, about 1e-14 of the factors' norms, is left to
+        the noise model), for ``method="fft"`` (the FFT libraries' rounding, likewise) and
+        without factors.  Computed once, on first use (a pass over the factors unless the
+        compression kept their norms), in fixed orders: the same bits on every device and
+        route."""
         cached = self.__dict__.get("_rounding")
         if cached is not None and cached[0] is self.sketch:
             return cached[1]
@@ -250,29 +253,34 @@ class CompressedProduct:
         if dt == np.float64 or not self.factors or self.method != "fwht":
             value = 0.0
         else:
-            from .exact import squared_norms
             xp = self.backend.xp
-            total = xp.zeros(self.reps)
             kept = self.__dict__.get("_norms")
+            b, parts = self.buckets, []
             for A, B in self.factors:
-                if self.gram:           # one hash function: ||a_k||_P = ||b_k||_P
-                    w = self.diagonal if len(self.factors) == 1 else \
-                        squared_norms(self.backend, A, 1)
-                    S, most = self._loaded(1, w)
-                else:
-                    ra, cb = kept if kept is not None and len(self.factors) == 1 else \
-                        (squared_norms(self.backend, A, 1), squared_norms(self.backend, B, 0))
-                    SA, la = self._loaded(1, ra)
-                    SB, lb = self._loaded(2, cb)
-                    S, most = xp.sqrt(SA * SB), max(la, lb)
-                e, f = certificate.rounding_coefficients(dt, self.log2b, A.shape[1], most,
-                                                         self.algorithm)
-                total += e * S
-            if len(self.factors) > 1:   # the float64 sum of the factors' sketches
-                total *= 1 + certificate._gamma(len(self.factors) - 1, 2.0 ** -53)
-            norms = xp.sqrt(row_sums(self.sketch * self.sketch, xp))
-            rho = (total + f * norms) * (1 + 1e-9)      # (the norms' own float64 sums)
-            value = float(rho.max()) * (0.5 if self.gram else 1.0)
+                ra, rb = kept if kept is not None and len(self.factors) == 1 else \
+                    self._factor_norms(A, B)
+                SA, la = self._loaded(1, ra)
+                SB, lb = (SA, la) if self.gram else self._loaded(2, rb)
+                parts.append((certificate.rounding_coefficients(
+                    dt, self.log2b, A.shape[1], max(la, lb), self.algorithm), SA, SB,
+                    A.shape[1]))
+            norms = [math.sqrt(v) for v in
+                     self.backend.asnumpy(row_sums(self.sketch * self.sketch, xp)).tolist()]
+            rho = 0.0
+            for t in range(self.reps):
+                total = spread = 0.0
+                for (e, f, c, q), SA, SB, n in parts:
+                    S = math.sqrt(SA[t] * SB[t])
+                    tiny = c * math.sqrt(b * n) * (math.sqrt(SA[t]) + math.sqrt(SB[t])) + q
+                    if len(parts) == 1:         # the inverse's rounding, from the sketch's norm
+                        total += e * S + f * norms[t] + tiny
+                    else:                       # each part's own: |c_p| <= S_p (1 + e) per bucket
+                        total += e * S + f * math.sqrt(b) * S * (1 + e) + tiny
+                        spread += S * (1 + e)
+                if len(parts) > 1:              # the float64 sum of the parts' sketches
+                    total += certificate._gamma(len(parts) - 1, 2.0 ** -53) * spread
+                rho = max(rho, total)
+            value = rho * (1 + 1e-9) * (0.5 if self.gram else 1.0)   # (the norms' own sums)
         self.__dict__["_rounding"] = (self.sketch, value)
         return value
 
@@ -283,23 +291,39 @@ class CompressedProduct:
             self.__dict__["_norms"] = norms
         return self
 
-    def _loaded(self, which: int, w):
-        """(sum_i load_t(h_t(i)) w_i per repetition t, the largest bucket load) for the keys
-        of side ``which`` weighted by ``w`` (their squared norms)."""
+    def _factor_norms(self, A, B):
+        """(A's squared row norms, B's squared column norms): a Gram product's exact
+        diagonal, else :func:`pagh_mm.exact.squared_norms` (the canonical pairwise order)."""
+        from .exact import squared_norms
+        if self.gram:
+            ra = self.diagonal if len(self.factors) == 1 else \
+                squared_norms(self.backend, A, 1)
+            return ra, ra
+        return squared_norms(self.backend, A, 1), squared_norms(self.backend, B, 0)
+
+    def _loaded(self, which: int, w) -> tuple[list, int]:
+        """([sum_i load_t(h_t(i)) w_i for each repetition t], the largest bucket load) for
+        the keys of side ``which`` (both sides of a Gram product: side 1) weighted by ``w``
+        (their squared norms), summed in the fixed pairwise order."""
         xp = self.backend.xp
-        keys = w.shape[0]
-        out = xp.zeros(self.reps)
-        most = 0
+        keys = int(w.shape[0])
+        which = 1 if self.gram else which
+        w = xp.asarray(w, dtype=xp.float64)
+        out, most = [], 0
         step = 1 << 20
+
+        def hashed(t, k0):
+            at = xp.arange(k0, min(keys, k0 + step), dtype=xp.int64)
+            return hashing.bucket_table(self.params, which, at, self.log2b, xp, reps=[t])[0]
         for t in range(self.reps):
             loads = xp.zeros(self.buckets, dtype=xp.int64)
             for k0 in range(0, keys, step):
-                h = self._hashes(which, xp.arange(k0, min(keys, k0 + step), dtype=xp.int64))[0]
-                loads += xp.bincount(h[t], minlength=self.buckets)
+                loads += xp.bincount(hashed(t, k0), minlength=self.buckets)
             most = max(most, int(loads.max()) if keys else 0)
+            weighted = xp.empty(keys, dtype=xp.float64)
             for k0 in range(0, keys, step):
-                h = self._hashes(which, xp.arange(k0, min(keys, k0 + step), dtype=xp.int64))[0]
-                out[t] += (loads[h[t]] * w[k0:k0 + step]).sum()
+                weighted[k0:k0 + step] = loads[hashed(t, k0)] * w[k0:k0 + step]
+            out.append(float(row_sums(weighted[None, :], xp)[0]) if keys else 0.0)
         return out, most
 
     def dtype_object(self):
@@ -620,7 +644,9 @@ class CompressedProduct:
                 self.gram != other.gram:
             raise ValueError("only sketches made with identical shape, buckets, reps, seed, hash, "
                              "method, dtype, algorithm and stabilizer (both Gram or neither) can "
-                             "be added")
+                             f"be added (dtype {self.dtype} and {other.dtype}: automatic sketches "
+                             "of float64 data may differ; pass buckets=, reps= and dtype= to "
+                             "compress)")
         if self.backend.gpu != other.backend.gpu:
             raise ValueError("one sketch is on the GPU and the other on the CPU; use .to('cpu')")
         # exact values need the factors of every part: a part without them (loaded from a

@@ -297,29 +297,14 @@ def _dots(be, A, B, r, c, absolute: bool):
 
 def squared_norms(be, M, axis: int):
     """Squared Euclidean norms in float64 of the rows (``axis`` 1) or columns (``axis`` 0) of
-    a factor (dense, memory-mapped, sparse or dask; dense ones read a block of rows at a
-    time), on ``be``'s device: what :meth:`pagh_mm.CompressedProduct.rounding` bounds with."""
+    a factor, on ``be``'s device: for dense, memory-mapped and sparse factors the Gram
+    diagonal's pairwise tree over the other index (:func:`gram_diagonal`: the same bits on
+    every device, and inner chunks' norms summed in their tree give them too); for dask
+    arrays dask's sum.  What :meth:`pagh_mm.CompressedProduct.rounding` bounds with."""
     xp = be.xp
     from .backend import is_dask
     if is_dask(M):
         out = (M.astype(np.float64) ** 2).sum(axis=axis).compute()
         return xp.asarray(out.toarray().ravel() if hasattr(out, "toarray") else out,
                           dtype=xp.float64)
-    if is_sparse(M):
-        S = M.astype(np.float64)
-        S = S.multiply(S)
-        return xp.asarray(S.sum(axis=axis), dtype=xp.float64).ravel()
-    flags = getattr(M, "flags", None)
-    if flags is not None and flags.f_contiguous and not flags.c_contiguous:
-        return squared_norms(be, M.T, 1 - axis)        # (read along the contiguous axis)
-    rows, cols = M.shape
-    out = xp.zeros(rows if axis == 1 else cols, dtype=xp.float64)
-    step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, cols)))
-    for r0 in range(0, rows, step):
-        blk = xp.asarray(M[r0:r0 + step], dtype=xp.float64)
-        blk = blk * blk
-        if axis == 1:
-            out[r0:r0 + step] = blk.sum(axis=1)
-        else:
-            out += blk.sum(axis=0)
-    return out
+    return gram_diagonal(be, M if axis == 1 else M.T)

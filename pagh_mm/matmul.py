@@ -573,7 +573,11 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     functions drawn from (``seed``, t) (``hash``: "multiply-add-shift" or "tabulation",
     both strongly universal), transformed by FWHTs of length ``buckets`` in ``dtype``
     (float64, float32, float16, bfloat16; default: float32 when both inputs are float32 (or
-    narrower floats), else float64),
+    narrower floats), else float64, but float32 for dense float64 factors that are not all
+    integers when a stated query's automatic buckets allow it: their worst-case rounding,
+    which certified queries add to their margin, at most a quarter of the noise,
+    :func:`pagh_mm.auto.narrower_transforms`; ``chosen`` says so; unverified estimates then
+    carry float32 rounding, far below the noise),
     multiplied and summed over the inner dimension in the Hadamard domain, and
     transformed back once.  ``method="fft"`` uses Pagh's cyclic convolution
     (h1 + h2 mod b) through numpy/cupy.fft instead.
@@ -639,8 +643,8 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
                          delta=failure_probability, seed=seed, diagonal=diagonal,
                          cheap=_pair_accumulated(sides, be, method, dt, algorithm, stabilizer),
                          decoding=bits > 0)
-    dt, chosen, norms = _narrowed(dtype, dt, A, B, be, chosen, method, stabilizer, gram,
-                                  failure_probability, None if diagonal is None else
+    dt, chosen, norms = _narrowed(dtype, dt, A, B, be, chosen, method, algorithm, stabilizer,
+                                  gram, failure_probability, None if diagonal is None else
                                   (diagonal, diagonal))
     clock("choose")
     log2b, reps = chosen.buckets.bit_length() - 1, chosen.reps
@@ -668,26 +672,44 @@ def compress(A, B, *, buckets: int | str = AUTO, reps: int | str = AUTO, seed: i
     return out.keep_norms(norms)
 
 
-def _narrowed(dtype, dt, A, B, be, chosen, method: str, stabilizer, gram: bool, delta: float,
-              norms=None):
+def _narrowed(dtype, dt, A, B, be, chosen, method: str, algorithm: str, stabilizer, gram: bool,
+              delta: float, norms=None, integral: bool | None = None):
     """(the transforms' dtype, the choice, the factors' squared row and column norms or None):
     float32 where the automatic rule narrows the float64 transforms of dense floating
-    factors (``dtype`` None; the FWHT without a stabilizer; a stated query;
-    :func:`pagh_mm.auto.narrower_transforms`), else ``dt`` and ``chosen``.  ``norms``: A's
-    squared row norms and B's squared column norms when formed elsewhere (a Gram product's
-    diagonal, the chunks' pass); kept by the product for :meth:`CompressedProduct.rounding`."""
+    factors that are not all integers (``dtype`` None; Folklore FWHTs without a stabilizer;
+    a stated query; :func:`pagh_mm.auto.narrower_transforms`), else ``dt`` and ``chosen``.
+    ``norms``: A's squared row norms and B's squared column norms when formed elsewhere (a
+    Gram product's diagonal, the chunks' pass), ``integral`` likewise; the norms are kept by
+    the product for :meth:`CompressedProduct.rounding`."""
     metas = [getattr(M, "_meta", M) for M in (A, B)]          # (dask arrays: their blocks)
     if dtype is not None or np.dtype(dt) != np.float64 or method != "fwht" or \
-            stabilizer is not None or any(_be.is_sparse(M) for M in metas) or \
+            algorithm != "folklore" or stabilizer is not None or \
+            any(_be.is_sparse(M) for M in metas) or \
             not all(np.dtype(M.dtype).kind == "f" for M in metas) or chosen.cut is None:
+        return dt, chosen, None
+    if integral is None:
+        integral = all(_integral(be, M) for M in ((A,) if gram else (A, B)))
+    if integral:                        # integer-valued data keep exact integer sketches
         return dt, chosen, None
     if norms is None:
         from .exact import squared_norms
         ra = squared_norms(be, A, 1)
         norms = (ra, ra) if gram else (ra, squared_norms(be, B, 0))
-    norms2 = (float(norms[0].sum()), float(norms[1].sum()))
-    chosen = auto.narrower_transforms(A, B, be, chosen, delta=delta, gram=gram, norms2=norms2)
+    chosen = auto.narrower_transforms(A, B, be, chosen, delta=delta, gram=gram,
+                                      norms2=tuple(float(v.sum()) for v in norms))
     return (np.dtype(np.float32) if chosen.narrowed else dt), chosen, norms
+
+
+def _integral(be, M) -> bool:
+    """Whether every value of a dense factor is an integer (read a block of rows at a time,
+    stopping at the first block that is not)."""
+    xp = be.xp
+    rows = max(1, (64 << 20) // (8 * max(1, M.shape[1])))
+    for r0 in range(0, M.shape[0], rows):
+        blk = xp.asarray(M[r0:r0 + rows])
+        if not bool((blk == xp.rint(blk)).all()):
+            return False
+    return True
 
 
 def _detect_gram(A, B, gram, method: str, hash) -> bool:

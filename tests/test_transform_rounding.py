@@ -60,11 +60,12 @@ def test_rounding_is_zero_where_it_is_left_to_the_model(tmp_path):
 
 
 def test_coefficients_grow_with_the_unit_roundoff_and_the_stages():
-    e32, f32 = certificate.rounding_coefficients(np.float32, 15, 16384, 7)
-    e16, _ = certificate.rounding_coefficients(np.float16, 15, 16384, 7)
-    e64, _ = certificate.rounding_coefficients(np.float64, 15, 16384, 7)
-    ea, _ = certificate.rounding_coefficients(np.float32, 15, 16384, 7, "alman")
+    e32, f32, c32, q32 = certificate.rounding_coefficients(np.float32, 15, 16384, 7)
+    e16, _, c16, _ = certificate.rounding_coefficients(np.float16, 15, 16384, 7)
+    e64, _, c64, q64 = certificate.rounding_coefficients(np.float64, 15, 16384, 7)
+    ea = certificate.rounding_coefficients(np.float32, 15, 16384, 7, "alman")[0]
     assert e64 < 1e-13 < e32 < 1e-5 < e16 and ea > e32 and f32 < e32
+    assert c64 == q64 == 0 < c32 < 1e-44 < c16 and 0 < q32 < 1e-40
     # about (2 (L + 1) + 1 + depth) u: 2 x 16 + 1 + 15 roundings at n = 16384
     assert e32 == pytest.approx(48 * 2.0 ** -24, rel=0.05)
 
@@ -161,3 +162,46 @@ def test_dask_route_narrows_as_compress_does():
     A, B = da.from_array(d.A, chunks=(512, 128)), da.from_array(d.B, chunks=(128, 512))
     dk = pd.compress(A, B, k=50, seed=1)
     assert dk.dtype == sk.dtype == "fp32" and np.array_equal(dk.sketch, sk.sketch)
+
+
+@pytest.mark.parametrize("scale", [1e-24, 1e-40])
+def test_rounding_bounds_underflow(scale):
+    """Values near or below float32's smallest: the underflowing casts and products lose
+    absolute amounts the bound covers, and the rule keeps float64 (the certified answer is
+    then right: the narrowed one would have been all zeros)."""
+    rng = np.random.default_rng(7)
+    A, B = rng.standard_normal((200, 300)), rng.standard_normal((300, 150)) * scale
+    narrow, wide = _pair(A, B, np.float32)
+    err = float(np.abs(narrow.sketch - wide.sketch).max())
+    assert err <= narrow.rounding()
+    d = synthetic.planted_product(256, 20, seed=8, dtype=np.float64)
+    sk = pagh_mm.compress(d.A * scale, d.B * scale, k=20, seed=1)
+    assert sk.dtype == "fp64"
+    top = sk.top_k(20, verify=True)
+    assert top.certified and synthetic.recall(d.rows, d.cols, top.rows, top.cols) == 1.0
+
+
+def test_rule_keeps_float64_near_overflow():
+    d = synthetic.planted_product(256, 20, seed=8, dtype=np.float64)
+    sk = pagh_mm.compress(d.A * 1e18, d.B * 1e18, k=20, seed=1)
+    assert sk.dtype == "fp64" and sk.top_k(20, verify=True).certified
+
+
+def test_rule_keeps_float64_for_integer_valued_data_and_alman():
+    d = synthetic.planted_product(256, 20, seed=8, dtype=np.float64)
+    sk = pagh_mm.compress(np.rint(d.A * 8), np.rint(d.B * 8), k=20, seed=1)
+    assert sk.dtype == "fp64"
+    assert pagh_mm.compress(d.A, d.B, k=20, seed=1, algorithm="alman").dtype == "fp64"
+
+
+def test_rounding_of_a_sum_covers_each_part():
+    rng = np.random.default_rng(9)
+    A, B = rng.standard_normal((100, 256)), rng.standard_normal((256, 90))
+    kw = dict(buckets=512, reps=3, seed=2)
+    n1 = pagh_mm.compress(A, B, dtype=np.float32, **kw)
+    n2 = pagh_mm.compress(-A, B, dtype=np.float32, **kw)          # cancels the first
+    w1 = pagh_mm.compress(A, B, dtype=np.float64, **kw)
+    w2 = pagh_mm.compress(-A, B, dtype=np.float64, **kw)
+    total, exact = n1 + n2, w1 + w2
+    err = float(np.abs(total.sketch - exact.sketch).max())
+    assert err <= total.rounding() and total.rounding() >= n1.rounding()
