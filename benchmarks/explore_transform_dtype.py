@@ -16,10 +16,10 @@ import argparse
 import json
 import math
 import statistics
-import time
 
 import numpy as np
 
+from fwht_gpu import provenance
 from pagh_mm import compress, synthetic
 from pagh_mm import bench
 from pagh_mm.backend import cpu, gpu
@@ -90,8 +90,8 @@ def main() -> None:
         data = None
         bench._free_gpu(be)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(rows=rows, time=time.time()), f, indent=1)
+        provenance.write(provenance.record("pagh-transform-dtype", rows, vars(a),
+                                           device=a.device), a.json)
 
 
 if __name__ == "__main__":

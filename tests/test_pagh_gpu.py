@@ -782,3 +782,32 @@ def test_frobenius_sketch_matches_cpu():
         mp.setattr(auto, "VALUE_CHUNK", 64)
         assert auto.frobenius_estimate(Ag, Bg, dev, seed=5) == pytest.approx(
             auto.frobenius_estimate(A, B, cpu, seed=5), rel=1e-12)
+
+
+@pytest.mark.parametrize("gram", [False, True])
+def test_narrowed_transforms_and_their_rounding_equal_the_cpu(gram):
+    """The automatic float32 transforms of float64 data: the GPU decides as the CPU does,
+    its sketch has the CPU's bits, its rounding bound (the certified margin's part) the CPU's
+    value, and the certified answer the CPU's."""
+    cp = _cp()
+    from pagh_mm import synthetic
+    if gram:
+        rng = np.random.default_rng(3)
+        X = rng.standard_normal((4096, 512))
+        X[:, 1] = X[:, 0] + 0.1 * rng.standard_normal(4096)
+        runs = [pagh_mm.compress_gram(M, k=2, seed=1) for M in (X, cp.asarray(X))]
+        q = dict(verify=True, exclude_diagonal=True)
+        k = 2
+    else:
+        d = synthetic.planted_product(1024, 50, seed=2, dtype=np.float64)
+        runs = [pagh_mm.compress(a, b, k=50, seed=1)
+                for a, b in ((d.A, d.B), (cp.asarray(d.A), cp.asarray(d.B)))]
+        q = dict(verify=True)
+        k = 50
+    c, g = runs
+    assert c.dtype == g.dtype == "fp32" and c.chosen.narrowed and g.chosen.narrowed
+    assert np.array_equal(c.sketch, g.sketch.get())
+    assert c.rounding() == g.rounding() > 0
+    tc, tg = c.top_k(k, **q), g.top_k(k, **q)
+    assert tc.certified and tg.certified and tc.margin == tg.margin
+    assert np.array_equal(tc.rows, tg.rows.get()) and np.array_equal(tc.exact, tg.exact.get())
