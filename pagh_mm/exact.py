@@ -307,4 +307,14 @@ def squared_norms(be, M, axis: int):
         out = (M.astype(np.float64) ** 2).sum(axis=axis).compute()
         return xp.asarray(out.toarray().ravel() if hasattr(out, "toarray") else out,
                           dtype=xp.float64)
-    return gram_diagonal(be, M if axis == 1 else M.T)
+    R = M if axis == 1 else M.T                     # its rows' norms
+    flags = getattr(R, "flags", None)
+    if is_sparse(R) or flags is None or not flags.c_contiguous:
+        return gram_diagonal(be, R)                 # (reads R.T's rows: contiguous for X.T)
+    xp = be.xp                                      # C-ordered: blocks of rows, the same tree
+    out = xp.empty(R.shape[0], dtype=xp.float64)
+    step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, R.shape[1])))
+    for r0 in range(0, R.shape[0], step):
+        blk = xp.array(R[r0:r0 + step], dtype=xp.float64)
+        out[r0:r0 + step] = row_sums(blk * blk, xp)
+    return out
