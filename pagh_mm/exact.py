@@ -315,6 +315,10 @@ def squared_norms(be, M, axis: int):
     out = xp.empty(R.shape[0], dtype=xp.float64)
     step = max(1, query.TILE_BUDGET // (2 * 8 * max(1, R.shape[1])))
     for r0 in range(0, R.shape[0], step):
-        blk = xp.array(R[r0:r0 + step], dtype=xp.float64)
-        out[r0:r0 + step] = row_sums(blk * blk, xp)
+        blk = xp.asarray(R[r0:r0 + step], dtype=xp.float64)
+        if be.gpu:                                  # (one kernel: the tree in registers)
+            from .cuda import kernels
+            out[r0:r0 + step] = kernels.row_square_sums(blk)
+        else:
+            out[r0:r0 + step] = row_sums(blk * blk, xp)
     return out

@@ -811,3 +811,17 @@ def test_narrowed_transforms_and_their_rounding_equal_the_cpu(gram):
     tc, tg = c.top_k(k, **q), g.top_k(k, **q)
     assert tc.certified and tg.certified and tc.margin == tg.margin
     assert np.array_equal(tc.rows, tg.rows.get()) and np.array_equal(tc.exact, tg.exact.get())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 255, 256, 257, 1000, 4096, 70000])
+def test_row_square_sums_kernel_has_the_pairwise_trees_bits(n):
+    """kernels.row_square_sums (squared_norms of C-ordered factors on the GPU) equals
+    reduction.row_sums of the squares on the CPU bit for bit, any length."""
+    cp = _cp()
+    from pagh_mm.cuda import kernels
+    from pagh_mm.reduction import row_sums
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((37, n)) * np.exp(rng.uniform(-20, 20, (37, n)))
+    want = row_sums(X * X, np)
+    got = kernels.row_square_sums(cp.asarray(X)).get()
+    assert np.array_equal(got, want)

@@ -433,6 +433,22 @@ def vector_norms(ptr, values):
     return norm, fractional
 
 
+def row_square_sums(X):
+    """Squared norms of the rows of a C-ordered float64 (rows, n) array in the pairwise tree
+    of :func:`pagh_mm.reduction.row_sums` (its bits): see ``scatter.cu``."""
+    cp = cupy()
+    X = cp.ascontiguousarray(X, dtype=cp.float64)
+    rows, n = X.shape
+    out = cp.zeros(rows, dtype=cp.float64)
+    if rows and n:
+        log2p = max(0, (n - 1).bit_length())
+        threads = min(THREADS, 1 << log2p)
+        SCATTER.function("row_square_sums")(
+            (_grid(rows * threads, threads),), (threads,),
+            (X, np.int64(n), np.int32(log2p), np.int64(rows), out), shared_mem=8 * threads)
+    return out
+
+
 def poly61(keys, coef):
     """(r, n) uint64 values << 3 of the degree-3 polynomials ``coef`` ((r, 4) uint64, powers
     0..3) over GF(2^61 - 1) at the uint64 ``keys`` (n): see ``hash.cu``."""

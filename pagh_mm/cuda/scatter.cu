@@ -152,3 +152,39 @@ extern "C" __global__ void vector_norms(const i64* __restrict__ ptr, const doubl
     }
     if (f) atomicAdd(fractional, f);
 }
+
+// out[i] := sum_k X[i n + k]^2 over k < n (X: rows x n, float64, C-ordered) in the pairwise
+// tree of pagh_mm.reduction.block_sum (the values padded with zeros to 2^log2p, adjacent
+// pairs added level by level, the left one first: x + 0.0 = x for a square, so the bits of
+// block_sum's unpadded tree).  One block of blockDim.x = 2^j <= 2^log2p threads per row;
+// thread t sums the aligned span [t s, (t + 1) s) of s = 2^log2p / blockDim.x values with a
+// stack of pending subtrees, then the block adds the threads' sums pairwise.
+extern "C" __global__ void row_square_sums(const double* __restrict__ X, i64 n, int log2p,
+                                           i64 rows, double* __restrict__ out)
+{
+    extern __shared__ double part[];
+    const int t = threadIdx.x, T = blockDim.x;
+    const i64 span = ((i64)1 << log2p) / T;
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const double* x = X + r * n;
+        double stack[48];
+        const i64 k0 = (i64)t * span;
+        for (i64 j = 0; j < span; ++j) {
+            const i64 k = k0 + j;
+            double v = k < n ? __dmul_rn(x[k], x[k]) : 0.0;
+            int l = 0;
+            for (i64 c = j; c & 1; c >>= 1, ++l) v = __dadd_rn(stack[l], v);
+            stack[l] = v;
+        }
+        int top = 0;
+        while (((i64)1 << top) < span) ++top;
+        part[t] = stack[top];
+        __syncthreads();
+        for (int h = 1; h < T; h <<= 1) {
+            if ((t & (2 * h - 1)) == 0) part[t] = __dadd_rn(part[t], part[t + h]);
+            __syncthreads();
+        }
+        if (t == 0) out[r] = part[0];
+        __syncthreads();
+    }
+}
