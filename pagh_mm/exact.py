@@ -300,7 +300,9 @@ def squared_norms(be, M, axis: int):
     a factor, on ``be``'s device: for dense, memory-mapped and sparse factors the Gram
     diagonal's pairwise tree over the other index (:func:`gram_diagonal`: the same bits on
     every device, and inner chunks' norms summed in their tree give them too); for dask
-    arrays dask's sum.  What :meth:`pagh_mm.CompressedProduct.rounding` bounds with."""
+    arrays dask's sum (its last bits may differ: a dask product's bound is then the same
+    only up to them, where the compression did not keep the chunks' norms).  What
+    :meth:`pagh_mm.CompressedProduct.rounding` bounds with."""
     xp = be.xp
     from .backend import is_dask
     if is_dask(M):
