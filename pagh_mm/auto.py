@@ -19,7 +19,9 @@ buckets (:func:`default_buckets`).  Capped by the memory available.  ``reps="aut
 or for a stated query whose compression goes through the transforms the count in
 :data:`AUTO_REPS` whose buckets cost the fewest additions (more repetitions need a smaller
 margin, so fewer buckets: a top-300 query of a 16384 x 16384 product 13 x 2^15 instead of
-5 x 2^18).
+5 x 2^18).  With ``dtype=None`` the transforms of dense float64 data run in float32 where
+their worst-case rounding (which certified queries add to the margin) is a small share of
+the noise and the buckets stay the same (:func:`narrower_transforms`).
 """
 from __future__ import annotations
 
