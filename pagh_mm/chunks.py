@@ -92,9 +92,8 @@ def chunk_stats(a, b, seed: int, check_finite: bool, estimate: bool, gram: bool)
         part = auto.frobenius_sketch(a, b, be, seed) if estimate else None
         diagonal = exact.gram_diagonal(be, a) if gram else None
         if estimate and not any(s.sparse for s in sides):
-            ra = exact.squared_norms(be, a, 1)
-            norms2 = (ra, ra) if gram else (ra, exact.squared_norms(be, b, 0))
-            norms2 += (all(matmul._integral(be, M) for M in ((a,) if gram else (a, b))),)
+            norms2 = exact.factor_norms(be, a, b, gram) + \
+                (all(matmul._integral(be, M) for M in ((a,) if gram else (a, b))),)
     return integral, bound, part, diagonal, norms2
 
 

@@ -293,13 +293,11 @@ class CompressedProduct:
 
     def _factor_norms(self, A, B):
         """(A's squared row norms, B's squared column norms): a Gram product's exact
-        diagonal, else :func:`pagh_mm.exact.squared_norms` (the canonical pairwise order)."""
-        from .exact import squared_norms
-        if self.gram:
-            ra = self.diagonal if len(self.factors) == 1 else \
-                squared_norms(self.backend, A, 1)
-            return ra, ra
-        return squared_norms(self.backend, A, 1), squared_norms(self.backend, B, 0)
+        diagonal, else :func:`pagh_mm.exact.factor_norms` (the canonical pairwise order)."""
+        from .exact import factor_norms
+        if self.gram and len(self.factors) == 1:
+            return self.diagonal, self.diagonal
+        return factor_norms(self.backend, A, B, self.gram)
 
     def _loaded(self, which: int, w) -> tuple[list, int]:
         """([sum_i load_t(h_t(i)) w_i for each repetition t], the largest bucket load) for
@@ -317,12 +315,15 @@ class CompressedProduct:
             return hashing.bucket_table(self.params, which, at, self.log2b, xp, reps=[t])[0]
         for t in range(self.reps):
             loads = xp.zeros(self.buckets, dtype=xp.int64)
+            one = hashed(t, 0) if 0 < keys <= step else None    # (kept for the second loop)
             for k0 in range(0, keys, step):
-                loads += xp.bincount(hashed(t, k0), minlength=self.buckets)
+                loads += xp.bincount(hashed(t, k0) if one is None else one,
+                                     minlength=self.buckets)
             most = max(most, int(loads.max()) if keys else 0)
             weighted = xp.empty(keys, dtype=xp.float64)
             for k0 in range(0, keys, step):
-                weighted[k0:k0 + step] = loads[hashed(t, k0)] * w[k0:k0 + step]
+                h = hashed(t, k0) if one is None else one
+                weighted[k0:k0 + step] = loads[h] * w[k0:k0 + step]
             out.append(float(row_sums(weighted[None, :], xp)[0]) if keys else 0.0)
         return out, most
 

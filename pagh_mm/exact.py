@@ -324,3 +324,10 @@ def squared_norms(be, M, axis: int):
         else:
             out[r0:r0 + step] = row_sums(blk * blk, xp)
     return out
+
+
+def factor_norms(be, A, B, gram: bool = False):
+    """(A's squared row norms, B's squared column norms) by :func:`squared_norms` (a Gram
+    product's B is A's transpose: A's norms twice)."""
+    ra = squared_norms(be, A, 1)
+    return (ra, ra) if gram else (ra, squared_norms(be, B, 0))

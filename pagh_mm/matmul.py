@@ -692,9 +692,8 @@ def _narrowed(dtype, dt, A, B, be, chosen, method: str, algorithm: str, stabiliz
     if integral:                        # integer-valued data keep exact integer sketches
         return dt, chosen, None
     if norms is None:
-        from .exact import squared_norms
-        ra = squared_norms(be, A, 1)
-        norms = (ra, ra) if gram else (ra, squared_norms(be, B, 0))
+        from .exact import factor_norms
+        norms = factor_norms(be, A, B, gram)
     chosen = auto.narrower_transforms(A, B, be, chosen, delta=delta, gram=gram,
                                       norms2=tuple(float(v.sum()) for v in norms))
     return (np.dtype(np.float32) if chosen.narrowed else dt), chosen, norms
@@ -707,7 +706,7 @@ def _integral(be, M) -> bool:
     rows = max(1, (64 << 20) // (8 * max(1, M.shape[1])))
     for r0 in range(0, M.shape[0], rows):
         blk = xp.asarray(M[r0:r0 + rows])
-        if not bool((blk == xp.rint(blk)).all()):
+        if not bool((xp.trunc(blk) == blk).all()):
             return False
     return True
 
