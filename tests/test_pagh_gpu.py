@@ -825,3 +825,59 @@ def test_row_square_sums_kernel_has_the_pairwise_trees_bits(n):
     want = row_sums(X * X, np)
     got = kernels.row_square_sums(cp.asarray(X)).get()
     assert np.array_equal(got, want)
+    wide = cp.asarray(np.concatenate([X, X[:, :5]], axis=1))[:, :n]     # rows at a longer step
+    assert np.array_equal(kernels.row_square_sums(wide).get(), want)
+    X32 = X.astype(np.float32)
+    X64 = X32.astype(np.float64)
+    assert np.array_equal(kernels.row_square_sums(cp.asarray(X32)).get(), row_sums(X64 * X64, np))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 255, 256, 257, 1000, 4096, 70000])
+def test_col_square_sums_kernel_has_the_pairwise_trees_bits(rows):
+    """kernels.col_square_sums (squared column norms of C-ordered factors, a Gram product's
+    diagonal) equals reduction.block_sum of the squares over the rows bit for bit: float32 and
+    float64 values, rows at a longer step, column counts off the block size."""
+    cp = _cp()
+    from pagh_mm.cuda import kernels
+    from pagh_mm.reduction import block_sum
+    rng = np.random.default_rng(rows)
+    cols = 3 if rows == 70000 else 133
+    X = rng.standard_normal((rows, cols)) * np.exp(rng.uniform(-20, 20, (rows, cols)))
+    assert np.array_equal(kernels.col_square_sums(cp.asarray(X)).get(), block_sum(X * X, np))
+    part = cp.asarray(X)[:, 1:cols - 1]                              # a row step of cols
+    assert np.array_equal(kernels.col_square_sums(part).get(),
+                          block_sum(X[:, 1:cols - 1] ** 2, np))
+    X64 = X.astype(np.float32).astype(np.float64)
+    assert np.array_equal(kernels.col_square_sums(cp.asarray(X.astype(np.float32))).get(),
+                          block_sum(X64 * X64, np))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_squared_norms_and_frobenius_sketch_of_dense_factors_match_the_cpu(dtype, monkeypatch):
+    """The factors' squared row and column norms (the rounding bound's) by the square-sum
+    kernels equal the CPU's bits in every layout; the ||AB||_F estimate's dense sketches (dense
+    +-1 blocks by cuBLAS, keys and conversions in blocks) agree with the CPU's to rounding."""
+    cp = _cp()
+    from pagh_mm import auto, exact
+    cpu, dev = backend.cpu(), backend.gpu()
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((300, 200)).astype(dtype)
+    B = rng.standard_normal((200, 250)).astype(dtype)
+    for a, b in ((A, B), (np.asfortranarray(A), np.asfortranarray(B))):
+        want = exact.factor_norms(cpu, a, b)
+        got = exact.factor_norms(dev, cp.asarray(a), cp.asarray(b))
+        for w, g in zip(want, got):
+            assert np.array_equal(w, g.get())
+        for axis in (0, 1):                                      # slices: rows at a step
+            assert np.array_equal(exact.squared_norms(cpu, a[3:290, 5:190], axis),
+                                  exact.squared_norms(dev, cp.asarray(a)[3:290, 5:190], axis).get())
+    monkeypatch.setattr(auto, "KEY_BLOCK", 64)          # several key blocks and conversions
+    monkeypatch.setattr(auto, "DENSE_CHUNK_BYTES", 64 * 8 * 7)
+    params = auto._jl_params(5)
+    for a, b in ((A, B), (np.asfortranarray(A), np.asfortranarray(B))):
+        for M, which in ((a, 1), (b, 2)):
+            c = auto._JLSide(M, which, params, 6, cpu).block(10, 190)
+            g = auto._JLSide(cp.asarray(M), which, params, 6, dev).block(10, 190)
+            np.testing.assert_allclose(g.get(), c, rtol=1e-12, atol=1e-12 * np.abs(c).max())
+        assert auto.frobenius_estimate(cp.asarray(a), cp.asarray(b), dev, seed=5) == \
+            pytest.approx(auto.frobenius_estimate(a, b, cpu, seed=5), rel=1e-12)

@@ -433,20 +433,67 @@ def vector_norms(ptr, values):
     return norm, fractional
 
 
-def row_square_sums(X):
-    """Squared norms of the rows of a C-ordered float64 (rows, n) array in the pairwise tree
-    of :func:`pagh_mm.reduction.row_sums` (its bits): see ``scatter.cu``."""
+#: Threads of ``row_square_sums`` per row at most (warps of 128-value chunks) and of
+#: ``col_square_sums`` per column group; blocks of the latter at least (spans of rows).
+SQUARE_ROW_THREADS = 256
+SQUARE_COL_THREADS = 128
+SQUARE_COL_BLOCKS = 4096
+
+
+def _rows_contiguous(X):
+    """X (2-d, float32 or float64 kept, else float64) with unit steps along its rows, and
+    its row step in elements."""
     cp = cupy()
-    X = cp.ascontiguousarray(X, dtype=cp.float64)
+    if X.dtype not in (cp.float32, cp.float64):
+        X = X.astype(cp.float64)
+    if X.ndim != 2 or (X.shape[1] > 1 and X.strides[1] != X.itemsize) or \
+            X.strides[0] % X.itemsize or X.strides[0] < 0:
+        X = cp.ascontiguousarray(X)
+    return X, (X.strides[0] // X.itemsize if X.shape[0] > 1 else X.shape[1])
+
+
+def row_square_sums(X):
+    """Squared norms in float64 of the rows of a (rows, n) float32 or float64 array whose rows
+    are contiguous (other dtypes and layouts are copied first), in the pairwise tree of
+    :func:`pagh_mm.reduction.row_sums` (its bits): see ``scatter.cu``."""
+    cp = cupy()
+    X, ld = _rows_contiguous(X)
     rows, n = X.shape
     out = cp.zeros(rows, dtype=cp.float64)
     if rows and n:
         log2p = max(0, (n - 1).bit_length())
-        threads = min(THREADS, 1 << log2p)
-        SCATTER.function("row_square_sums")(
-            (_grid(rows * threads, threads),), (threads,),
-            (X, np.int64(n), np.int32(log2p), np.int64(rows), out), shared_mem=8 * threads)
+        warps = max(1, min(SQUARE_ROW_THREADS // 32, (1 << log2p) >> 7))
+        name = "row_square_sums" + ("_f32" if X.dtype == cp.float32 else "")
+        SCATTER.function(name)((_grid(rows * 32 * warps, 32 * warps),), (32 * warps,),
+                               (X, np.int64(ld), np.int64(n), np.int32(log2p), np.int64(rows),
+                                out), shared_mem=8 * warps)
     return out
+
+
+def col_square_sums(X):
+    """Squared norms in float64 of the columns of a (rows, cols) float32 or float64 array
+    whose rows are contiguous (other dtypes and layouts are copied first), in the pairwise
+    tree over the rows (the bits of :func:`pagh_mm.reduction.block_sum` of the squares): the
+    kernel's aligned spans of rows, then the spans' sums added pairwise here."""
+    cp = cupy()
+    X, ld = _rows_contiguous(X)
+    rows, cols = X.shape
+    if not rows or not cols:
+        return cp.zeros(cols, dtype=cp.float64)
+    groups = -(-cols // SQUARE_COL_THREADS)
+    padded = 1 << max(0, (rows - 1).bit_length())
+    spans = 1
+    while groups * spans < SQUARE_COL_BLOCKS and padded // (2 * spans) >= 4 * 64:
+        spans *= 2
+    span = max(4, padded // spans)                  # a larger padding: the same sums
+    part = cp.empty((spans, cols), dtype=cp.float64)
+    name = "col_square_sums" + ("_f32" if X.dtype == cp.float32 else "")
+    SCATTER.function(name)((groups, spans), (SQUARE_COL_THREADS,),
+                           (X, np.int64(ld), np.int64(rows), np.int64(cols), np.int64(span),
+                            part))
+    while part.shape[0] > 1:                        # the levels above the spans, left first
+        part = part[0::2] + part[1::2]
+    return part[0]
 
 
 def poly61(keys, coef):

@@ -153,38 +153,119 @@ extern "C" __global__ void vector_norms(const i64* __restrict__ ptr, const doubl
     if (f) atomicAdd(fractional, f);
 }
 
-// out[i] := sum_k X[i n + k]^2 over k < n (X: rows x n, float64, C-ordered) in the pairwise
-// tree of pagh_mm.reduction.block_sum (the values padded with zeros to 2^log2p, adjacent
-// pairs added level by level, the left one first: x + 0.0 = x for a square, so the bits of
-// block_sum's unpadded tree).  One block of blockDim.x = 2^j <= 2^log2p threads per row;
-// thread t sums the aligned span [t s, (t + 1) s) of s = 2^log2p / blockDim.x values with a
-// stack of pending subtrees, then the block adds the threads' sums pairwise.
-extern "C" __global__ void row_square_sums(const double* __restrict__ X, i64 n, int log2p,
-                                           i64 rows, double* __restrict__ out)
+// Squared norms in the pairwise tree of pagh_mm.reduction.block_sum: the squares padded
+// with zeros to a power of two, adjacent pairs added level by level, the left one first.
+// Any power of two at least the count gives the same sums (a subtree of zeros is +0.0, and
+// x + 0.0 = x for a square), so each kernel pads as its layout needs.  The squares and sums
+// in float64 (float32 values converted exactly first).
+
+// out[i] := sum_k X[i ld + k]^2 over k < n, one block of W warps per row (rows contiguous).
+// Warp w takes the aligned span [w s, (w + 1) s) of the padded row, s a multiple of 128, in
+// chunks of 128: lane l reads elements l, l + 32, l + 64, l + 96 of the chunk (coalesced),
+// five shuffle levels sum each run of 32, lane 0 adds the four runs pairwise and pushes the
+// chunk's subtree onto a stack of pending subtrees; then the block adds the warps' sums
+// pairwise.  Dynamic shared memory: W doubles.
+template <typename T>
+__device__ __forceinline__ void row_square_sums_of(const T* __restrict__ X, i64 ld, i64 n,
+                                                   int log2p, i64 rows, double* __restrict__ out)
 {
     extern __shared__ double part[];
-    const int t = threadIdx.x, T = blockDim.x;
-    const i64 span = ((i64)1 << log2p) / T;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, W = blockDim.x >> 5;
+    int log2s = log2p;                                   // the padded row: W spans of >= 128
+    while (((i64)1 << log2s) < ((i64)W << 7)) ++log2s;
+    const i64 span = ((i64)1 << log2s) / W, chunks = span >> 7;
+    int top = 0;
+    while (((i64)1 << top) < chunks) ++top;
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
-        const double* x = X + r * n;
+        const T* x = X + r * ld;
         double stack[48];
-        const i64 k0 = (i64)t * span;
-        for (i64 j = 0; j < span; ++j) {
-            const i64 k = k0 + j;
-            double v = k < n ? __dmul_rn(x[k], x[k]) : 0.0;
-            int l = 0;
-            for (i64 c = j; c & 1; c >>= 1, ++l) v = __dadd_rn(stack[l], v);
-            stack[l] = v;
+        for (i64 c = 0; c < chunks; ++c) {
+            const i64 o = (i64)w * span + (c << 7) + lane;
+            double v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const i64 k = o + 32 * q;
+                const double a = k < n ? (double)x[k] : 0.0;
+                v[q] = __dmul_rn(a, a);
+            }
+#pragma unroll
+            for (int h = 1; h < 32; h <<= 1) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const double u = __shfl_down_sync(0xffffffffu, v[q], h);
+                    if ((lane & (2 * h - 1)) == 0) v[q] = __dadd_rn(v[q], u);
+                }
+            }
+            if (lane == 0) {
+                double t = __dadd_rn(__dadd_rn(v[0], v[1]), __dadd_rn(v[2], v[3]));
+                int l = 0;
+                for (i64 q = c; q & 1; q >>= 1, ++l) t = __dadd_rn(stack[l], t);
+                stack[l] = t;
+            }
         }
-        int top = 0;
-        while (((i64)1 << top) < span) ++top;
-        part[t] = stack[top];
+        if (lane == 0) part[w] = stack[top];
         __syncthreads();
-        for (int h = 1; h < T; h <<= 1) {
-            if ((t & (2 * h - 1)) == 0) part[t] = __dadd_rn(part[t], part[t + h]);
+        for (int h = 1; h < W; h <<= 1) {
+            if (lane == 0 && (w & (2 * h - 1)) == 0) part[w] = __dadd_rn(part[w], part[w + h]);
             __syncthreads();
         }
-        if (t == 0) out[r] = part[0];
+        if (threadIdx.x == 0) out[r] = part[0];
         __syncthreads();
     }
+}
+
+extern "C" __global__ void row_square_sums(const double* __restrict__ X, i64 ld, i64 n, int log2p,
+                                           i64 rows, double* __restrict__ out)
+{
+    row_square_sums_of<double>(X, ld, n, log2p, rows, out);
+}
+
+extern "C" __global__ void row_square_sums_f32(const float* __restrict__ X, i64 ld, i64 n,
+                                               int log2p, i64 rows, double* __restrict__ out)
+{
+    row_square_sums_of<float>(X, ld, n, log2p, rows, out);
+}
+
+// part[s cols + j] := the subtree sum over the aligned span s of ``span`` rows (a multiple of
+// 4) of X[k ld + j]^2, k < rows (columns contiguous across threads: a warp reads 32
+// consecutive values of a row).  Grid: (column groups, spans); each thread adds its
+// column's rows four at a time with a stack of pending subtrees.  The caller adds the spans'
+// sums pairwise (the levels above the span).
+template <typename T>
+__device__ __forceinline__ void col_square_sums_of(const T* __restrict__ X, i64 ld, i64 rows,
+                                                   i64 cols, i64 span, double* __restrict__ part)
+{
+    const i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    const i64 s = blockIdx.y, chunks = span >> 2, k0 = s * span;
+    const T* x = X + j;
+    double stack[48];
+    for (i64 c = 0; c < chunks; ++c) {
+        const i64 k = k0 + 4 * c;
+        double v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const double a = k + q < rows ? (double)x[(k + q) * ld] : 0.0;
+            v[q] = __dmul_rn(a, a);
+        }
+        double t = __dadd_rn(__dadd_rn(v[0], v[1]), __dadd_rn(v[2], v[3]));
+        int l = 0;
+        for (i64 q = c; q & 1; q >>= 1, ++l) t = __dadd_rn(stack[l], t);
+        stack[l] = t;
+    }
+    int top = 0;
+    while (((i64)1 << top) < chunks) ++top;
+    part[s * cols + j] = stack[top];
+}
+
+extern "C" __global__ void col_square_sums(const double* __restrict__ X, i64 ld, i64 rows, i64 cols,
+                                           i64 span, double* __restrict__ part)
+{
+    col_square_sums_of<double>(X, ld, rows, cols, span, part);
+}
+
+extern "C" __global__ void col_square_sums_f32(const float* __restrict__ X, i64 ld, i64 rows,
+                                               i64 cols, i64 span, double* __restrict__ part)
+{
+    col_square_sums_of<float>(X, ld, rows, cols, span, part);
 }
