@@ -316,9 +316,8 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
         if VB.dtype != VA.dtype:            # one value type for the kernel: float64
             VA, VB = (sides[i].gpu_vectors(k0, k1, np.float64) for i in (0, 1))
     if GPU_FUSED_CONTIGUOUS:           # keys contiguous: (keys, vectors) views of C copies
-        xp = sides[0].be.xp
         VA, VB = (V if V is None or V.strides[0] == V.itemsize or V.shape[0] < 2 else
-                  xp.ascontiguousarray(V.T).T for V in (VA, VB))
+                  kernels.transposed(V).T for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
     tables = [(*s.gpu_table(), s.gpu_positions(),
                *(s.gpu_codes() if kernels.fused_key_order(s.keys, log2b, acc.dtype) else

@@ -881,3 +881,19 @@ def test_squared_norms_and_frobenius_sketch_of_dense_factors_match_the_cpu(dtype
             np.testing.assert_allclose(g.get(), c, rtol=1e-12, atol=1e-12 * np.abs(c).max())
         assert auto.frobenius_estimate(cp.asarray(a), cp.asarray(b), dev, seed=5) == \
             pytest.approx(auto.frobenius_estimate(a, b, cpu, seed=5), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+def test_transposed_copy_equals_cupys(dtype):
+    """kernels.transposed (cuBLAS geam, the fused route's keys-contiguous copy of a C-ordered
+    factor's column block) equals cupy.ascontiguousarray(V.T) exactly: column blocks of a
+    wider array, a whole array, on another stream; other dtypes and layouts fall back."""
+    cp = _cp()
+    from pagh_mm.cuda import kernels
+    rng = np.random.default_rng(5)
+    M = cp.asarray((rng.standard_normal((300, 517)) * 1e3).astype(dtype))
+    with cp.cuda.Stream(non_blocking=True):
+        for V in (M[:, 7:140], M, M[5:6, :], M[:, 3:4], M.T, M[::2, 1:50]):
+            got = kernels.transposed(V)
+            assert got.flags.c_contiguous and got.dtype == V.dtype
+            assert bool((got == cp.ascontiguousarray(V.T)).all())

@@ -548,13 +548,16 @@ __global__ void tree_sum_32(const T* __restrict__ nodes, i64 count, i64 stride,
         const i64 g = idx / stride, j = idx - g * stride;
         const int n = (int)min((i64)32, count - 32 * g);
         const T* x = nodes + 32 * g * stride + j;
-        T stack[6];
+        T stack[6], val[32];
         unsigned have = 0;
         T v = T(0);
 #pragma unroll
+        for (int k = 0; k < 32; ++k)                 // every load in flight before the sums
+            if (k < n) val[k] = x[(i64)k * stride];
+#pragma unroll
         for (int k = 0; k < 32; ++k) {
             if (k < n) {
-                v = x[(i64)k * stride];
+                v = val[k];
                 int level = 0;
 #pragma unroll
                 for (int l = 0; l < 5; ++l) {        // the waiting left siblings of node k
