@@ -748,12 +748,21 @@ def test_tree_sum_of_nodes_is_the_pairwise_tree():
     from pagh_mm.cuda import kernels
     rng = np.random.default_rng(3)
     for dtype in (np.float32, np.float64):
-        for count in (*range(1, 67), 1000, 1024, 1057, 33 * 32 + 5):
-            x = (rng.standard_normal((count, 3, 7)) * 10.0 ** rng.integers(-3, 4, (count, 1, 1))
-                 ).astype(dtype)
-            got = kernels.tree_sum(cp.asarray(x)).get()
-            want = reduction.block_sum(x.copy(), np)
-            assert got.dtype == want.dtype and (got == want).all(), (dtype, count)
+        # rows of 21 values (one per thread) and of 5 x 8 (16-byte vectors), and vector rows
+        # that start off a 16-byte boundary (a view one value in: one per thread again)
+        for shape in ((3, 7), (5, 8)):
+            for count in (*range(1, 67), 1000, 1024, 1057, 33 * 32 + 5):
+                x = (rng.standard_normal((count, *shape))
+                     * 10.0 ** rng.integers(-3, 4, (count, 1, 1))).astype(dtype)
+                x[rng.random(x.shape) < 0.01] = -0.0
+                got = kernels.tree_sum(cp.asarray(x)).get()
+                want = reduction.block_sum(x.copy(), np)
+                assert got.dtype == want.dtype and (got == want).all(), (dtype, count)
+                assert np.array_equal(np.signbit(got), np.signbit(want))
+        flat = cp.asarray(rng.standard_normal(1 + 40 * 40).astype(dtype))
+        nodes = flat[1:].reshape(40, 5, 8)
+        assert nodes.data.ptr % 16 and nodes.flags.c_contiguous
+        assert (kernels.tree_sum(nodes).get() == reduction.block_sum(nodes.get(), np)).all()
 
 
 def test_frobenius_sketch_matches_cpu():

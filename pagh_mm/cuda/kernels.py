@@ -173,8 +173,10 @@ def fused_cluster_names(most: int | None = None):
             if not (g == "true" and a == "true")]            # (a Gram product has no A to keep)
 
 
-#: Instantiations of ``tree_sum_32`` (fused.cu).
-TREE_NAMES = tuple(f"tree_sum_32<{t}>" for t in C_TYPES.values())
+#: Instantiations of ``tree_sum_32`` (fused.cu): each C type, one column per thread or a
+#: 16-byte vector of them.
+TREE_NAMES = tuple(f"tree_sum_32<{t},{v}>" for t in C_TYPES.values()
+                   for v in (1, 16 // (4 if t == "float" else 8)))
 
 
 def compile_unit() -> tuple[str, int]:
@@ -188,8 +190,9 @@ def compile_unit() -> tuple[str, int]:
     for nm, t, s in fused_names() + fused_cluster_names():
         fp = ", ".join(p.replace("S*", f"{s}*").replace("T*", f"{t}*") for p in FUSED_PARAMS)
         lines.append(f"template __global__ void {nm}({fp});")
-    for t in C_TYPES.values():
-        lines.append(f"template __global__ void tree_sum_32<{t}>(const {t}*, i64, i64, {t}*);")
+    for nm in TREE_NAMES:
+        t = nm[nm.index("<") + 1:nm.index(",")]
+        lines.append(f"template __global__ void {nm}(const {t}*, i64, i64, {t}*);")
     return "\n".join(lines) + "\n", len(names()) + len(fused_names()) + \
         len(fused_cluster_names()) + len(TREE_NAMES)
 
@@ -670,13 +673,16 @@ def tree_sum(nodes):
     if nodes.shape[0] == 1:
         out[...] = nodes[0]
         return out
-    fn = FUSED.function(f"tree_sum_32<{C_TYPES[nodes.dtype]}>")
+    v = 16 // nodes.itemsize           # 16-byte loads where every node's row is aligned
+    v = v if stride % v == 0 and nodes.data.ptr % 16 == 0 else 1
+    fn = FUSED.function(f"tree_sum_32<{C_TYPES[nodes.dtype]},{v}>")
     cur = nodes.reshape(nodes.shape[0], stride)
     while cur.shape[0] > 1:             # 32 nodes into one, level by level of the tree
         count = cur.shape[0]
         groups = -(-count // 32)
         nxt = out.reshape(1, stride) if groups == 1 else cp.empty((groups, stride), cur.dtype)
-        fn((_grid(groups * stride),), (THREADS,), (cur, np.int64(count), np.int64(stride), nxt))
+        fn((_grid(groups * stride // v),), (THREADS,),
+           (cur, np.int64(count), np.int64(stride), nxt))
         cur = nxt
     return out
 
