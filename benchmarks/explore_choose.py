@@ -61,7 +61,7 @@ def main() -> None:
             data = synthetic.planted_product(n, 300, seed=n, dtype=dt, xp=cp)
             A, B = data.A, data.B
             row = {"n": n, "dtype": name}
-            t, Y = timed(be, lambda: auto.frobenius_sketch(A, B, be, 7), a.repeats)
+            t, _ = timed(be, lambda: auto.frobenius_sketch(A, B, be, 7), a.repeats)
             row["frobenius_sketch_s"] = t
             params = auto._jl_params(7)
             sides = [auto._JLSide(M, w, params, 6, be) for w, M in ((1, A), (2, B))]
@@ -96,7 +96,7 @@ def main() -> None:
             row["sum_axis0_s"] = t
             print(row, flush=True)
             rows_out.append(row)
-            data = A = B = G = H = la = lb = sa = sb = Y = None
+            data = A = B = G = H = la = lb = sa = sb = None
             cp.get_default_memory_pool().free_all_blocks()
     if a.json:
         provenance.write(provenance.record("explore-choose", rows_out, vars(a)), a.json)

@@ -137,8 +137,12 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     size = INNER_CHUNK          # aligned chunks whose stored values fit VALUE_CHUNK per side
     while size > 1 and max(s.most(size) for s in sides) > VALUE_CHUNK:
         size //= 2
+    dense = [s for s in sides if not s.sparse]
     need = 16 * rows * min(size, max(n, 1)) + sum(BYTES_PER_VALUE * s.most(size) for s in sides) \
-        + (DENSE_CHUNK_BYTES + 8 * rows * KEY_BLOCK if not all(s.sparse for s in sides) else 0)
+        + (DENSE_CHUNK_BYTES if dense else 0)
+    if dense and be.gpu:        # _dense_sketch_gpu's key block of G and its product's temporary
+        need += 8 * rows * (min(KEY_BLOCK, max(s.M.shape[0] if s.which == 1 else s.M.shape[1]
+                                               for s in dense)) + min(size, max(n, 1)))
     memory.check(need, "the ||AB||_F estimate behind automatic buckets",
                  "pass buckets= (the estimate only sizes automatic buckets) or free memory",
                  device=be.name)
@@ -207,28 +211,27 @@ KEY_BLOCK = 1 << 17
 def _dense_sketch_gpu(X, row, sign, rows: int, xp):
     """(nb, rows) float64: X (nb x keys, a view of the factor) times the Count-Sketch's
     transpose (key i: ``sign[i]`` in column ``row[i]``), by float64 GEMMs with dense blocks of
-    at most KEY_BLOCK keys.  A contiguous float64 factor on the GPU is read in place; other
-    factors go in pieces of DENSE_CHUNK_BYTES, slabs of their memory order, converted to
-    float64 in that order.  H100, n = 32768 float64: 3.2 ms per factor against 10-36 ms
-    for the sparse product of the CPU's route (the same sums up to their order: a relative
-    1e-15)."""
+    at most KEY_BLOCK keys.  A float64 GPU factor whose view is contiguous (and has at most
+    KEY_BLOCK keys when C-ordered) is read in place; otherwise each key block goes in pieces of
+    DENSE_CHUNK_BYTES along nb, copied (and converted) in the factor's memory order.  H100, n =
+    32768 float64: 3.2 ms per factor against 10-36 ms for the sparse product of the CPU's route
+    (the same sums up to their order: a relative 1e-15)."""
     nb, keys = X.shape
     out = xp.zeros((nb, rows), dtype=xp.float64)
     inplace = X.dtype == xp.float64 and on_gpu(X) and \
         (X.flags.f_contiguous or (X.flags.c_contiguous and keys <= KEY_BLOCK))
-    by_keys = X.strides[1] > X.strides[0]       # a block of keys is a slab of the factor
-    kb = KEY_BLOCK if inplace or not by_keys else \
-        max(1, min(KEY_BLOCK, DENSE_CHUNK_BYTES // (8 * max(1, nb))))
-    for r0 in range(0, keys, kb):
-        r1 = min(keys, r0 + kb)
+    by_keys = X.strides[1] > X.strides[0]       # the factor's rows run along nb
+    for r0 in range(0, keys, KEY_BLOCK):
+        r1 = min(keys, r0 + KEY_BLOCK)
         D = xp.zeros((r1 - r0, rows), dtype=xp.float64)
         D[xp.arange(r1 - r0), row[r0:r1]] = sign[r0:r1]
-        step = nb if inplace or by_keys else max(1, DENSE_CHUNK_BYTES // (8 * (r1 - r0)))
+        step = nb if inplace else max(1, DENSE_CHUNK_BYTES // (8 * (r1 - r0)))
         for c0 in range(0, nb, step):
             V = X[c0:c0 + step, r0:r1]
             V = xp.ascontiguousarray(V.T, dtype=xp.float64).T if by_keys else \
                 xp.ascontiguousarray(V, dtype=xp.float64)
             out[c0:c0 + step] += V @ D
+        D = V = None
     return out
 
 

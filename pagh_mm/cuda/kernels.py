@@ -173,10 +173,12 @@ def fused_cluster_names(most: int | None = None):
             if not (g == "true" and a == "true")]            # (a Gram product has no A to keep)
 
 
-#: Instantiations of ``tree_sum_32`` (fused.cu): each C type, one column per thread or a
-#: 16-byte vector of them.
-TREE_NAMES = tuple(f"tree_sum_32<{t},{v}>" for t in C_TYPES.values()
-                   for v in (1, 16 // (4 if t == "float" else 8)))
+#: Columns per thread of ``tree_sum_32`` (fused.cu) per C type: a 16-byte vector of float32
+#: (none of double: <double, 2> takes 255 registers and spills on sm_80 and sm_90).
+TREE_VECTOR = {"float": 4, "double": 1}
+#: Instantiations of ``tree_sum_32``: each C type, one column per thread and its vector.
+TREE_NAMES = tuple(dict.fromkeys(f"tree_sum_32<{t},{v}>" for t in C_TYPES.values()
+                                 for v in (1, TREE_VECTOR[t])))
 
 
 def compile_unit() -> tuple[str, int]:
@@ -508,7 +510,8 @@ def transposed(V):
     cp = cupy()
     rows, cols = V.shape
     if V.dtype not in (cp.float32, cp.float64) or V.size == 0 or V.strides[1] != V.itemsize \
-            or V.strides[0] % V.itemsize or V.strides[0] < cols * V.itemsize:
+            or V.strides[0] % V.itemsize or V.strides[0] < cols * V.itemsize or \
+            max(rows, cols, V.strides[0] // V.itemsize) >= 1 << 31:     # (cuBLAS's int sizes)
         return cp.ascontiguousarray(V.T)
     from cupy_backends.cuda.libs import cublas as cb
     out = cp.empty((cols, rows), dtype=V.dtype)
@@ -673,9 +676,10 @@ def tree_sum(nodes):
     if nodes.shape[0] == 1:
         out[...] = nodes[0]
         return out
-    v = 16 // nodes.itemsize           # 16-byte loads where every node's row is aligned
-    v = v if stride % v == 0 and nodes.data.ptr % 16 == 0 else 1
-    fn = FUSED.function(f"tree_sum_32<{C_TYPES[nodes.dtype]},{v}>")
+    t = C_TYPES[nodes.dtype]
+    v = TREE_VECTOR[t]                  # 16-byte loads where every node's row is aligned
+    v = v if stride % v == 0 and nodes.data.ptr % (v * nodes.itemsize) == 0 else 1
+    fn = FUSED.function(f"tree_sum_32<{t},{v}>")
     cur = nodes.reshape(nodes.shape[0], stride)
     while cur.shape[0] > 1:             # 32 nodes into one, level by level of the tree
         count = cur.shape[0]

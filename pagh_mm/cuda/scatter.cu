@@ -160,7 +160,7 @@ extern "C" __global__ void vector_norms(const i64* __restrict__ ptr, const doubl
 // in float64 (float32 values converted exactly first).
 
 // out[i] := sum_k X[i ld + k]^2 over k < n, one block of W warps per row (rows contiguous).
-// Warp w takes the aligned span [w s, (w + 1) s) of the padded row, s a multiple of 128, in
+// Warp w takes the aligned span [w s, (w + 1) s) of the padded row, s a power of two >= 128, in
 // chunks of 128: lane l reads elements l, l + 32, l + 64, l + 96 of the chunk (coalesced),
 // five shuffle levels sum each run of 32, lane 0 adds the four runs pairwise and pushes the
 // chunk's subtree onto a stack of pending subtrees; then the block adds the warps' sums
@@ -226,8 +226,8 @@ extern "C" __global__ void row_square_sums_f32(const float* __restrict__ X, i64 
     row_square_sums_of<float>(X, ld, n, log2p, rows, out);
 }
 
-// part[s cols + j] := the subtree sum over the aligned span s of ``span`` rows (a multiple of
-// 4) of X[k ld + j]^2, k < rows (columns contiguous across threads: a warp reads 32
+// part[s cols + j] := the subtree sum over the aligned span s of ``span`` rows (a power of two,
+// at least 4) of X[k ld + j]^2, k < rows (columns contiguous across threads: a warp reads 32
 // consecutive values of a row).  Grid: (column groups, spans); each thread adds its
 // column's rows four at a time with a stack of pending subtrees.  The caller adds the spans'
 // sums pairwise (the levels above the span).
