@@ -288,7 +288,7 @@ TABLES = {
     "pagh-mm": (pagh_mm, ["h100/session5-pagh-bench-after.json",
                           "h100/session5-pagh-bench-32768-r7-after.json"]),
     "pagh-mm-certified": (pagh_mm_certified, ["h100/session33-bench-certified-final.json",
-                                              "h100/session33-bench-65536-fp32.json"]),
+                                              "h100/session33-bench-65536-fp32-keyorder.json"]),
     "pagh-mm-sparse": (pagh_mm_sparse, ["h100/session15-sparse-64.json",
                                         "h100/session15-sparse-64-1048576.json",
                                         "h100/session15-sparse-64-1048576-partial.json",
