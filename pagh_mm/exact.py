@@ -261,7 +261,7 @@ def _dense_gram_diagonal(be, A):
     if m == 0 or n == 0:
         return out
     X = A.T                                          # n x m: X[k] is inner index k
-    if _unit_steps(be, X, 1):                       # one kernel over X's rows in place
+    if _rows_in_place(be, X):                       # one kernel over X's rows in place
         from .cuda import kernels
         return kernels.col_square_sums(X)
     rows = 1 << max(0, (query.TILE_BUDGET // (2 * 8 * m)).bit_length() - 1)
@@ -273,15 +273,13 @@ def _dense_gram_diagonal(be, A):
     return _exact_large_squares(be, A, A.T, tree.total())
 
 
-def _unit_steps(be, M, axis: int) -> bool:
-    """Whether the GPU's square-sum kernels read the dense float32/float64 GPU array M in
-    place: consecutive elements along ``axis``, a non-negative step along the other."""
-    if not be.gpu or is_sparse(M) or not on_gpu(M) or getattr(M, "ndim", 0) != 2 or \
-            np.dtype(M.dtype) not in (np.float32, np.float64):
+def _rows_in_place(be, M) -> bool:
+    """Whether M is a dense GPU array the square-sum kernels read where it is
+    (:func:`pagh_mm.cuda.kernels.rows_in_place`)."""
+    if not be.gpu or is_sparse(M) or not on_gpu(M):
         return False
-    return (M.shape[axis] < 2 or M.strides[axis] == M.itemsize) and \
-        (M.shape[1 - axis] < 2 or (M.strides[1 - axis] >= 0 and
-                                   M.strides[1 - axis] % M.itemsize == 0))
+    from .cuda import kernels
+    return kernels.rows_in_place(M)
 
 
 def _dots(be, A, B, r, c, absolute: bool):
@@ -324,7 +322,7 @@ def squared_norms(be, M, axis: int):
         return xp.asarray(out.toarray().ravel() if hasattr(out, "toarray") else out,
                           dtype=xp.float64)
     R = M if axis == 1 else M.T                     # its rows' norms
-    if _unit_steps(be, R, 1):                       # one kernel over the rows in place
+    if _rows_in_place(be, R):                       # one kernel over the rows in place
         from .cuda import kernels
         return kernels.row_square_sums(R)
     flags = getattr(R, "flags", None)

@@ -445,14 +445,23 @@ SQUARE_COL_THREADS = 128
 SQUARE_COL_BLOCKS = 4096
 
 
+def rows_in_place(X) -> bool:
+    """Whether the square-sum kernels read the 2-d array X where it is: float32 or float64,
+    consecutive elements along each row, a non-negative whole-element step between rows."""
+    if getattr(X, "ndim", 0) != 2 or np.dtype(X.dtype) not in (np.float32, np.float64):
+        return False
+    rows, cols = X.shape
+    return (cols < 2 or X.strides[1] == X.itemsize) and \
+        (rows < 2 or (X.strides[0] >= 0 and X.strides[0] % X.itemsize == 0))
+
+
 def _rows_contiguous(X):
-    """X (2-d, float32 or float64 kept, else float64) with unit steps along its rows, and
-    its row step in elements."""
+    """X (2-d, float32 or float64 kept, else float64) as the square-sum kernels read it
+    (:func:`rows_in_place`, else a C-ordered copy), and its row step in elements."""
     cp = cupy()
     if X.dtype not in (cp.float32, cp.float64):
         X = X.astype(cp.float64)
-    if X.ndim != 2 or (X.shape[1] > 1 and X.strides[1] != X.itemsize) or \
-            X.strides[0] % X.itemsize or X.strides[0] < 0:
+    if not rows_in_place(X):
         X = cp.ascontiguousarray(X)
     return X, (X.strides[0] // X.itemsize if X.shape[0] > 1 else X.shape[1])
 
