@@ -123,11 +123,13 @@ def main() -> None:
                     ref = y
                 else:
                     same = bool((y.view(cp.uint8) == ref.view(cp.uint8)).all())
+                    dev = float(cp.abs(y.astype(cp.float64) - ref.astype(cp.float64)).max()
+                                / cp.abs(ref.astype(cp.float64)).max())
                 r = kl.case(args.rows, n, dt)
                 r.update(variant=v, same_bits=same)
                 rows.append(r)
                 base_route = base_route or r["route"]
-                line += f"  {v} {r['ratio_copy']:.3f}{'' if same else ' DIFFERENT'}"
+                line += f"  {v} {r['ratio_copy']:.3f}{'' if same else f' (differs {dev:.1e})'}"
                 if r["route"] != base_route:
                     line += f" [{r['route']}]"
             _use(library, False, None)

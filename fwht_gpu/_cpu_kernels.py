@@ -394,20 +394,30 @@ def row_finite(w, n, fin, shift):
 
 @numba.njit(nogil=True, cache=True)
 def k_stage(w, signs, mode, out, t0, t1):
-    """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` on (rows, K, M) work values:
-    out[r, i] = +-w[r, 0], then + or - w[r, c] for c = 1 .. K - 1 in order, each sum rounded
-    per ``mode``, for the tasks (row, output block) t0 .. t1 - 1 (t = r K + i; serial: the
-    caller's threads share the tasks, and a serial kernel compiles in seconds)."""
+    """The K-point stage of :func:`fwht_gpu.hadamard.k_stage` on (rows, K, M) work values,
+    for the tasks (row, output block) t0 .. t1 - 1 (t = r K + i; serial: the caller's threads
+    share the tasks, and a serial kernel compiles in seconds): in the groups of four blocks
+    c0 .. c0 + 3 (values a, b, c, d; s_k = H[i, c0 + k] H[i, c0]), p = a + s_1 b, q = c +
+    s_2 s_3 d, e = p + s_2 q; out = H[i, c0] e for the first group, then out + H[i, c0] e
+    group after group; every sum an addition or a subtraction rounded per ``mode``."""
     K, M = w.shape[1], w.shape[2]
     for t in range(t0, t1):
         r, i = t // K, t % K
-        neg = signs[i, 0] < 0
-        for j in range(M):
-            out[r, i, j] = -w[r, 0, j] if neg else w[r, 0, j]
-        for c in range(1, K):
-            if signs[i, c] > 0:
-                for j in range(M):
-                    out[r, i, j] = _rround(out[r, i, j] + w[r, c, j], mode)
-            else:
-                for j in range(M):
-                    out[r, i, j] = _rround(out[r, i, j] - w[r, c, j], mode)
+        for g in range(K // 4):
+            c0 = 4 * g
+            neg = signs[i, c0] < 0
+            n1 = (signs[i, c0 + 1] < 0) != neg
+            n2 = (signs[i, c0 + 2] < 0) != neg
+            nq = ((signs[i, c0 + 3] < 0) != neg) != n2
+            for j in range(M):
+                a, b = w[r, c0, j], w[r, c0 + 1, j]
+                c, d = w[r, c0 + 2, j], w[r, c0 + 3, j]
+                p = _rround(a - b, mode) if n1 else _rround(a + b, mode)
+                q = _rround(c - d, mode) if nq else _rround(c + d, mode)
+                e = _rround(p - q, mode) if n2 else _rround(p + q, mode)
+                if g == 0:
+                    out[r, i, j] = -e if neg else e
+                elif neg:
+                    out[r, i, j] = _rround(out[r, i, j] - e, mode)
+                else:
+                    out[r, i, j] = _rround(out[r, i, j] + e, mode)

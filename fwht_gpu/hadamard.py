@@ -27,11 +27,16 @@ transform whichever way the length is written.
 Element ``a * M + b`` of the input is entry b of block a (K blocks of M contiguous values).
 The transform runs in two stages, the same on every engine: the power-of-two transform of
 each block (the plan of length M, with its algorithm, stabilizer and compute dtype), then the
-K-point stage across the blocks: output block i is ``sum_c H_K[i, c] * block_c``, added
-left to right from c = 0 (``+-block_0``, then ``+ block_c`` or ``- block_c``), each operation
-rounded to the compute dtype (the data's dtype unless ``compute_dtype`` is wider), the sum
-rounded once to the data's dtype. The scale (``norm``) is applied last. The inverse uses
-H_K^T in the K-point stage (Paley I matrices are not symmetric) and divides by n.
+K-point stage across the blocks: output block i is ``sum_c H_K[i, c] * block_c``, summed in
+groups of four blocks: for the blocks a, b, c, d of columns c0 .. c0 + 3 and the signs
+s_k = H_K[i, c0 + k] H_K[i, c0] relative to the first, ``p = a + s_1 b``, ``q = c + s_2 s_3 d``,
+``e = p + s_2 q`` (a group's eight possible e are shared by the outputs with its sign pattern:
+K^2/4 + 2K operations per position instead of K(K - 1)), then ``H_K[i, 0] e`` for the first
+group and ``+ H_K[i, c0] e`` for the next ones in order; each sum an addition or a
+subtraction rounded to the compute dtype (the data's dtype unless ``compute_dtype`` is
+wider), the result rounded once to the data's dtype. The scale (``norm``) is applied last.
+The inverse uses H_K^T in the K-point stage (Paley I matrices are not symmetric) and divides
+by n.
 """
 from __future__ import annotations
 
@@ -142,12 +147,19 @@ def k_stage(H: np.ndarray, z: np.ndarray, compute_dtype, dtype) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):     # overflow: the caller's
             return acc.reshape(z.shape).astype(dtype, copy=False)
     ar = cpu._Arith(compute_dtype, None)
+
+    def pm(x, y, minus):
+        return ar.sub(x, y) if minus else ar.add(x, y)
     out = np.empty(z.shape, dtype=dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(H.shape[0]):
-            acc = w[..., 0, :] if H[i, 0] > 0 else -w[..., 0, :]
-            for c in range(1, H.shape[1]):
-                acc = ar.add(acc, w[..., c, :]) if H[i, c] > 0 else ar.sub(acc, w[..., c, :])
+            for c0 in range(0, H.shape[1], 4):
+                neg = H[i, c0] < 0
+                n1, n2, n3 = ((H[i, c0 + k] < 0) != neg for k in (1, 2, 3))
+                p = pm(w[..., c0, :], w[..., c0 + 1, :], n1)
+                q = pm(w[..., c0 + 2, :], w[..., c0 + 3, :], n2 != n3)
+                e = pm(p, q, n2)
+                acc = (-e if neg else e) if c0 == 0 else pm(acc, e, neg)
             out[..., i, :] = acc
     return out
 

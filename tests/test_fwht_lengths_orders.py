@@ -89,18 +89,23 @@ def test_any_axis_out_and_the_planned_transform():
 
 def _reference_16bit(K, x, dtype):
     """Blocks by the power-of-two engine, then the K-point stage with NumPy scalars of the
-    dtype, left to right (each addition rounded to the dtype)."""
+    dtype in the documented order (groups of four blocks: p = a +- b, q = c +- d, e = p +- q,
+    added group after group; each addition rounded to the dtype)."""
     M = x.shape[-1] // K
     blocks = F.fwht(x.reshape(-1, K, M), axis=-1)
     H = hadamard.matrix(K)
     out = np.empty_like(blocks)
+
+    def pm(u, v, s):                    # u + s v, rounded to the dtype
+        return dtype(u + v) if s > 0 else dtype(u - v)
     for r in range(blocks.shape[0]):
         for i in range(K):
             for j in range(M):
-                acc = blocks[r, 0, j] if H[i, 0] > 0 else -blocks[r, 0, j]
-                for c in range(1, K):
-                    acc = dtype(acc + blocks[r, c, j]) if H[i, c] > 0 else \
-                        dtype(acc - blocks[r, c, j])
+                for c0 in range(0, K, 4):
+                    h = H[i, c0:c0 + 4] * H[i, c0]          # signs relative to the first
+                    a, b, c, d = blocks[r, c0:c0 + 4, j]
+                    e = pm(pm(a, b, h[1]), pm(c, d, h[2] * h[3]), h[2])
+                    acc = (e if H[i, 0] > 0 else -e) if c0 == 0 else pm(acc, e, H[i, c0])
                 out[r, i, j] = acc
     return out.reshape(x.shape)
 

@@ -1,9 +1,10 @@
 // Transforms of length n = K * M (M = 2^k) that are not powers of two: H_K (x) H_M
 // (fwht_gpu/hadamard.py is the specification).  A row is K blocks of M contiguous
 // elements; the transform is the power-of-two transform of each block, then the K-point
-// stage across the blocks: output block i = sum_c H_K[i, c] * block c, added left to
-// right from c = 0 (H_K is normalized: its first column is all +1), every operation
-// rounded to the compute type, the sum rounded once to the storage type, then the scale.
+// stage across the blocks: output block i = sum_c H_K[i, c] * block c, summed in groups of
+// four blocks (k_point_sums; H_K is normalized: its first column is all +1), every
+// operation rounded to the compute type, the sum rounded once to the storage type, then
+// the scale.
 // The inverse uses H_K^T (TRANSPOSE).
 //
 // Three kernels, built from the blocks of this folder (numeric.cuh: Num<>, Units<>,
@@ -57,7 +58,7 @@ __host__ __device__ constexpr bool k_negative(int i, int c) {
                      : ((HadamardSigns<K>::row(i) >> c) & 1ULL) != 0;
 }
 
-// H_K is normalized: first row and first column all +1 (the K-point sums start with +v[0]).
+// H_K is normalized: first row and first column all +1 (each output starts with its first group's e).
 template <int K>
 __host__ __device__ constexpr bool k_normalized() {
     for (int i = 0; i < K; ++i)
@@ -65,32 +66,44 @@ __host__ __device__ constexpr bool k_normalized() {
     return true;
 }
 
-// A copy the compiler cannot merge with another (volatile asm): each output's chain of sums
-// starts from its own value, so common prefixes of two outputs are not kept alive in
-// registers (the values are the same).
-__device__ __forceinline__ float k_opaque(float v) { asm volatile("mov.b32 %0, %0;" : "+f"(v)); return v; }
-__device__ __forceinline__ double k_opaque(double v) { asm volatile("mov.b64 %0, %0;" : "+d"(v)); return v; }
-__device__ __forceinline__ float2 k_opaque(float2 v) { v.x = k_opaque(v.x); v.y = k_opaque(v.y); return v; }
-__device__ __forceinline__ unsigned short k_opaque_u16(unsigned short u) { asm volatile("mov.b16 %0, %0;" : "+h"(u)); return u; }
-template <typename P>
-__device__ __forceinline__ P k_opaque_bits(P v) {
-    unsigned int u = *reinterpret_cast<unsigned int*>(&v);
-    asm volatile("mov.b32 %0, %0;" : "+r"(u));
-    return *reinterpret_cast<P*>(&u);
+// Output i's sign pattern in the group of columns c0 .. c0 + 3 (k_point_sums): bit 2 whether
+// column c0 + 1's sign differs from column c0's, bit 1 whether columns c0 + 2 and c0 + 3
+// differ, bit 0 whether column c0 + 2's differs from column c0's.
+template <int K, bool TRANSPOSE>
+__host__ __device__ constexpr int k_pattern(int i, int c0) {
+    const bool s0 = k_negative<K, TRANSPOSE>(i, c0);
+    const int n1 = k_negative<K, TRANSPOSE>(i, c0 + 1) != s0;
+    const int n2 = k_negative<K, TRANSPOSE>(i, c0 + 2) != s0;
+    const int n3 = k_negative<K, TRANSPOSE>(i, c0 + 3) != s0;
+    return 4 * n1 + 2 * (n2 ^ n3) + n2;
 }
-__device__ __forceinline__ __half2 k_opaque(__half2 v) { return k_opaque_bits(v); }
-__device__ __forceinline__ __nv_bfloat162 k_opaque(__nv_bfloat162 v) { return k_opaque_bits(v); }
-__device__ __forceinline__ __half k_opaque(__half v) { return __ushort_as_half(k_opaque_u16(__half_as_ushort(v))); }
-__device__ __forceinline__ __nv_bfloat16 k_opaque(__nv_bfloat16 v) { return __ushort_as_bfloat16(k_opaque_u16(__bfloat16_as_ushort(v))); }
 
-// Output i of the K-point stage on v[0 .. K): +v[0], then +- v[c] for c = 1 .. K - 1 in order.
-template <typename W, int K, bool TRANSPOSE>
-__device__ __forceinline__ W k_point_sum(const W* v, int i) {
+// Outputs i0 .. i0 + CH - 1 of the K-point stage (fwht_gpu/hadamard.py's order), the K values
+// of the position from ``next()`` in column order: per group of four columns (a, b, c, d) p =
+// a +- b, q = c +- d, e = p +- q with the signs relative to the group's first column, each of
+// the eight e formed once for every output that uses it; acc = e for the first group (H_K is
+// normalized: column 0 all +1), then acc +- e group after group.  K^2/4 + 2K operations per
+// position instead of the K (K - 1) of output-by-output sums: H100, 4096 rows over a copy
+// (session 34), FP32 28 * 2**10 1.33 -> 1.24x, FP16 28 * 2**10 1.24 -> 1.15x, FP32 44 * 2**10
+// 2.80 -> 1.19x.  A smaller CH reads the values again per chunk of outputs (fewer registers).
+template <typename W, int K, bool TRANSPOSE, int CH, typename NEXT>
+__device__ __forceinline__ void k_point_sums(NEXT next, int i0, W* acc) {
     typedef Num<W> N;
-    W acc = k_opaque(v[0]);       // a fresh chain per output: no prefix shared between outputs
 #pragma unroll
-    for (int c = 1; c < K; ++c) acc = k_negative<K, TRANSPOSE>(i, c) ? N::sub(acc, v[c]) : N::add(acc, v[c]);
-    return acc;
+    for (int g = 0; g < K / 4; ++g) {
+        const int c0 = 4 * g;
+        const W a = next(), b = next(), c = next(), d = next();
+        const W p[2] = {N::add(a, b), N::sub(a, b)};
+        const W q[2] = {N::add(c, d), N::sub(c, d)};
+        W e[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) e[k] = k & 1 ? N::sub(p[k >> 2], q[(k >> 1) & 1]) : N::add(p[k >> 2], q[(k >> 1) & 1]);
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+            const W t = e[k_pattern<K, TRANSPOSE>(i0 + j, c0)];
+            acc[j] = g == 0 ? t : k_negative<K, TRANSPOSE>(i0 + j, c0) ? N::sub(acc[j], t) : N::add(acc[j], t);
+        }
+    }
 }
 
 // a + b for the addresses of unrolled loops (shared-memory slots, element indices), opaque
@@ -211,32 +224,40 @@ struct KRowsTraits {
     static_assert(k_normalized<K>(), "H_K normalized");
 };
 
-// The K outputs of one position from its K values v (the power-of-two stages' results, in
-// the compute type): rounded to storage first when the compute type is wider (where the
-// NumPy engine's pass writes back), the K signed sums rounded to storage, scaled when
-// SCALED, written to y, y + mu, ...; returns the non-finite probe.
-template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
-__device__ __forceinline__ S k_point_out(U* v, S* y, int mu, double scale, S probe) {
-    if constexpr (sizeof(C) != sizeof(T)) {
+// The K outputs of one position, in chunks of CH: for each chunk ``cursor()`` gives a fresh
+// ``next`` that returns the position's K values (the power-of-two stages' results, in the
+// compute type) in column order; rounded to storage first when the compute type is wider
+// (where the NumPy engine's pass writes back), the K sums (k_point_sums) rounded to storage,
+// scaled when SCALED, written to y, y + mu, ...; returns the non-finite probe.
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED, int CH, typename CURSOR>
+__device__ __forceinline__ S k_point_out(CURSOR cursor, S* y, int mu, double scale, S probe) {
+    static_assert(K % CH == 0, "whole chunks");
 #pragma unroll
-        for (int c = 0; c < K; ++c) v[c] = to<U>(to<S>(v[c]));
-    }
+    for (int i0 = 0; i0 < K; i0 += CH) {
+        auto next = cursor();
+        U acc[CH];
+        k_point_sums<U, K, TRANSPOSE, CH>([&]() {
+            U x = next();
+            if constexpr (sizeof(C) != sizeof(T)) x = to<U>(to<S>(x));
+            return x;
+        }, i0, acc);
 #pragma unroll
-    for (int i = 0; i < K; ++i) {
-        S o = to<S>(k_point_sum<U, K, TRANSPOSE>(v, i));
-        if constexpr (SCALED) o = Num<S>::scale(o, scale);
-        probe = k_probe(probe, o);
-        *y = o;
-        y += mu;
+        for (int j = 0; j < CH; ++j) {
+            S o = to<S>(acc[j]);
+            if constexpr (SCALED) o = Num<S>::scale(o, scale);
+            probe = k_probe(probe, o);
+            *y = o;
+            y += mu;
+        }
     }
     return probe;
 }
 
 // The K-point round of fwht_k_rows on the tile in shared memory: position u of row r in the K
 // blocks per thread (consecutive threads: consecutive positions, so the stores coalesce),
-// the K signed sums rounded to storage (a wider compute type: the power-of-two stages'
-// result rounded to storage first, where the NumPy engine's pass writes back), scaled when
-// SCALED, written to y (the tile in global memory); returns the non-finite probe.
+// the K values read from shared memory as the sums take them (fewer registers than all K
+// first: FP32 K = 28 spills 40 bytes at its 64-register bound instead of 76), the outputs
+// written to y (the tile in global memory) by k_point_out; returns the non-finite probe.
 template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, bool SCALED>
 __device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, int log_mu, int log_rows,
                                            double scale, S probe) {
@@ -245,18 +266,17 @@ __device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, i
     for (int p = tid; p < positions; p += threads) {
         const int r = p >> log_mu, u = p & (mu - 1);
         const int base = r * K * mu + u;
-        U v[K];
         if (log_mu >= pad_shift<U>()) {     // padded slots a constant step apart
             const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);
-            int x = pad<U>(base) * (int)sizeof(U);
-#pragma unroll
-            for (int c = 0; c < K; ++c) { v[c] = k_slot(sm, x); x = k_step(x, step); }
+            const int x0 = pad<U>(base) * (int)sizeof(U);
+            probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED, K>([&]() {
+                return [sm, x = x0, step]() mutable { U v = k_slot(sm, x); x = k_step(x, step); return v; }; },
+                y0 + base, mu, scale, probe);
         } else {
-            int x = base;
-#pragma unroll
-            for (int c = 0; c < K; ++c) { v[c] = sm[pad<U>(x)]; x = k_step(x, mu); }
+            probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED, K>([&]() {
+                return [sm, x = base, mu]() mutable { U v = sm[pad<U>(x)]; x = k_step(x, mu); return v; }; },
+                y0 + base, mu, scale, probe);
         }
-        probe = k_point_out<S, U, K, TRANSPOSE, C, T, SCALED>(v, y0 + base, mu, scale, probe);
     }
     return probe;
 }
@@ -384,15 +404,37 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
     const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);     // log_mu >= pad_shift
     for (int p = tid; p < half; p += threads) {
         const int u = q * half + p;
-        U v[K];
+        if constexpr (sizeof(U) == 4 || K <= 12) {
+            // 4-byte units (and K = 12): the K values read first, then the sums (read as the
+            // sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64 registers: 28 *
+            // 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes, 156 that way)
+            U v[K];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            unsigned x = map_rank(sm + pad<U>(u), h);
+            for (int h = 0; h < 2; ++h) {
+                unsigned x = map_rank(sm + pad<U>(u), h);
 #pragma unroll
-            for (int c = 0; c < KH; ++c) { v[h * KH + c] = ld_cluster<U>(x); x += step; }
+                for (int c = 0; c < KH; ++c) { v[h * KH + c] = ld_cluster<U>(x); x += step; }
+            }
+            auto cursor = [&]() { return [&v, c = 0]() mutable { return v[c++]; }; };
+            if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true, K>(cursor, y0 + u, mu, scale, probe);
+            else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false, K>(cursor, y0 + u, mu, scale, probe);
+        } else {
+            // 8-byte units, K >= 20: read as the sums take them, half of the outputs at a
+            // time (FP64 20 * 2**10: 1.07x a copy; all K first 1.16x, all outputs at once
+            // 1.13x; session 28's output-by-output sums 1.02x)
+            const unsigned x0 = map_rank(sm + pad<U>(u), 0), x1 = map_rank(sm + pad<U>(u), 1);
+            auto cursor = [&]() {
+                return [x = x0, x1, c = 0, step]() mutable {
+                    if (c == KH) x = x1;
+                    U v = ld_cluster<U>(x);
+                    x += step;
+                    ++c;
+                    return v;
+                };
+            };
+            if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true, KH>(cursor, y0 + u, mu, scale, probe);
+            else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false, KH>(cursor, y0 + u, mu, scale, probe);
         }
-        if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true>(v, y0 + u, mu, scale, probe);
-        else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false>(v, y0 + u, mu, scale, probe);
     }
 #endif
     return probe;
@@ -443,7 +485,8 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
 }
 
 // The K-point stage alone on rows of K blocks of 2^log_m elements already transformed by the
-// power-of-two engine (storage values): position p = (row, j) per thread, grid-stride.
+// power-of-two engine (storage values): position p = (row, j) per thread, grid-stride; its K
+// values are all read before its first output is written (src may equal dst).
 template <typename T, typename C, int K, bool TRANSPOSE>
 __global__ void __launch_bounds__(256)
 fwht_k_stage(const T* src, T* dst, i64 npos, int log_m, double scale, unsigned int* flags)
@@ -453,12 +496,12 @@ fwht_k_stage(const T* src, T* dst, i64 npos, int log_m, double scale, unsigned i
     bool bad_out = false;
     for (i64 p = (i64)blockIdx.x * blockDim.x + threadIdx.x; p < npos; p += (i64)gridDim.x * blockDim.x) {
         const i64 base = (p >> log_m) * K * m + (p & (m - 1));
-        C v[K];
-#pragma unroll
-        for (int c = 0; c < K; ++c) v[c] = to<C>(src[base + c * m]);
+        C acc[K];
+        i64 x = base;
+        k_point_sums<C, K, TRANSPOSE, K>([&]() { C v = to<C>(src[x]); x = k_step(x, m); return v; }, 0, acc);
 #pragma unroll
         for (int i = 0; i < K; ++i) {
-            T o = to<T>(k_point_sum<C, K, TRANSPOSE>(v, i));
+            T o = to<T>(acc[i]);
             if (scale != 1.0) o = Num<T>::scale(o, scale);
             if (!Num<T>::finite(o)) bad_out = true;
             dst[base + i * m] = o;
