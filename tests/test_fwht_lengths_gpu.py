@@ -104,30 +104,37 @@ def test_short_rows_share_tiles_of_the_tuned_size():
 
 def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     """fwht_k_rows_pair where a row's one-block tile would sit alone on its SM (or not fit)
-    and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28), not
-    those measured slower (FP64 28 * 2**10), never without clusters, never a kernel the CI
-    check does not compile."""
+    and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28); FP64
+    28 * 2**10 over four blocks (two measured slower than the passes, four faster), 28 * 2**9
+    not (one tile faster); never without clusters, never a kernel the CI check does not
+    compile."""
     import dataclasses
 
     def launch(dt, K, M, limits=gpu.H100):
         return config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, limits)
 
-    for dt, K, M, threads in ((np.float32, 28, 1024, 256), (np.float32, 20, 2048, 512),
-                              (np.float64, 20, 1024, 256), (np.float64, 20, 2048, 512)):
+    for dt, K, M, threads, q in ((np.float32, 28, 1024, 256, 2), (np.float32, 20, 2048, 512, 2),
+                                 (np.float64, 20, 1024, 256, 2), (np.float64, 20, 2048, 512, 2),
+                                 (np.float64, 28, 1024, 256, 4)):
         got = launch(dt, K, M)
         assert got.pair and got.fused and got.threads == threads and got.log_rows == 0
         assert got.ntiles == 4096 and got.rows_cfg.name.startswith("fwht_k_rows_pair<")
-        assert got.smem == got.rows_cfg.smem_bytes((K * M) // 2) <= gpu.H100.smem_per_block
+        assert got.rows_cfg.q == q and got.rows_cfg.name.endswith(f",{q}>")
+        assert got.smem == got.rows_cfg.smem_bytes((K * M) // q) <= gpu.H100.smem_per_block
         assert got.rows_cfg.name in {c.name for c in config.all_k_configs()}
-        # the registers of the launch bound for every resident half
-        regs = min(255, gpu.H100.regs_per_sm // got.rows_cfg.max_threads)
+        # the registers of the launch bound: for every resident half; quarters 16 warps
+        regs = min(255, gpu.H100.regs_per_sm // (got.rows_cfg.max_threads * got.rows_cfg.min_blocks))
         tiles = gpu.H100.smem_per_sm // (got.smem + config.BLOCK_RESERVED_SMEM)
-        assert got.threads * regs * tiles <= gpu.H100.regs_per_sm
+        if q == 2:
+            assert got.threads * regs * tiles <= gpu.H100.regs_per_sm
+        assert min(tiles, gpu.H100.regs_per_sm // (got.threads * regs)) * got.threads >= 512
         assert not launch(dt, K, M, dataclasses.replace(gpu.H100, max_cluster_log=0)).pair
-    for dt, K, M in ((np.float64, 28, 1024), (np.float32, 12, 1024), (np.float32, 20, 1024),
-                     (np.float64, 12, 1024), (np.float16, 28, 1024), (np.float16, 20, 2048)):
+    assert not launch(np.float64, 28, 1024, dataclasses.replace(gpu.H100, max_cluster_log=1)).pair
+    for dt, K, M in ((np.float32, 12, 1024), (np.float32, 20, 1024), (np.float64, 12, 1024),
+                     (np.float16, 28, 1024), (np.float16, 20, 2048), (np.float64, 36, 1024),
+                     (np.float64, 28, 512)):
         assert not launch(dt, K, M).pair
-    assert not launch(np.float64, 28, 1024).fused          # two passes and the K stage
+    assert not launch(np.float64, 28, 2048).fused          # two passes and the K stage
     names = {c.name for c in config.all_k_configs()}
     for dt in DTYPES:
         for K in KS:
@@ -283,25 +290,26 @@ def test_rows_over_two_blocks_are_bit_exact(dtype, rng):
                 assert fn(y, norm=norm, out=y) is y
                 _same(y.get(), want)
     assert took >= 3
-    K, L = (28, 10) if dtype.itemsize == 4 else (20, 11) if dtype.itemsize == 8 else (28, 11)
-    plan = make_plan(1 << L, dtype, device="cuda")
-    assert config.k_launch(plan, K, 2000, False, gpu.limits()).pair
-    x = _rand(rng, (2000, K << L), dtype)         # more rows than resident clusters
-    _same(F.fwht(cp.asarray(x)).get(), F.fwht(x))
-    # several rows per cluster (the kernel's loop over rows; the launcher gives each row its
-    # own cluster): 7 rows on 3 clusters, in place, a NaN in the last row
     from fwht_gpu.cuda import engine
-    x = _rand(rng, (7, K << L), dtype)
-    x[6, 5] = np.nan
-    launch = config.k_launch(plan, K, 7, False, gpu.limits())
-    cfg = launch.rows_cfg
-    g = cp.asarray(x)
-    flags = cp.zeros(1, dtype=cp.uint32)
-    args = cfg.arguments(src=g, dst=g, nrows=7, log_mu=launch.log_mu, scale=1.0, flags=flags)
-    engine.K_KERNELS.function(cfg.name, launch.smem, 2)((6,), (launch.threads,), args,
-                                                        shared_mem=launch.smem)
-    _same(g.get(), F.fwht(x))
-    assert int(flags.get()[0]) == 2                 # the NaN's outputs flagged
+    cases = {4: [(28, 10)], 8: [(20, 11), (28, 10)], 2: [(28, 11)]}[dtype.itemsize]
+    for K, L in cases:                             # FP64 28 * 2**10: four blocks per row
+        plan = make_plan(1 << L, dtype, device="cuda")
+        assert config.k_launch(plan, K, 2000, False, gpu.limits()).pair
+        x = _rand(rng, (2000, K << L), dtype)         # more rows than resident clusters
+        _same(F.fwht(cp.asarray(x)).get(), F.fwht(x))
+        # several rows per cluster (the kernel's loop over rows; the launcher gives each row
+        # its own cluster): 7 rows on 3 clusters, in place, a NaN in the last row
+        x = _rand(rng, (7, K << L), dtype)
+        x[6, 5] = np.nan
+        launch = config.k_launch(plan, K, 7, False, gpu.limits())
+        cfg = launch.rows_cfg
+        g = cp.asarray(x)
+        flags = cp.zeros(1, dtype=cp.uint32)
+        args = cfg.arguments(src=g, dst=g, nrows=7, log_mu=launch.log_mu, scale=1.0, flags=flags)
+        engine.K_KERNELS.function(cfg.name, launch.smem, cfg.q)((3 * cfg.q,), (launch.threads,), args,
+                                                                shared_mem=launch.smem)
+        _same(g.get(), F.fwht(x))
+        assert int(flags.get()[0]) == 2                 # the NaN's outputs flagged
 
 
 @pytest.mark.gpu

@@ -622,14 +622,22 @@ class KRowsConfig(_Declared):
 @dataclass(frozen=True)
 class KPairConfig(KRowsConfig):
     """Template arguments of one ``fwht_k_rows_pair`` instantiation (each row over a cluster of
-    two blocks, K/2 of its blocks in each; sm_90): those of ``fwht_k_rows``."""
+    ``q`` blocks, K/q of its blocks in each; sm_90): those of ``fwht_k_rows`` and ``q`` (2, or
+    4 for FP64 K = 28)."""
+
+    q: int = 2
 
     PARAMS = K_PAIR_PARAMS
 
     @property
     def name(self) -> str:
         return _template("fwht_k_rows_pair", self.ctype, self.wtype, self.K, self.transpose,
-                         self.paired)
+                         self.paired, self.q)
+
+    @property
+    def min_blocks(self) -> int:
+        """Blocks per SM of the launch bound (``k_cluster_min_blocks`` in the kernel)."""
+        return 1 if self.q == 2 else 2
 
 
 @dataclass(frozen=True)
@@ -697,16 +705,20 @@ def k_rows_config(plan: Plan, K: int, inverse: bool) -> KRowsConfig:
                        k_transpose(K, inverse), dt.itemsize == 2)
 
 
-def k_pair_reachable(cfg: KRowsConfig) -> bool:
-    """Whether :func:`_k_pair_launch` can ever take the pair kernel of ``cfg``: K even and a
-    launch bound of at least 512 threads (at 256, the bound's 255 registers per thread leave
-    one 256-thread half per SM: 8 warps, below the 16 the rule asks)."""
-    return cfg.K % 2 == 0 and cfg.max_threads >= 512
+def k_pair_reachable(cfg: KRowsConfig, q: int = 2) -> bool:
+    """Whether :func:`_k_pair_launch` can ever take the ``q``-block kernel of ``cfg``: q = 2,
+    K even and a launch bound of at least 512 threads (at 256, the bound's 255 registers per
+    thread leave one 256-thread half per SM: 8 warps, below the 16 the rule asks); q = 4,
+    FP64 K = 28 (its halves, 112 KiB, would be alone on their SMs: session 28 measured them
+    slower than two passes; quarters of 56 KiB at 128 registers run two per SM)."""
+    if q == 2:
+        return cfg.K % 2 == 0 and cfg.max_threads >= 512
+    return q == 4 and cfg.K == 28 and cfg.itemsize == 8 and cfg.witem == 8
 
 
-def k_pair_config(cfg: KRowsConfig) -> KPairConfig:
-    """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg``."""
-    return KPairConfig(*dataclasses.astuple(cfg))
+def k_pair_config(cfg: KRowsConfig, q: int = 2) -> KPairConfig:
+    """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg`` over ``q`` blocks."""
+    return KPairConfig(*dataclasses.astuple(cfg), q)
 
 
 def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
@@ -764,31 +776,39 @@ def _k_threads(cfg: KRowsConfig, tile_units: int, tiles: int) -> int:
 def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units: int, rows: int,
                    limits: Limits) -> KLaunch | None:
     """``fwht_k_rows_pair`` for rows whose one-block tile would be alone on its SM (or not fit
-    a block at all) when the two halves keep at least 16 warps resident per SM (their shared
-    memory and the registers of the launch bound): H100, 4096 rows, over a copy of the same
-    bytes, one row per block -> per cluster: FP32 28 * 2**10 1.78 -> 1.38x, FP32 20 * 2**11
-    1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x, FP64 20 * 2**11 (two passes and the K
-    stage) 1.66 -> 1.51x; FP64 28 * 2**10 (one half per SM, 256 threads: 8 warps) 2.27x
-    against two passes' 2.05x (session 28).  Rows of whole padded runs per block only (the
-    K-point round's constant step), sm_90 clusters."""
-    if not k_pair_reachable(cfg) or not K_PAIR_ROWS or limits.max_cluster_log < 1 or \
-            log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
+    a block at all) when the parts keep at least 16 warps resident per SM (their shared memory
+    and the registers of the launch bound): over two blocks where reachable, else four for
+    rows that do not fit a block (FP64 28 * 2**10: two passes and the K stage 2.06 -> 1.81x;
+    28 * 2**9 one tile 1.71x, four blocks 2.05x: session 34). H100, 4096 rows, over a copy of
+    the same bytes, one row per block -> per cluster:
+    FP32 28 * 2**10 1.78 -> 1.38x, FP32 20 * 2**11 1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x,
+    FP64 20 * 2**11 (two passes and the K stage) 1.66 -> 1.51x; FP64 28 * 2**10 over two
+    blocks (one half per SM, 256 threads: 8 warps) 2.27x against two passes' 2.05x (session
+    28).  Rows of whole padded runs per block only (the K-point round's constant step), sm_90
+    clusters."""
+    if not K_PAIR_ROWS or limits.max_cluster_log < 1 or log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
         return None
     if _tiles_per_sm(cfg.smem_bytes(row_units), limits) > 1:
         return None
-    half = row_units // 2
-    smem = cfg.smem_bytes(half)
-    tiles = _tiles_per_sm(smem, limits)
-    if tiles == 0:
-        return None
-    threads = _k_threads(cfg, half, tiles)
-    regs = min(255, limits.regs_per_sm // cfg.max_threads)      # the launch bound's registers
-    while threads > 128 and threads * regs * tiles > limits.regs_per_sm:
-        threads //= 2
-    resident = min(tiles, limits.regs_per_sm // (threads * regs))
-    if resident * threads < 512:
-        return None
-    return KLaunch(k_pair_config(cfg), stage, log_mu, 0, rows, threads, smem)
+    for q in (2, 4):
+        if not k_pair_reachable(cfg, q) or limits.max_cluster_log < q.bit_length() - 1 or \
+                (q == 4 and cfg.smem_bytes(row_units) <= limits.smem_per_block):
+            continue            # quarters only for rows no block holds
+        pcfg = k_pair_config(cfg, q)
+        part = row_units // q
+        smem = cfg.smem_bytes(part)
+        tiles = _tiles_per_sm(smem, limits)
+        if tiles == 0:
+            continue
+        threads = _k_threads(cfg, part, tiles)
+        regs = min(255, limits.regs_per_sm // (pcfg.max_threads * pcfg.min_blocks))  # the bound's
+        while q == 2 and threads > 128 and threads * regs * tiles > limits.regs_per_sm:
+            threads //= 2           # (quarters: their registers, not their shared memory, bound them)
+        resident = min(tiles, limits.regs_per_sm // (threads * regs))
+        if resident * threads < 512:
+            continue
+        return KLaunch(pcfg, stage, log_mu, 0, rows, threads, smem)
+    return None
 
 
 #: Shared memory the driver reserves per block (1 KiB on sm_80 and sm_90).
@@ -809,7 +829,7 @@ def all_k_configs():
                 for inverse in (False, True):
                     plan = make_plan(8, dt, compute_dtype=None if cdt == dt else cdt, device="cuda")
                     rows_cfg = k_rows_config(plan, K, inverse)
-                    pair = [k_pair_config(rows_cfg)] if k_pair_reachable(rows_cfg) else []
+                    pair = [k_pair_config(rows_cfg, q) for q in (2, 4) if k_pair_reachable(rows_cfg, q)]
                     for c in [rows_cfg, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)

@@ -344,10 +344,10 @@ def k_launches(plan: Plan, K: int, rows: int, inverse: bool, device: int) -> KSt
 def _make_k_launch(plan: Plan, K: int, rows: int, inverse: bool, device: int) -> KStep:
     launch = config.k_launch(plan, K, rows, inverse, limits(device))
     dynamic = ("src", "dst", "scale", "flags")
-    if launch.pair:             # a row per cluster of two blocks
+    if launch.pair:             # a row per cluster of cfg.q blocks
         cfg = launch.rows_cfg
-        return KStep(launch, K_KERNELS.function(cfg.name, launch.smem, 2),
-                     2 * min(launch.ntiles, 2**30 - 1), launch.threads, launch.smem,
+        return KStep(launch, K_KERNELS.function(cfg.name, launch.smem, cfg.q),
+                     cfg.q * min(launch.ntiles, 2**31 // cfg.q - 1), launch.threads, launch.smem,
                      cfg.bind(dynamic, nrows=launch.ntiles, log_mu=launch.log_mu))
     if launch.fused:
         cfg = launch.rows_cfg

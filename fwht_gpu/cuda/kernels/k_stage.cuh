@@ -20,9 +20,9 @@
 //    computes as pairs of adjacent positions (PAIRED; stage 0 inside the pairs).  For plain
 //    Folklore and for plans of one pass with a wider compute type (rounded to storage
 //    after the power-of-two stages, where the NumPy engine's pass writes back).
-//  * fwht_k_rows_pair (sm_90): fwht_k_rows with each row over a cluster of two blocks, the
-//    K-point round reading half of its values from the other block's shared memory: for
-//    rows whose tile would sit alone on its SM or not fit at all (config.k_launch).
+//  * fwht_k_rows_pair (sm_90): fwht_k_rows with each row over a cluster of two blocks (four
+//    for FP64 K = 28), the K-point round reading the other blocks' values from their shared
+//    memory: for rows whose tile would sit alone on its SM or not fit at all (config.k_launch).
 //  * fwht_k_stage: the K-point stage alone, on rows whose blocks the power-of-two engine
 //    (fwht_pass, any variant and any number of passes) has already transformed: rows too
 //    long for shared memory, Alman-Rao, the stabilizers, wide plans of several passes.
@@ -389,68 +389,77 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
     if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
 }
 
-// The K-point round of fwht_k_rows_pair for one row: block q of the pair takes the positions
-// u = q mu/2 .. q mu/2 + mu/2 - 1 and reads the K values of each, K/2 from each block's half
-// of the row (distributed shared memory, rank h holding blocks h K/2 .. h K/2 + K/2 - 1).
-// The scale's test per position, not per row as in fwht_k_rows: so compiled, FP32 K = 28
-// keeps its 64 registers without spills (ptxas, sm_90; 20-24 bytes spilled with the test per
-// row or per output).
-template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T>
+// The K-point round of fwht_k_rows_pair for one row: block q of the Q-block cluster takes the
+// positions u = q mu/Q .. q mu/Q + mu/Q - 1 and reads the K values of each, K/Q from each
+// block's part of the row (distributed shared memory, rank h holding blocks h K/Q .. h K/Q +
+// K/Q - 1).  The scale's test per position, not per row as in fwht_k_rows: so compiled, FP32
+// K = 28 keeps its 64 registers without spills (ptxas, sm_90; 20-24 bytes spilled with the
+// test per row or per output).
+template <typename S, typename U, int K, bool TRANSPOSE, typename C, typename T, int Q>
 __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, int threads, int log_mu,
                                                 double scale, S probe) {
 #if FWHT_CLUSTERS
-    constexpr int KH = K / 2;
-    const int mu = 1 << log_mu, half = mu >> 1;
+    constexpr int KQ = K / Q;
+    const int mu = 1 << log_mu, part = mu / Q;
     const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);     // log_mu >= pad_shift
-    for (int p = tid; p < half; p += threads) {
-        const int u = q * half + p;
-        if constexpr (sizeof(U) == 4 || K <= 12) {
-            // 4-byte units (and K = 12): the K values read first, then the sums (read as the
-            // sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64 registers: 28 *
-            // 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes, 156 that way)
+    for (int p = tid; p < part; p += threads) {
+        const int u = q * part + p;
+        if constexpr (sizeof(U) == 4 || K <= 12 || Q == 4) {
+            // 4-byte units, K = 12, four blocks: the K values read first, then the sums
+            // (read as the sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64
+            // registers: 28 * 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes,
+            // 156 that way; FP64 28 * 2**10 over four blocks 1.81x against 1.98x)
             U v[K];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < Q; ++h) {
                 unsigned x = map_rank(sm + pad<U>(u), h);
 #pragma unroll
-                for (int c = 0; c < KH; ++c) { v[h * KH + c] = ld_cluster<U>(x); x += step; }
+                for (int c = 0; c < KQ; ++c) { v[h * KQ + c] = ld_cluster<U>(x); x += step; }
             }
             auto cursor = [&]() { return [&v, c = 0]() mutable { return v[c++]; }; };
             if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true, K>(cursor, y0 + u, mu, scale, probe);
             else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false, K>(cursor, y0 + u, mu, scale, probe);
         } else {
-            // 8-byte units, K >= 20: read as the sums take them, half of the outputs at a
-            // time (FP64 20 * 2**10: 1.07x a copy; all K first 1.16x, all outputs at once
-            // 1.13x; session 28's output-by-output sums 1.02x)
-            const unsigned x0 = map_rank(sm + pad<U>(u), 0), x1 = map_rank(sm + pad<U>(u), 1);
+            // 8-byte units, K >= 20, two blocks: read as the sums take them, half of the
+            // outputs at a time (FP64 20 * 2**10: 1.07x a copy; all K first 1.16x, all
+            // outputs at once 1.13x; session 28's output-by-output sums 1.02x)
+            U* const at = sm + pad<U>(u);
             auto cursor = [&]() {
-                return [x = x0, x1, c = 0, step]() mutable {
-                    if (c == KH) x = x1;
+                return [at, x = 0u, c = 0, step]() mutable {
+                    if (c % KQ == 0) x = map_rank(at, c / KQ);
                     U v = ld_cluster<U>(x);
                     x += step;
                     ++c;
                     return v;
                 };
             };
-            if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true, KH>(cursor, y0 + u, mu, scale, probe);
-            else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false, KH>(cursor, y0 + u, mu, scale, probe);
+            if (scale != 1.0) probe = k_point_out<S, U, K, TRANSPOSE, C, T, true, K / 2>(cursor, y0 + u, mu, scale, probe);
+            else probe = k_point_out<S, U, K, TRANSPOSE, C, T, false, K / 2>(cursor, y0 + u, mu, scale, probe);
         }
     }
 #endif
     return probe;
 }
 
-// fwht_k_rows with each row over a cluster of two blocks (Hopper, sm_90): for rows whose tile
-// would sit alone on its SM (or not fit one block's shared memory at all), so that two or
-// three half rows per SM overlap one's loads with another's stages.  Block q holds the row's
-// blocks q K/2 .. q K/2 + K/2 - 1 (K/2 << log_mu contiguous units) and applies the
-// power-of-two stages to them as fwht_k_rows does (k_load_round0, k_pow2_rounds); after a
-// cluster barrier, the K-point round on half of the positions (k_pair_point_round).  Every
-// operation is fwht_k_rows' in its order: the same bits.  Rows t = cluster, + clusters, ...
-// (grid: 2 blocks per cluster); log_mu >= pad_shift<U> (whole padded runs per block).
-// Dynamic shared memory: padded_size<U>(K/2 << log_mu) units (config.KRowsConfig).
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
-__global__ void FWHT_CLUSTER_DIMS(2) __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(), 1)
+// The blocks per SM fwht_k_rows_pair is compiled for (launch bounds): one for pairs, two for
+// clusters of four (FP64 K = 28: quarter rows of 56 KiB, two per SM at 256 threads, 128
+// registers: at three, 80 registers, ptxas spilled 328-568 bytes; config.KPairConfig.min_blocks).
+template <int Q>
+__host__ __device__ constexpr int k_cluster_min_blocks() { return Q == 2 ? 1 : 2; }
+
+// fwht_k_rows with each row over a cluster of Q blocks (Hopper, sm_90; Q = 2, or 4 for FP64
+// K = 28): for rows whose tile would sit alone on its SM (or not fit one block's shared
+// memory at all), so that several parts of rows per SM overlap one's loads with another's
+// stages.  Block q holds the row's blocks q K/Q .. q K/Q + K/Q - 1 (K/Q << log_mu contiguous
+// units) and applies the power-of-two stages to them as fwht_k_rows does (k_load_round0,
+// k_pow2_rounds); after a cluster barrier, the K-point round on 1/Q of the positions
+// (k_pair_point_round).  Every operation is fwht_k_rows' in its order: the same bits.  Rows
+// t = cluster, + clusters, ... (grid: Q blocks per cluster); log_mu >= pad_shift<U> (whole
+// padded runs per block).  Dynamic shared memory: padded_size<U>(K/Q << log_mu) units
+// (config.KRowsConfig).
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int Q>
+__global__ void FWHT_CLUSTER_DIMS(Q) __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(),
+                                                       k_cluster_min_blocks<Q>())
 fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsigned int* flags)
 {
 #if FWHT_CLUSTERS
@@ -458,24 +467,24 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
-    static_assert(K % 2 == 0, "two halves");
+    static_assert((Q == 2 || Q == 4) && K % Q == 0, "Q parts of K / Q blocks");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
     S* udst = reinterpret_cast<S*>(dst);
     const int tid = threadIdx.x, threads = blockDim.x, q = cluster_rank();
-    const int tile_units = (K / 2) << log_mu;            // this block's half of the row
+    const int tile_units = (K / Q) << log_mu;            // this block's part of the row
     const int first = log_mu < LOG_UPV ? log_mu : LOG_UPV;
     S probe = to<S>(U{});
 
-    for (i64 t = blockIdx.x >> 1; t < nrows; t += gridDim.x >> 1) {
-        cluster_sync();                                  // both blocks' K-point reads are done
+    for (i64 t = blockIdx.x / Q; t < nrows; t += gridDim.x / Q) {
+        cluster_sync();                                  // every block's K-point reads are done
         k_load_round0<TR>(sm, usrc + t * ((i64)K << log_mu) + (i64)q * tile_units, tile_units / UPV,
                           first, tid, threads);
         k_pow2_rounds<U>(sm, tile_units, first, log_mu, tid, threads);
-        cluster_sync();                                  // both halves transformed
-        probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T>(sm, udst + t * ((i64)K << log_mu), q, tid, threads,
-                                                             log_mu, scale, probe);
+        cluster_sync();                                  // every part transformed
+        probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, Q>(sm, udst + t * ((i64)K << log_mu), q, tid, threads,
+                                                                log_mu, scale, probe);
     }
     cluster_sync();                                      // no block leaves while read
     if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
