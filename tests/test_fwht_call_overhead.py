@@ -333,7 +333,8 @@ def _reference_k_launch(plan, K, rows, inverse, lim):
     without src, dst, scale and flags) of its last launch."""
     launch = config.k_launch(plan, K, rows, inverse, lim)
     if launch.pair:
-        return (launch.rows_cfg, 2 * min(launch.ntiles, 2**30 - 1), launch.threads, launch.smem,
+        q = launch.rows_cfg.q           # blocks per cluster
+        return (launch.rows_cfg, q * min(launch.ntiles, 2**31 // q - 1), launch.threads, launch.smem,
                 dict(nrows=launch.ntiles, log_mu=launch.log_mu))
     if launch.fused:
         return (launch.rows_cfg, min(launch.ntiles, 2**31 - 1), launch.threads, launch.smem,
@@ -345,7 +346,7 @@ def _reference_k_launch(plan, K, rows, inverse, lim):
 
 @pytest.mark.parametrize("lim", [H100, A100], ids=["H100", "A100"])
 def test_k_launches_are_cached_and_launch_the_launchers_choice(monkeypatch, lim):
-    """run_k's launch (one-block tiles, two-block clusters, the passes and the K-point stage)
+    """run_k's launch (one-block tiles, two- and four-block clusters, the passes and the K-point stage)
     is computed once per (plan, rows, K, direction, device) and launches what the launcher
     chose, with the call's arrays, scale and flags in parameter order."""
     monkeypatch.setattr(engine, "_FLAG_POOL", {})
