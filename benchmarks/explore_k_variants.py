@@ -58,7 +58,8 @@ def _tiles_of(nbytes):
 def _resident(launch, limits) -> int:
     """Blocks of ``launch`` resident per SM (shared memory, threads, the launch bound's
     registers)."""
-    regs = min(255, limits.regs_per_sm // launch.rows_cfg.max_threads)
+    cfg = launch.rows_cfg
+    regs = min(255, limits.regs_per_sm // (cfg.max_threads * getattr(cfg, "min_blocks", 1)))
     return max(1, min(config._tiles_per_sm(launch.smem, limits), 2048 // launch.threads,
                       limits.regs_per_sm // (launch.threads * regs)))
 
@@ -71,7 +72,8 @@ def _persistent_make(plan, K, rows, inverse, device):
         return step
     limits = gpu.limits()
     per_sm = _resident(launch, limits)
-    grid = (2 * min(launch.ntiles, max(1, per_sm // 2) * limits.sm_count) if launch.pair
+    q = launch.rows_cfg.q if launch.pair else 1          # blocks per cluster
+    grid = (q * min(launch.ntiles, max(1, per_sm // q) * limits.sm_count) if launch.pair
             else min(launch.ntiles, per_sm * limits.sm_count))
     return step._replace(grid=grid)
 

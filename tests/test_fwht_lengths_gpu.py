@@ -33,7 +33,7 @@ def test_the_kernels_sign_table_is_the_shipped_matrices():
         masks = hadamard.sign_masks(K)
         for i in range(K):
             assert [(masks[i] >> c) & 1 for c in range(K)] == list((H[i] < 0).astype(int))
-        assert masks[0] == 0 and all(m & 1 == 0 for m in masks)   # normalized: +v[0] first
+        assert masks[0] == 0 and all(m & 1 == 0 for m in masks)   # normalized: +e of group 0 first
 
 
 def _max_fused_log2(dtype, K, compute=None, limits=gpu.H100):

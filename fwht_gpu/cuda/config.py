@@ -569,9 +569,9 @@ K_PAIR_PARAMS = (("src", "const T*"), ("dst", "T*"), ("nrows", "i64"), ("log_mu"
                  ("scale", "double"), ("flags", "unsigned int*"))
 #: Threads per block of ``fwht_k_stage``.
 K_STAGE_THREADS = 256
-#: Whether :func:`k_launch` may spread a row over a cluster of two blocks (``fwht_k_rows_pair``;
-#: False: explorations measuring the one-block kernel, which then clear ``engine._K_LAUNCHES``:
-#: launches are cached per plan and rows).
+#: Whether :func:`k_launch` may spread a row over a cluster of two or four blocks
+#: (``fwht_k_rows_pair``; False: explorations measuring the one-block kernel, which then clear
+#: ``engine._K_LAUNCHES``: launches are cached per plan and rows).
 K_PAIR_ROWS = True
 
 
@@ -668,7 +668,7 @@ def k_transpose(K: int, inverse: bool) -> bool:
 class KLaunch:
     """How the GPU runs a K * 2**k transform of ``rows`` rows: ``rows_cfg`` set (one
     ``fwht_k_rows`` pass: tiles of 2**log_rows rows, ``threads`` per block, ``smem`` bytes; or,
-    a :class:`KPairConfig`, one ``fwht_k_rows_pair`` pass: a row per cluster of two blocks,
+    a :class:`KPairConfig`, one ``fwht_k_rows_pair`` pass: a row per cluster of ``q`` blocks,
     ``smem`` bytes each), or the power-of-two plan's passes (fwht_pass) and then
     ``stage_cfg``."""
 

@@ -14,8 +14,9 @@
 //    vector fused with the load, as fwht_pass's round 0), the remaining power-of-two
 //    stages in rounds of up to 2^k_log_e units per thread through shared memory (as
 //    fwht_pass's middle rounds), then the K-point round: each thread reads the K values
-//    of one position of the K blocks into registers, forms the K signed sums, scales and
-//    writes (consecutive threads: consecutive positions, so the stores coalesce).  A
+//    of one position of the K blocks, forms the K sums in groups of four blocks
+//    (k_point_sums), scales and writes (consecutive threads: consecutive positions, so the
+//    stores coalesce).  A
 //    pass over memory, like a single-pass power-of-two transform.  16-bit data moves and
 //    computes as pairs of adjacent positions (PAIRED; stage 0 inside the pairs).  For plain
 //    Folklore and for plans of one pass with a wider compute type (rounded to storage
@@ -172,8 +173,10 @@ __device__ __forceinline__ __nv_bfloat162 k_probe(__nv_bfloat162 p, __nv_bfloat1
 
 // Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
 // registers per thread): 1024 (64 registers) up to 28 registers of values, 512 (128) up to
-// 44, else 256 (config.py's KRowsConfig.max_threads; no spills with nvcc 13 for sm_90: at 64
-// registers K = 36 and 44 spill 16-32 bytes, K = 28 none).
+// 44, else 256 (config.py's KRowsConfig.max_threads).  With the grouped K-point sums (all K
+// accumulators live) nvcc 13 spills for sm_90: FP32 K = 20 / 28 24 / 40 bytes and FP16/BF16
+// K = 20 32 bytes at 64 registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair kernels of
+// K = 20 / 28 32-74 bytes (0-16 before session 34); measured faster all the same (NOTES).
 template <typename U, int K>
 __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
