@@ -779,13 +779,12 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
     a block at all) when the parts keep at least 16 warps resident per SM (their shared memory
     and the registers of the launch bound): over two blocks where reachable, else four for
     rows that do not fit a block (FP64 28 * 2**10: two passes and the K stage 2.06 -> 1.81x;
-    28 * 2**9 one tile 1.71x, four blocks 2.05x: session 34). H100, 4096 rows, over a copy of
-    the same bytes, one row per block -> per cluster:
-    FP32 28 * 2**10 1.78 -> 1.38x, FP32 20 * 2**11 1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x,
-    FP64 20 * 2**11 (two passes and the K stage) 1.66 -> 1.51x; FP64 28 * 2**10 over two
-    blocks (one half per SM, 256 threads: 8 warps) 2.27x against two passes' 2.05x (session
-    28).  Rows of whole padded runs per block only (the K-point round's constant step), sm_90
-    clusters."""
+    28 * 2**9 one tile 1.71x, four blocks 2.05x: session 34).  H100, 4096 rows, over a copy
+    of the same bytes, one row per block -> per cluster: FP32 28 * 2**10 1.78 -> 1.38x, FP32
+    20 * 2**11 1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x, FP64 20 * 2**11 (two passes and
+    the K stage) 1.66 -> 1.51x; FP64 28 * 2**10 over two blocks (one half per SM, 256
+    threads: 8 warps) 2.27x against two passes' 2.05x (session 28).  Rows of whole padded
+    runs per block only (the K-point round's constant step), sm_90 clusters."""
     if not K_PAIR_ROWS or limits.max_cluster_log < 1 or log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
         return None
     if _tiles_per_sm(cfg.smem_bytes(row_units), limits) > 1:
