@@ -787,11 +787,12 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
     runs per block only (the K-point round's constant step), sm_90 clusters."""
     if not K_PAIR_ROWS or limits.max_cluster_log < 1 or log_mu < {8: 4, 4: 5, 2: 6}[cfg.unit_bytes]:
         return None
-    if _tiles_per_sm(cfg.smem_bytes(row_units), limits) > 1:
+    whole = cfg.smem_bytes(row_units)
+    if _tiles_per_sm(whole, limits) > 1:
         return None
     for q in (2, 4):
         if not k_pair_reachable(cfg, q) or limits.max_cluster_log < q.bit_length() - 1 or \
-                (q == 4 and cfg.smem_bytes(row_units) <= limits.smem_per_block):
+                (q == 4 and whole <= limits.smem_per_block):
             continue            # quarters only for rows no block holds
         pcfg = k_pair_config(cfg, q)
         part = row_units // q
