@@ -31,17 +31,31 @@ from fwht_gpu import gpu, hadamard, make_plan, provenance  # noqa: E402
 from fwht_gpu.cuda import config, engine  # noqa: E402
 from fwht_gpu.cuda.modules import OPTIONS, KernelModule  # noqa: E402
 
-VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least this many bytes)
+VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least this many bytes[, config settings])
     "base": ((), False, None),
-    "vif2": (("-DFWHT_K_VIF=2",), False, None),
-    "vif3": (("-DFWHT_K_VIF=3",), False, None),
-    "vif4": (("-DFWHT_K_VIF=4",), False, None),
-    "vif6": (("-DFWHT_K_VIF=6",), False, None),
-    "vif8": (("-DFWHT_K_VIF=8",), False, None),
     "persist": ((), True, None),
     "tile32": ((), False, 1 << 15),
     "tile64": ((), False, 1 << 16),
+    # session 35: one bound for every launch (``b1``: the bound of one block per SM, as before
+    # session 35)
+    "b1": ((), False, None, {"_k_bound_blocks": lambda cfg, threads, tiles: 1}),
+    # 8-byte units under a bound of 256 threads (FP64 K >= 28: up to 255 registers, one block
+    # per SM) compiled for two blocks per SM (128 registers)
+    "b2wide": ((), False, None, {"_k_bound_blocks": lambda cfg, threads, tiles:
+                                 2 if threads == 256 and tiles >= 2 and cfg.unit_bytes == 8
+                                 and cfg.max_threads == 256 else _library_bound(cfg, threads, tiles)}),
 }
+_library_bound = config._k_bound_blocks
+_QUAD = {"K_QUAD_ORDERS": (20, 28), "K_PAIR_QS": (4, 2)}
+for _n in range(2, 17):
+    # vifN: at most N 16-byte vectors in flight per thread in round 0 (FWHT_K_VIF; the
+    # library's k_vif: 8 at a bound of 256 threads, 6 for K = 20, else 4)
+    VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
+    # quadvifN: FP64 K = 20 rows that no block holds over four blocks first (config.K_QUAD_ORDERS)
+    VARIANTS[f"quadvif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None, _QUAD)
+VARIANTS["quad"] = ((), False, None, _QUAD)
+_library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,
+                   "_k_bound_blocks": config._k_bound_blocks}
 _library_make = engine._make_k_launch
 _library_k_launch = config.k_launch
 
@@ -59,7 +73,7 @@ def _resident(launch, limits) -> int:
     """Blocks of ``launch`` resident per SM (shared memory, threads, the launch bound's
     registers)."""
     cfg = launch.rows_cfg
-    regs = min(255, limits.regs_per_sm // (cfg.max_threads * getattr(cfg, "min_blocks", 1)))
+    regs = cfg.bound_registers(limits)
     return max(1, min(config._tiles_per_sm(launch.smem, limits), 2048 // launch.threads,
                       limits.regs_per_sm // (launch.threads * regs)))
 
@@ -78,12 +92,19 @@ def _persistent_make(plan, K, rows, inverse, device):
     return step._replace(grid=grid)
 
 
-def _use(module, persistent, tile_bytes):
-    """The library's K route with a variant's kernels, grid and tiles (launches recomputed)."""
+def _use(module, persistent, tile_bytes, settings=None):
+    """The library's K route with a variant's kernels, grid, tiles and config settings
+    (launches recomputed)."""
+    for key, value in {**_library_config, **(settings or {})}.items():
+        setattr(config, key, value)
     engine.K_KERNELS = module
     engine._make_k_launch = _persistent_make if persistent else _library_make
     config.k_launch = _tiles_of(tile_bytes) if tile_bytes else _library_k_launch
     engine._K_LAUNCHES.clear()
+
+
+def _settings(v):
+    return VARIANTS[v][3] if len(VARIANTS[v]) > 3 else None
 
 
 def main() -> None:
@@ -105,8 +126,9 @@ def main() -> None:
             K, M = hadamard.split(n)
             items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, args.rows, False))
     for v in args.variants:             # compile everything first
-        engine.K_KERNELS = modules[v]
+        _use(modules[v], False, VARIANTS[v][2], _settings(v))
         engine.precompile_k(items)
+    _use(library, False, None)
     rows = []
     for name in args.dtypes:
         dt = _dt.resolve(name)
@@ -117,7 +139,7 @@ def main() -> None:
             ref = base_route = None
             line = f"{name:5} {K:>3} x {M:<5}"
             for v in args.variants:
-                _use(modules[v], VARIANTS[v][1], VARIANTS[v][2])
+                _use(modules[v], VARIANTS[v][1], VARIANTS[v][2], _settings(v))
                 y = cp.empty_like(x)
                 engine.run_k(plan, K, x, y, 1.0, False, check=False)
                 same = True

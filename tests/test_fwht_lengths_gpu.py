@@ -106,30 +106,34 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     """fwht_k_rows_pair where a row's one-block tile would sit alone on its SM (or not fit)
     and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28); FP64
     28 * 2**10 over four blocks (two measured slower than the passes, four faster), 28 * 2**9
-    not (one tile faster); never without clusters, never a kernel the CI check does not
+    not (one tile faster), 20 * 2**11 over four (session 35); three 256-thread blocks per SM
+    compiled for that (b = 3); never without clusters, never a kernel the CI check does not
     compile."""
     import dataclasses
 
     def launch(dt, K, M, limits=gpu.H100):
         return config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, limits)
 
-    for dt, K, M, threads, q in ((np.float32, 28, 1024, 256, 2), (np.float32, 20, 2048, 512, 2),
-                                 (np.float64, 20, 1024, 256, 2), (np.float64, 20, 2048, 512, 2),
-                                 (np.float64, 28, 1024, 256, 4)):
+    for dt, K, M, threads, q, b in ((np.float32, 28, 1024, 256, 2, 3), (np.float32, 20, 2048, 512, 2, 1),
+                                    (np.float64, 20, 1024, 256, 2, 1), (np.float64, 20, 2048, 256, 4, 2),
+                                    (np.float64, 28, 1024, 256, 4, 2), (np.float16, 28, 2048, 256, 2, 3)):
         got = launch(dt, K, M)
         assert got.pair and got.fused and got.threads == threads and got.log_rows == 0
         assert got.ntiles == 4096 and got.rows_cfg.name.startswith("fwht_k_rows_pair<")
-        assert got.rows_cfg.q == q and got.rows_cfg.name.endswith(f",{q}>")
-        assert got.smem == got.rows_cfg.smem_bytes((K * M) // q) <= gpu.H100.smem_per_block
+        assert got.rows_cfg.q == q and got.rows_cfg.name.endswith(f",{q},{b}>")
+        assert got.threads <= got.rows_cfg.max_threads
+        units = K * M // (2 if got.rows_cfg.paired else 1)             # 16-bit data: pairs
+        assert got.smem == got.rows_cfg.smem_bytes(units // q) <= gpu.H100.smem_per_block
         assert got.rows_cfg.name in {c.name for c in config.all_k_configs()}
         # the registers of the launch bound: for every resident half; quarters 16 warps
-        regs = min(255, gpu.H100.regs_per_sm // (got.rows_cfg.max_threads * got.rows_cfg.min_blocks))
+        regs = got.rows_cfg.bound_registers(gpu.H100)
         tiles = gpu.H100.smem_per_sm // (got.smem + config.BLOCK_RESERVED_SMEM)
         if q == 2:
             assert got.threads * regs * tiles <= gpu.H100.regs_per_sm
         assert min(tiles, gpu.H100.regs_per_sm // (got.threads * regs)) * got.threads >= 512
         assert not launch(dt, K, M, dataclasses.replace(gpu.H100, max_cluster_log=0)).pair
     assert not launch(np.float64, 28, 1024, dataclasses.replace(gpu.H100, max_cluster_log=1)).pair
+    assert launch(np.float64, 20, 2048, dataclasses.replace(gpu.H100, max_cluster_log=1)).rows_cfg.q == 2
     for dt, K, M in ((np.float32, 12, 1024), (np.float32, 20, 1024), (np.float64, 12, 1024),
                      (np.float16, 28, 1024), (np.float16, 20, 2048), (np.float64, 36, 1024),
                      (np.float64, 28, 512)):
@@ -146,6 +150,35 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     assert _max_fused_log2(np.float32, 12) == 12
 
 
+def test_the_launch_bound_follows_the_blocks_each_sm_holds():
+    """``b`` (the blocks per SM a K kernel is compiled for): 3 where three 256-thread tiles of
+    4-byte units share an SM, 2 where 8-byte units of K >= 28 (a bound of 256 threads) have
+    two or more tiles per SM, else 1; every launch within its bound's threads and registers."""
+    def launch(dt, K, M, compute=None):
+        return config.k_launch(make_plan(M, dt, compute_dtype=compute, device="cuda"), K, 4096, False,
+                               gpu.H100)
+
+    for dt, K, M, b in ((np.float16, 28, 1024, 3), (_dt.bfloat16, 28, 512, 3), (np.float32, 28, 512, 3),
+                        (np.float32, 28, 1024, 3), (np.float32, 36, 512, 3), (np.float32, 12, 1024, 1),
+                        (np.float16, 20, 2048, 1), (np.float64, 28, 256, 2), (np.float64, 36, 256, 2),
+                        (np.float64, 28, 512, 1), (np.float64, 12, 1024, 1), (np.float64, 20, 1024, 1)):
+        assert launch(dt, K, M).rows_cfg.b == b, (dt, K, M)
+    assert launch(np.float32, 28, 256, "float64").rows_cfg.b == 2          # 8-byte compute units
+    names = {c.name for c in config.all_k_configs()}
+    for dt in DTYPES:
+        for K in KS:
+            for L in range(0, 14):
+                got = launch(dt, K, 1 << L)
+                if not got.fused:
+                    continue
+                cfg = got.rows_cfg
+                assert cfg.name in names and got.threads <= cfg.max_threads
+                tiles = gpu.H100.smem_per_sm // (got.smem + config.BLOCK_RESERVED_SMEM)
+                if cfg.b > 1:
+                    assert got.threads == 256 and tiles >= cfg.b
+                    assert cfg.b * 256 * cfg.bound_registers(gpu.H100) <= gpu.H100.regs_per_sm
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
 def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
     """nvcc evaluates, for every fwht_k_rows instantiation, the padded tile and the launch
@@ -157,7 +190,7 @@ def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
         if type(c) is not config.KRowsConfig:         # (KPairConfig: the same traits)
             continue
         unit = f"typename KRowsTraits<{c.name[len('fwht_k_rows<'):-1]}>::U"
-        lines.append(f"static_assert(k_rows_max_threads<{unit}, {c.K}>() == {c.max_threads}, "
+        lines.append(f"static_assert(k_bound_threads<{unit}, {c.K}, {c.b}>() == {c.max_threads}, "
                      f'"{c.name} threads");')
         for units in (c.K, c.K << 5, c.K << 11):
             lines.append(f"static_assert(padded_size<{unit}>({units}) * sizeof({unit}) == "
@@ -292,7 +325,7 @@ def test_rows_over_two_blocks_are_bit_exact(dtype, rng):
     assert took >= 3
     from fwht_gpu.cuda import engine
     cases = {4: [(28, 10)], 8: [(20, 11), (28, 10)], 2: [(28, 11)]}[dtype.itemsize]
-    for K, L in cases:                             # FP64 28 * 2**10: four blocks per row
+    for K, L in cases:                  # FP64 20 * 2**11 and 28 * 2**10: four blocks per row
         plan = make_plan(1 << L, dtype, device="cuda")
         assert config.k_launch(plan, K, 2000, False, gpu.limits()).pair
         x = _rand(rng, (2000, K << L), dtype)         # more rows than resident clusters

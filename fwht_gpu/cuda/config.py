@@ -587,7 +587,8 @@ class _Declared:
 class KRowsConfig(_Declared):
     """Template arguments of one ``fwht_k_rows`` instantiation: storage ``ctype``, compute
     ``wtype`` (the plan's compute dtype), order K, ``transpose`` (the inverse's H_K^T),
-    ``paired`` (16-bit data as pairs of adjacent positions)."""
+    ``paired`` (16-bit data as pairs of adjacent positions), ``b`` the blocks per SM of the
+    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel)."""
 
     ctype: str
     wtype: str
@@ -596,12 +597,14 @@ class KRowsConfig(_Declared):
     K: int
     transpose: bool
     paired: bool
+    b: int = 1
 
     PARAMS = K_ROWS_PARAMS
 
     @property
     def name(self) -> str:
-        return _template("fwht_k_rows", self.ctype, self.wtype, self.K, self.transpose, self.paired)
+        return _template("fwht_k_rows", self.ctype, self.wtype, self.K, self.transpose, self.paired,
+                         self.b)
 
     @property
     def unit_bytes(self) -> int:
@@ -610,9 +613,16 @@ class KRowsConfig(_Declared):
 
     @property
     def max_threads(self) -> int:
-        """The launch bound (``k_rows_max_threads`` in the kernel)."""
+        """Threads of the launch bound (``k_bound_threads`` in the kernel): for b = 1 by the
+        K values held in registers (``k_rows_max_threads``), else 256."""
+        if self.b > 1:
+            return 256
         regs = self.K * (self.unit_bytes // 4)
         return 1024 if regs <= 28 else 512 if regs <= 44 else 256
+
+    def bound_registers(self, limits: Limits) -> int:
+        """Registers per thread the launch bound leaves on a device of ``limits``."""
+        return min(255, limits.regs_per_sm // (self.max_threads * self.b))
 
     def smem_bytes(self, tile_units: int) -> int:
         """Dynamic shared memory of a tile of ``tile_units`` units (padded as tile.cuh)."""
@@ -623,7 +633,7 @@ class KRowsConfig(_Declared):
 class KPairConfig(KRowsConfig):
     """Template arguments of one ``fwht_k_rows_pair`` instantiation (each row over a cluster of
     ``q`` blocks, K/q of its blocks in each; sm_90): those of ``fwht_k_rows`` and ``q`` (2, or
-    4 for FP64 K = 28)."""
+    4 for FP64 rows that no block holds, with b = 2)."""
 
     q: int = 2
 
@@ -632,12 +642,7 @@ class KPairConfig(KRowsConfig):
     @property
     def name(self) -> str:
         return _template("fwht_k_rows_pair", self.ctype, self.wtype, self.K, self.transpose,
-                         self.paired, self.q)
-
-    @property
-    def min_blocks(self) -> int:
-        """Blocks per SM of the launch bound (``k_cluster_min_blocks`` in the kernel)."""
-        return 1 if self.q == 2 else 2
+                         self.paired, self.q, self.b)
 
 
 @dataclass(frozen=True)
@@ -709,16 +714,33 @@ def k_pair_reachable(cfg: KRowsConfig, q: int = 2) -> bool:
     """Whether :func:`_k_pair_launch` can ever take the ``q``-block kernel of ``cfg``: q = 2,
     K even and a launch bound of at least 512 threads (at 256, the bound's 255 registers per
     thread leave one 256-thread half per SM: 8 warps, below the 16 the rule asks); q = 4,
-    FP64 K = 28 (its halves, 112 KiB, would be alone on their SMs: session 28 measured them
-    slower than two passes; quarters of 56 KiB at 128 registers run two per SM)."""
+    FP64 K in ``K_QUAD_ORDERS`` (28 * 2**10: halves of 112 KiB would be alone on their SMs,
+    session 28 measured them slower than two passes; quarters of 56 KiB at 128 registers run
+    two per SM; 20 * 2**11: halves of 160 KiB alone on their SMs, 1.34x a copy, quarters of
+    80 KiB two per SM 1.22-1.29x: session 35)."""
     if q == 2:
         return cfg.K % 2 == 0 and cfg.max_threads >= 512
-    return q == 4 and cfg.K == 28 and cfg.itemsize == 8 and cfg.witem == 8
+    return q == 4 and cfg.K in K_QUAD_ORDERS and cfg.itemsize == 8 and cfg.witem == 8
 
 
-def k_pair_config(cfg: KRowsConfig, q: int = 2) -> KPairConfig:
-    """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg`` over ``q`` blocks."""
-    return KPairConfig(*dataclasses.astuple(cfg), q)
+def k_pair_config(cfg: KRowsConfig, q: int = 2, b: int = 1) -> KPairConfig:
+    """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg`` over ``q`` blocks,
+    compiled for ``b`` blocks per SM (four blocks: 2)."""
+    return KPairConfig(*dataclasses.astuple(dataclasses.replace(cfg, b=2 if q == 4 else b)), q)
+
+
+def _k_bound_blocks(cfg: KRowsConfig, threads: int, tiles: int) -> int:
+    """The ``b`` of a launch of ``threads`` per block, ``tiles`` per SM by shared memory (H100,
+    4096 rows, over a copy; session 35): 3 for three 256-thread blocks of 4-byte units (80
+    registers instead of the 64 of a bound of 1024 threads: FP16 28 * 2**10 1.17 -> 1.05x,
+    FP32 28 * 2**9 1.37 -> 1.15x, over two blocks 28 * 2**10 1.25 -> 1.21x); 2 for 8-byte units
+    whose bound of 256 threads (K >= 28) let ptxas take up to 255 registers, one block per SM
+    (128 registers, two blocks: FP64 28 * 2**8 1.77 -> 1.10x, 36 * 2**8 1.75 -> 1.39x); else 1."""
+    if threads == 256 and tiles == 3 and cfg.unit_bytes == 4:
+        return 3
+    if threads == 256 and tiles >= 2 and cfg.unit_bytes == 8 and cfg.max_threads == 256:
+        return 2
+    return 1
 
 
 def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
@@ -751,7 +773,9 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
         log_rows += 1
     tile_units = row_units << log_rows
     smem = cfg.smem_bytes(tile_units)
-    threads = _k_threads(cfg, tile_units, _tiles_per_sm(smem, limits))
+    tiles = _tiles_per_sm(smem, limits)
+    threads = _k_threads(cfg, tile_units, tiles)
+    cfg = dataclasses.replace(cfg, b=_k_bound_blocks(cfg, threads, tiles))
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
 
 
@@ -777,9 +801,10 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
                    limits: Limits) -> KLaunch | None:
     """``fwht_k_rows_pair`` for rows whose one-block tile would be alone on its SM (or not fit
     a block at all) when the parts keep at least 16 warps resident per SM (their shared memory
-    and the registers of the launch bound): over two blocks where reachable, else four for
-    rows that do not fit a block (FP64 28 * 2**10: two passes and the K stage 2.06 -> 1.81x;
-    28 * 2**9 one tile 1.71x, four blocks 2.05x: session 34).  H100, 4096 rows, over a copy
+    and the registers of the launch bound): over four blocks for FP64 rows that do not fit
+    a block (28 * 2**10: two passes and the K stage 2.06 -> 1.81x, 28 * 2**9 one tile 1.71x,
+    four blocks 2.05x: session 34; 20 * 2**11: two blocks 1.34x, four 1.22-1.29x: session
+    35), else over two where reachable.  H100, 4096 rows, over a copy
     of the same bytes, one row per block -> per cluster: FP32 28 * 2**10 1.78 -> 1.38x, FP32
     20 * 2**11 1.14 -> 1.11x, FP64 20 * 2**10 1.27 -> 1.14x, FP64 20 * 2**11 (two passes and
     the K stage) 1.66 -> 1.51x; FP64 28 * 2**10 over two blocks (one half per SM, 256
@@ -790,7 +815,7 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
     whole = cfg.smem_bytes(row_units)
     if _tiles_per_sm(whole, limits) > 1:
         return None
-    for q in (2, 4):
+    for q in K_PAIR_QS:
         if not k_pair_reachable(cfg, q) or limits.max_cluster_log < q.bit_length() - 1 or \
                 (q == 4 and whole <= limits.smem_per_block):
             continue            # quarters only for rows no block holds
@@ -800,16 +825,24 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
         tiles = _tiles_per_sm(smem, limits)
         if tiles == 0:
             continue
-        threads = _k_threads(cfg, part, tiles)
-        regs = min(255, limits.regs_per_sm // (pcfg.max_threads * pcfg.min_blocks))  # the bound's
+        threads = _k_threads(pcfg, part, tiles)
+        regs = pcfg.bound_registers(limits)
         while q == 2 and threads > 128 and threads * regs * tiles > limits.regs_per_sm:
             threads //= 2           # (quarters: their registers, not their shared memory, bound them)
+        if q == 2:
+            pcfg = k_pair_config(cfg, q, _k_bound_blocks(cfg, threads, tiles))
+            regs = pcfg.bound_registers(limits)
         resident = min(tiles, limits.regs_per_sm // (threads * regs))
         if resident * threads < 512:
             continue
         return KLaunch(pcfg, stage, log_mu, 0, rows, threads, smem)
     return None
 
+
+#: The cluster sizes _k_pair_launch tries, in order (four only for rows that no block holds),
+#: and the orders K whose FP64 rows may take four blocks (measured: 20 and 28).
+K_PAIR_QS = (4, 2)
+K_QUAD_ORDERS = (20, 28)
 
 #: Shared memory the driver reserves per block (1 KiB on sm_80 and sm_90).
 BLOCK_RESERVED_SMEM = 1 << 10
@@ -829,8 +862,11 @@ def all_k_configs():
                 for inverse in (False, True):
                     plan = make_plan(8, dt, compute_dtype=None if cdt == dt else cdt, device="cuda")
                     rows_cfg = k_rows_config(plan, K, inverse)
-                    pair = [k_pair_config(rows_cfg, q) for q in (2, 4) if k_pair_reachable(rows_cfg, q)]
-                    for c in [rows_cfg, *pair, k_stage_config(plan, K, inverse)]:
+                    more = (3,) if rows_cfg.unit_bytes == 4 else (2,) if rows_cfg.max_threads == 256 else ()
+                    rows = [rows_cfg, *(dataclasses.replace(rows_cfg, b=b) for b in more)]
+                    pair = [k_pair_config(rows_cfg, q, b) for q in (2, 4) if k_pair_reachable(rows_cfg, q)
+                            for b in ((1, 3) if q == 2 and rows_cfg.unit_bytes == 4 else (1,))]
+                    for c in [*rows, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)
                             yield c

@@ -37,19 +37,25 @@
 #include "hadamard_signs.cuh"
 #include "cluster.cuh"
 
-// 16-byte vectors in flight per thread in round 0's loads: k_vif<K>() (FWHT_K_VIF > 0 forces
-// a count: benchmarks/explore_k_variants.py).  H100, 4096 rows, over a copy (session 29): 2 ->
+// 16-byte vectors in flight per thread in round 0's loads, at most: k_vif<K, MAXT>() for a
+// launch bound of MAXT threads (FWHT_K_VIF > 0 forces a count: benchmarks/explore_k_variants.py);
+// k_load_round0 splits a thread's vectors into that few equal groups.  H100, 4096 rows, over a copy (session 29): 2 ->
 // 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
 // 20 * 2**10 1.261 -> 1.181x, FP64 20 * 2**10 1.173 -> 1.052x, FP16 20 * 2**10 1.214 ->
 // 1.151x); 6 won the K = 20 rows (FP32 20 * 2**10 1.136x, FP16 1.135x, FP64 1.012x, 40 *
 // 2**10 FP32 1.031x, FP16 1.305x; FP64 40 * 2**10 1.337x against 1.329x) and lost K = 12 and
-// 28 (FP32 12 * 2**10 1.171x, FP64 1.245x, FP32 28 * 2**10 1.357x).
+// 28 (FP32 12 * 2**10 1.171x, FP64 1.245x, FP32 28 * 2**10 1.357x).  Session 35: 7 where the
+// bound is 256 threads (80-255 registers), in equal groups (k_load_round0): a 56 KiB tile
+// holds 14 vectors per thread, two groups of 7 (8: 8 + 6 spilled more, ran the same; 12-16
+// spilled, 1.2-1.9x slower).  H100, 4096 rows over a copy (explore_k_variants.py's vifN at the
+// session's bounds): FP16 28 * 2**10 1.14 -> 1.04x, FP32 28 * 2**9 1.28 -> 1.11x, FP64 28 *
+// 2**10 over four blocks 1.82 -> 1.58x, FP64 28 * 2**8 (one block per SM) 2.04 -> 1.76x.
 #ifndef FWHT_K_VIF
 #define FWHT_K_VIF 0
 #endif
-template <int K>
+template <int K, int MAXT>
 __host__ __device__ constexpr int k_vif() {
-    return FWHT_K_VIF > 0 ? FWHT_K_VIF : K == 20 ? 6 : 4;
+    return FWHT_K_VIF > 0 ? FWHT_K_VIF : MAXT == 256 ? 7 : K == 20 ? 6 : 4;
 }
 
 // Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
@@ -182,6 +188,19 @@ __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
 }
 
+// The launch bound of fwht_k_rows and fwht_k_rows_pair compiled for B blocks per SM
+// (config.KRowsConfig.b, config._k_bound_blocks): B = 1 k_rows_max_threads; B = 2 or 3 256
+// threads (128 or 80 registers), for launches of 256 threads whose tiles' shared memory
+// leaves B per SM: 4-byte units three per SM (the bound of one block leaves 64 registers for
+// K <= 28), 8-byte units of K >= 28 two per SM (the bound of one block let ptxas take up to
+// 255: one block per SM), clusters of four.  H100, 4096 rows over a copy (session 35, with
+// k_vif): FP16 28 * 2**10 1.17 -> 1.05x, FP32 28 * 2**10 over two blocks 1.25 -> 1.21x,
+// FP64 28 * 2**8 1.77 -> 1.10x.
+template <typename U, int K, int B>
+__host__ __device__ constexpr int k_bound_threads() {
+    return B == 1 ? k_rows_max_threads<U, K>() : 256;
+}
+
 // log2 units per thread per round of the power-of-two stages through shared memory, at most:
 // 4 for pairs of 16-bit values, 3 for single values (eight doubles: no spills at 64
 // registers).  H100, 4096 rows (session 26): rounds of 4 bits took FP16/BF16 rows of
@@ -211,19 +230,20 @@ __device__ __forceinline__ int k_round_bits(int b, int log_mu) {
     }
 }
 
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED_>
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED_, int B>
 struct KRowsTraits {
     typedef typename Units<T, C, PAIRED_>::S S;    // storage unit
     typedef typename Units<T, C, PAIRED_>::U U;    // compute unit (shared memory, registers)
     static constexpr int UNITS_PER_VEC = 16 / (int)sizeof(S);
     static constexpr int LOG_UNITS_PER_VEC = UNITS_PER_VEC == 8 ? 3 : UNITS_PER_VEC == 4 ? 2 : UNITS_PER_VEC == 2 ? 1 : 0;
-    static constexpr int MAX_THREADS = k_rows_max_threads<U, K>();
-    static constexpr int VECS_IN_FLIGHT = k_vif<K>();
+    static constexpr int MAX_THREADS = k_bound_threads<U, K, B>();
+    static constexpr int VECS_IN_FLIGHT = k_vif<K, MAX_THREADS>();
     static constexpr bool PAIRED = PAIRED_;
     typedef Vec<S, UNITS_PER_VEC> V;
     static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
     static_assert(sizeof(T) != 2 || PAIRED_, "16-bit data as pairs (M >= 2)");
     static_assert(UNITS_PER_VEC <= 4, "a vector holds at most 4 units");
+    static_assert(B >= 1 && B <= 3, "one to three blocks per SM");
     static_assert(k_normalized<K>(), "H_K normalized");
 };
 
@@ -286,8 +306,9 @@ __device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, i
 
 // Round 0 of fwht_k_rows, fused with the load of nvec 16-byte vectors from ``in`` into the
 // padded tile ``sm``: the stages on the bits inside a vector (groups of 2^first units side by
-// side when a block is shorter than a vector), VIF vectors per thread in flight; then a
-// block barrier.
+// side when a block is shorter than a vector), VIF vectors per thread in flight (under the
+// 256-thread bound: a thread's vectors in as few equal groups as VIF allows, 18 with VIF 7
+// as 6 + 6 + 6); then a block barrier.
 template <typename TR>
 __device__ __forceinline__ void k_load_round0(typename TR::U* sm, const typename TR::S* in, int nvec,
                                               int first, int tid, int threads) {
@@ -296,17 +317,22 @@ __device__ __forceinline__ void k_load_round0(typename TR::U* sm, const typename
     typedef Num<U> N;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
     constexpr bool PAIRED = TR::PAIRED;
-    for (int v0 = 0; v0 < nvec; v0 += VIF * threads) {
+    const int per = (nvec + threads - 1) / threads;     // vectors per thread
+    const int groups = (per + VIF - 1) / VIF;
+    // in flight per group, <= VIF (equal groups under the 256-thread bound, the measured code;
+    // the other bounds keep groups of VIF as measured before session 35)
+    const int g = TR::MAX_THREADS == 256 ? (per + groups - 1) / groups : VIF;
+    for (int v0 = 0; v0 < nvec; v0 += g * threads) {
         V buf[VIF];
 #pragma unroll
         for (int i = 0; i < VIF; ++i) {
             const int vi = v0 + i * threads + tid;
-            if (vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
+            if (i < g && vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
         }
 #pragma unroll
         for (int i = 0; i < VIF; ++i) {
             const int vi = v0 + i * threads + tid;
-            if (vi < nvec) {
+            if (i < g && vi < nvec) {
                 U w[UPV];
 #pragma unroll
                 for (int k = 0; k < UPV; ++k) {
@@ -356,12 +382,13 @@ __device__ __forceinline__ void k_pow2_rounds(U* sm, int tile_units, int first, 
 }
 
 // One tile = 2^log_rows rows of K blocks of 2^log_mu units; tiles t = blockIdx.x, + gridDim.x, ...
-// Dynamic shared memory: padded_size<U>(tile units) * sizeof(U) (config.py's KRowsConfig).
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED>
-__global__ void __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(), 1)
+// Dynamic shared memory: padded_size<U>(tile units) * sizeof(U) (config.py's KRowsConfig);
+// compiled for B blocks per SM (k_bound_threads).
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int B>
+__global__ void __launch_bounds__(k_bound_threads<typename Units<T, C, PAIRED>::U, K, B>(), B)
 fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double scale, unsigned int* flags)
 {
-    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED> TR;
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B> TR;
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
@@ -444,14 +471,10 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
     return probe;
 }
 
-// The blocks per SM fwht_k_rows_pair is compiled for (launch bounds): one for pairs, two for
-// clusters of four (FP64 K = 28: quarter rows of 56 KiB, two per SM at 256 threads, 128
-// registers: at three, 80 registers, ptxas spilled 328-568 bytes; config.KPairConfig.min_blocks).
-template <int Q>
-__host__ __device__ constexpr int k_cluster_min_blocks() { return Q == 2 ? 1 : 2; }
 
 // fwht_k_rows with each row over a cluster of Q blocks (Hopper, sm_90; Q = 2, or 4 for FP64
-// K = 28): for rows whose tile would sit alone on its SM (or not fit one block's shared
+// rows that no block holds, compiled for B = 2 blocks per SM: quarter rows of 56 KiB at 256
+// threads and 128 registers; at three, 80 registers, ptxas spilled 328-568 bytes): for rows whose tile would sit alone on its SM (or not fit one block's shared
 // memory at all), so that several parts of rows per SM overlap one's loads with another's
 // stages.  Block q holds the row's blocks q K/Q .. q K/Q + K/Q - 1 (K/Q << log_mu contiguous
 // units) and applies the power-of-two stages to them as fwht_k_rows does (k_load_round0,
@@ -460,13 +483,12 @@ __host__ __device__ constexpr int k_cluster_min_blocks() { return Q == 2 ? 1 : 2
 // t = cluster, + clusters, ... (grid: Q blocks per cluster); log_mu >= pad_shift<U> (whole
 // padded runs per block).  Dynamic shared memory: padded_size<U>(K/Q << log_mu) units
 // (config.KRowsConfig).
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int Q>
-__global__ void FWHT_CLUSTER_DIMS(Q) __launch_bounds__(k_rows_max_threads<typename Units<T, C, PAIRED>::U, K>(),
-                                                       k_cluster_min_blocks<Q>())
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int Q, int B>
+__global__ void FWHT_CLUSTER_DIMS(Q) __launch_bounds__(k_bound_threads<typename Units<T, C, PAIRED>::U, K, B>(), B)
 fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsigned int* flags)
 {
 #if FWHT_CLUSTERS
-    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED> TR;
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B> TR;
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
