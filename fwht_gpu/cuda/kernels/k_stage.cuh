@@ -49,13 +49,15 @@
 // holds 14 vectors per thread, two groups of 7 (8: 8 + 6 spilled more, ran the same; 12-16
 // spilled, 1.2-1.9x slower).  H100, 4096 rows over a copy (explore_k_variants.py's vifN at the
 // session's bounds): FP16 28 * 2**10 1.14 -> 1.04x, FP32 28 * 2**9 1.28 -> 1.11x, FP64 28 *
-// 2**10 over four blocks 1.82 -> 1.58x, FP64 28 * 2**8 (one block per SM) 2.04 -> 1.76x.
+// 2**10 over four blocks 1.82 -> 1.58x, FP64 28 * 2**8 (one block per SM) 2.04 -> 1.76x.  K = 20
+// at the other bounds 6 -> 5 (10 vectors per thread of 82 KiB tiles at 512 threads: 5 + 5
+// instead of 6 + 4): FP32 20 * 2**10 1.14 -> 1.08x, FP16 1.10 -> 1.06x, 20 * 2**11 1.21 -> 1.18x.
 #ifndef FWHT_K_VIF
 #define FWHT_K_VIF 0
 #endif
 template <int K, int MAXT>
 __host__ __device__ constexpr int k_vif() {
-    return FWHT_K_VIF > 0 ? FWHT_K_VIF : MAXT == 256 ? 7 : K == 20 ? 6 : 4;
+    return FWHT_K_VIF > 0 ? FWHT_K_VIF : MAXT == 256 ? 7 : K == 20 ? 5 : 4;
 }
 
 // Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
