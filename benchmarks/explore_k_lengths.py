@@ -64,13 +64,14 @@ def copy_times(srcs, dst, nbytes):
     return t_memcpy, t_kcopy
 
 
-def case(rows: int, n: int, dtype) -> dict:
+def case(rows: int, n: int, dtype, compute=None) -> dict:
+    """One row of the table (``compute``: a wider compute dtype, K * 2**k rows only)."""
     dt = np.dtype(dtype)
     K, M = hadamard.split(n)
     srcs, dst, nbytes = inputs(rows, n, dt)
     count = len(srcs)
     if K > 1:
-        plan = make_plan(M, dt, device="cuda")
+        plan = make_plan(M, dt, compute_dtype=compute, device="cuda")
         launch = config.k_launch(plan, K, rows, False, gpu.limits())
         route = (f"fused {launch.threads} thr, {launch.smem // 1024} KiB, 2^{launch.log_rows} rows/tile"
                  if launch.fused else f"split: {len(plan.passes)} pass(es) + K stage")
@@ -83,8 +84,8 @@ def case(rows: int, n: int, dtype) -> dict:
     t_memcpy, t_kcopy = copy_times(srcs, dst, nbytes)
     t_copy = min(t_memcpy, t_kcopy)
     it = iter(range(1 << 30))
-    t_call = _call_ms(lambda: F.fwht(srcs[next(it) % count], out=dst))
-    row = {"dtype": _dt.short_name(dt), "rows": rows, "n": n, "K": K, "M": M, "bytes": nbytes,
+    t_call = _call_ms(lambda: F.fwht(srcs[next(it) % count], out=dst, compute_dtype=compute))
+    row = {"dtype": _dt.short_name(dt), "compute": compute, "rows": rows, "n": n, "K": K, "M": M, "bytes": nbytes,
            "route": route, "runs": runs, "kernel_ms": t_kernel, "copy_ms": t_copy,
            "memcpy_ms": t_memcpy, "copy_kernel_ms": t_kcopy, "ratio_copy": t_kernel / t_copy,
            "call_ms": t_call, "call_ratio_copy": t_call / t_copy,

@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="*",
                     default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024])
     ap.add_argument("--variants", nargs="*", default=["base", "vif2", "vif3", "vif6", "persist", "tile64"])
+    ap.add_argument("--compute", default=None, help="a wider compute dtype (float32, float64)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     print(f"# {gpu.status()}")
@@ -124,7 +125,8 @@ def main() -> None:
     for name in args.dtypes:
         for n in args.n:
             K, M = hadamard.split(n)
-            items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, args.rows, False))
+            items.append((make_plan(M, _dt.resolve(name), compute_dtype=args.compute, device="cuda"), K,
+                          args.rows, False))
     for v in args.variants:             # compile everything first
         _use(modules[v], False, VARIANTS[v][2], _settings(v))
         engine.precompile_k(items)
@@ -134,7 +136,7 @@ def main() -> None:
         dt = _dt.resolve(name)
         for n in args.n:
             K, M = hadamard.split(n)
-            plan = make_plan(M, dt, device="cuda")
+            plan = make_plan(M, dt, compute_dtype=args.compute, device="cuda")
             x = cp.random.default_rng(2).standard_normal((args.rows, n), dtype=cp.float32).astype(dt)
             ref = base_route = None
             line = f"{name:5} {K:>3} x {M:<5}"
@@ -150,7 +152,7 @@ def main() -> None:
                     if not same:        # how far a build that changes the order strays
                         dev = float(cp.abs(y.astype(cp.float64) - ref.astype(cp.float64)).max()
                                     / cp.abs(ref.astype(cp.float64)).max())
-                r = kl.case(args.rows, n, dt)
+                r = kl.case(args.rows, n, dt, args.compute)
                 r.update(variant=v, same_bits=same)
                 rows.append(r)
                 base_route = base_route or r["route"]

@@ -179,12 +179,16 @@ __device__ __forceinline__ __nv_bfloat162 k_probe(__nv_bfloat162 p, __nv_bfloat1
     return __hfma2(v, __float2bfloat162_rn(0.0f), p);
 }
 
-// Threads per block fwht_k_rows is compiled for (launch bounds: the K values held in
-// registers per thread): 1024 (64 registers) up to 28 registers of values, 512 (128) up to
-// 44, else 256 (config.py's KRowsConfig.max_threads).  With the grouped K-point sums (all K
-// accumulators live) nvcc 13 spills for sm_90: FP32 K = 20 / 28 24 / 40 bytes and FP16/BF16
-// K = 20 32 bytes at 64 registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair kernels of
-// K = 20 / 28 32-74 bytes (0-16 before session 34); measured faster all the same (NOTES).
+// Threads per block fwht_k_rows is compiled for with one block per SM (launch bounds: the K
+// values held in registers per thread): 1024 (64 registers) up to 28 registers of values, 512
+// (128) up to 44, else 256 (config.py's KRowsConfig.max_threads; k_bound_threads below for
+// two or three blocks per SM).  With the grouped K-point sums (all K accumulators live) nvcc
+// 13 spills for sm_90: FP32 K = 20 / 28 24 / 40 bytes and FP16/BF16 K = 20 32 bytes at 64
+// registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair kernels of K = 20 / 28 32-84
+// bytes (0-16 before session 34); at three blocks per SM (80 registers, loads of k_vif) FP32
+// K = 28 / 36 20 / 68 bytes, the FP16/BF16 pairs of K = 28 20 / 72; at two (128) FP64 K = 28 /
+// 36 / 44 96 / 208 / 160 bytes, FP64 K = 28 over four blocks 80; measured faster all the same
+// (NOTES).
 template <typename U, int K>
 __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
