@@ -3,7 +3,7 @@ transform against a device copy of the same bytes, with power-of-two rows of 2^1
 reference.  Target: within 1.15x of the copy for rows up to 40 * 2**10.
 
     python benchmarks/explore_k_lengths.py [--rows 4096] [--min-mb 64] [--dtypes fp32 fp16 bf16 fp64]
-        [--n 3072 12288 20480 28672 40960] [--out JSON]
+        [--n 3072 12288 20480 28672 40960] [--compute float32|float64] [--out JSON]
 
 ``--min-mb B``: at least B MiB of rows (more rows where 4096 rows are fewer bytes, a multiple
 of 16: the power-of-two rows of ``fwht bench`` are batches of 64 MB).
@@ -84,8 +84,9 @@ def case(rows: int, n: int, dtype, compute=None) -> dict:
     t_memcpy, t_kcopy = copy_times(srcs, dst, nbytes)
     t_copy = min(t_memcpy, t_kcopy)
     it = iter(range(1 << 30))
-    t_call = _call_ms(lambda: F.fwht(srcs[next(it) % count], out=dst, compute_dtype=compute))
-    row = {"dtype": _dt.short_name(dt), "compute": compute, "rows": rows, "n": n, "K": K, "M": M, "bytes": nbytes,
+    wide = compute if K > 1 else None
+    t_call = _call_ms(lambda: F.fwht(srcs[next(it) % count], out=dst, compute_dtype=wide))
+    row = {"dtype": _dt.short_name(dt), "compute": wide, "rows": rows, "n": n, "K": K, "M": M, "bytes": nbytes,
            "route": route, "runs": runs, "kernel_ms": t_kernel, "copy_ms": t_copy,
            "memcpy_ms": t_memcpy, "copy_kernel_ms": t_kcopy, "ratio_copy": t_kernel / t_copy,
            "call_ms": t_call, "call_ratio_copy": t_call / t_copy,
@@ -103,6 +104,9 @@ def main() -> None:
                     default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024, 1 << 15])
     ap.add_argument("--min-mb", type=float, default=0.0,
                     help="at least this many MiB of rows (a multiple of 16 rows)")
+    ap.add_argument("--compute", default=None,
+                    help="a wider compute dtype of the K * 2**k rows for every --dtypes: float32 "
+                         "(fp16, bf16) or float64 (fp32)")
     ap.add_argument("--out", default=None, help="JSON record (fwht_gpu.provenance)")
     args = ap.parse_args()
 
@@ -117,8 +121,8 @@ def main() -> None:
         for n in args.n:
             K, M = hadamard.split(n)
             if K > 1:
-                items.append((make_plan(M, _dt.resolve(name), device="cuda"), K, count(n, name),
-                              False))
+                items.append((make_plan(M, _dt.resolve(name), compute_dtype=args.compute, device="cuda"),
+                              K, count(n, name), False))
     engine.precompile_k(items)
     head = (f"{'dtype':5} {'rows':>5} {'n':>6} {'K x M':>10} {'kernel ms':>10} {'copy ms':>8} "
             f"{'x copy':>7} {'call ms':>8} {'x copy':>7}  route")
@@ -126,7 +130,7 @@ def main() -> None:
     rows = []
     for name in args.dtypes:
         for n in args.n:
-            r = case(count(n, name), n, _dt.resolve(name))
+            r = case(count(n, name), n, _dt.resolve(name), args.compute)
             rows.append(r)
             print(f"{r['dtype']:5} {r['rows']:>5} {r['n']:>6} {r['K']:>3} x {r['M']:<5} "
                   f"{r['kernel_ms']:>10.4f} {r['copy_ms']:>8.4f} {r['ratio_copy']:>7.3f} "

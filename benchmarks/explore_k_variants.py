@@ -1,13 +1,16 @@
 """K * 2**k rows (issue 19 item 2, exploration; session 29): round 0's loads in flight, a
-persistent grid, the tiles of short rows, against the library's kernels in the same run.
+persistent grid, the tiles of short rows, the launch bounds, against the library's kernels in
+the same run.
 
-Variants (each a build of ``k_stage.cuh`` with -D switches, the launch's grid, the tiles):
-``base`` the library; ``vif2`` .. ``vif8`` 2 to 8 16-byte vectors in flight per thread in round
-0 (FWHT_K_VIF; the library's: 6 for K = 20, else 4; 2 before session 29); ``persist`` a grid of the blocks that
-are resident at once, each looping over tiles; ``tile32`` / ``tile64`` short rows grouped into
-tiles of up to 32 / 64 KiB (the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64;
-before session 29 32 KiB for all). Every variant's output is compared with the library's (the
-same bits). Session 29 also measured (H100, then removed from the kernel): the next tile's bytes
+Variants (each a build of ``k_stage.cuh`` with -D switches, the launch's grid, the tiles, config
+settings): ``base`` the library; ``vif2`` .. ``vif16`` at most 2 to 16 16-byte vectors in flight
+per thread in round 0 (FWHT_K_VIF; the library's: 7 under a bound of 256 threads, 5 for K = 20,
+else 4; 2 before session 29); ``persist`` a grid of the blocks that are resident at once, each
+looping over tiles; ``tile32`` / ``tile64`` short rows grouped into tiles of up to 32 / 64 KiB
+(the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64; before session 29 32 KiB for
+all); ``b1`` every kernel compiled for one block per SM (before session 35). ``--compute``: a
+wider compute dtype for every ``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every
+variant's output is compared with the library's (the same bits). Session 29 also measured (H100, then removed from the kernel): the next tile's bytes
 prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once round 0 had read the
 current tile, on the persistent grid: slower than the library on 9 of 14 routes.
 
@@ -39,21 +42,11 @@ VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least th
     # session 35: one bound for every launch (``b1``: the bound of one block per SM, as before
     # session 35)
     "b1": ((), False, None, {"_k_bound_blocks": lambda cfg, threads, tiles: 1}),
-    # 8-byte units under a bound of 256 threads (FP64 K >= 28: up to 255 registers, one block
-    # per SM) compiled for two blocks per SM (128 registers)
-    "b2wide": ((), False, None, {"_k_bound_blocks": lambda cfg, threads, tiles:
-                                 2 if threads == 256 and tiles >= 2 and cfg.unit_bytes == 8
-                                 and cfg.max_threads == 256 else _library_bound(cfg, threads, tiles)}),
+    # FP64 20 * 2**11 over two blocks (before session 35; the library takes four)
+    "pair20": ((), False, None, {"K_QUAD_ORDERS": (28,)}),
 }
-_library_bound = config._k_bound_blocks
-_QUAD = {"K_QUAD_ORDERS": (20, 28), "K_PAIR_QS": (4, 2)}
 for _n in range(2, 17):
-    # vifN: at most N 16-byte vectors in flight per thread in round 0 (FWHT_K_VIF; the
-    # library's k_vif: 8 at a bound of 256 threads, 6 for K = 20, else 4)
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
-    # quadvifN: FP64 K = 20 rows that no block holds over four blocks first (config.K_QUAD_ORDERS)
-    VARIANTS[f"quadvif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None, _QUAD)
-VARIANTS["quad"] = ((), False, None, _QUAD)
 _library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,
                    "_k_bound_blocks": config._k_bound_blocks}
 _library_make = engine._make_k_launch
@@ -114,7 +107,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="*",
                     default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024])
     ap.add_argument("--variants", nargs="*", default=["base", "vif2", "vif3", "vif6", "persist", "tile64"])
-    ap.add_argument("--compute", default=None, help="a wider compute dtype (float32, float64)")
+    ap.add_argument("--compute", default=None,
+                    help="a wider compute dtype for every --dtypes: float32 (fp16, bf16) or float64 (fp32)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     print(f"# {gpu.status()}")

@@ -181,16 +181,18 @@ def test_the_launch_bound_follows_the_blocks_each_sm_holds():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
 def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
-    """nvcc evaluates, for every fwht_k_rows instantiation, the padded tile and the launch
-    bound the kernel is compiled with against the Python side (a launch with more threads
-    than the bound would fail)."""
+    """nvcc evaluates, for every fwht_k_rows and fwht_k_rows_pair instantiation, the padded
+    tile and the launch bound the kernel is compiled with against the Python side (a launch
+    with more threads than the bound would fail)."""
     from fwht_gpu.cuda import engine
     lines = [f'#include "{engine.K_SOURCE}"']
     for c in config.all_k_configs():
-        if type(c) is not config.KRowsConfig:         # (KPairConfig: the same traits)
+        if type(c) is config.KStageConfig:
             continue
-        unit = f"typename KRowsTraits<{c.name[len('fwht_k_rows<'):-1]}>::U"
-        lines.append(f"static_assert(k_bound_threads<{unit}, {c.K}, {c.b}>() == {c.max_threads}, "
+        traits = (f"KRowsTraits<{c.ctype}, {c.wtype}, {c.K}, {str(c.transpose).lower()}, "
+                  f"{str(c.paired).lower()}, {c.b}>")
+        unit = f"typename {traits}::U"
+        lines.append(f"static_assert({traits}::MAX_THREADS == {c.max_threads}, "
                      f'"{c.name} threads");')
         for units in (c.K, c.K << 5, c.K << 11):
             lines.append(f"static_assert(padded_size<{unit}>({units}) * sizeof({unit}) == "

@@ -621,8 +621,9 @@ class KRowsConfig(_Declared):
         return 1024 if regs <= 28 else 512 if regs <= 44 else 256
 
     def bound_registers(self, limits: Limits) -> int:
-        """Registers per thread the launch bound leaves on a device of ``limits``."""
-        return min(255, limits.regs_per_sm // (self.max_threads * self.b))
+        """Registers per thread the launch bound leaves on a device of ``limits`` (ptxas
+        allocates them in eights: 80 for three blocks of 256 threads)."""
+        return min(255, limits.regs_per_sm // (self.max_threads * self.b) // 8 * 8)
 
     def smem_bytes(self, tile_units: int) -> int:
         """Dynamic shared memory of a tile of ``tile_units`` units (padded as tile.cuh)."""
@@ -864,8 +865,11 @@ def all_k_configs():
                     rows_cfg = k_rows_config(plan, K, inverse)
                     more = (3,) if rows_cfg.unit_bytes == 4 else (2,) if rows_cfg.max_threads == 256 else ()
                     rows = [rows_cfg, *(dataclasses.replace(rows_cfg, b=b) for b in more)]
+                    # three halves per SM at 256 threads: only under a one-block bound of 1024
+                    # threads (at 512, 128 registers, _k_pair_launch first halves the threads)
+                    pair3 = rows_cfg.unit_bytes == 4 and rows_cfg.max_threads == 1024
                     pair = [k_pair_config(rows_cfg, q, b) for q in (2, 4) if k_pair_reachable(rows_cfg, q)
-                            for b in ((1, 3) if q == 2 and rows_cfg.unit_bytes == 4 else (1,))]
+                            for b in ((1, 3) if q == 2 and pair3 else (1,))]
                     for c in [*rows, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)

@@ -22,7 +22,7 @@
 //    Folklore and for plans of one pass with a wider compute type (rounded to storage
 //    after the power-of-two stages, where the NumPy engine's pass writes back).
 //  * fwht_k_rows_pair (sm_90): fwht_k_rows with each row over a cluster of two blocks (four
-//    for FP64 K = 28), the K-point round reading the other blocks' values from their shared
+//    for FP64 rows of K = 20 and 28 that no block holds), the K-point round reading the other blocks' values from their shared
 //    memory: for rows whose tile would sit alone on its SM or not fit at all (config.k_launch).
 //  * fwht_k_stage: the K-point stage alone, on rows whose blocks the power-of-two engine
 //    (fwht_pass, any variant and any number of passes) has already transformed: rows too
@@ -38,9 +38,9 @@
 #include "cluster.cuh"
 
 // 16-byte vectors in flight per thread in round 0's loads, at most: k_vif<K, MAXT>() for a
-// launch bound of MAXT threads (FWHT_K_VIF > 0 forces a count: benchmarks/explore_k_variants.py);
-// k_load_round0 splits a thread's vectors into that few equal groups.  H100, 4096 rows, over a copy (session 29): 2 ->
-// 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
+// launch bound of MAXT threads (FWHT_K_VIF > 0 forces a count: benchmarks/explore_k_variants.py;
+// under a bound of 256 threads k_load_round0 splits a thread's vectors into that few equal
+// groups).  H100, 4096 rows, over a copy (session 29): 2 -> 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
 // 20 * 2**10 1.261 -> 1.181x, FP64 20 * 2**10 1.173 -> 1.052x, FP16 20 * 2**10 1.214 ->
 // 1.151x); 6 won the K = 20 rows (FP32 20 * 2**10 1.136x, FP16 1.135x, FP64 1.012x, 40 *
 // 2**10 FP32 1.031x, FP16 1.305x; FP64 40 * 2**10 1.337x against 1.329x) and lost K = 12 and
@@ -183,12 +183,13 @@ __device__ __forceinline__ __nv_bfloat162 k_probe(__nv_bfloat162 p, __nv_bfloat1
 // values held in registers per thread): 1024 (64 registers) up to 28 registers of values, 512
 // (128) up to 44, else 256 (config.py's KRowsConfig.max_threads; k_bound_threads below for
 // two or three blocks per SM).  With the grouped K-point sums (all K accumulators live) nvcc
-// 13 spills for sm_90: FP32 K = 20 / 28 24 / 40 bytes and FP16/BF16 K = 20 32 bytes at 64
-// registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair kernels of K = 20 / 28 32-84
-// bytes (0-16 before session 34); at three blocks per SM (80 registers, loads of k_vif) FP32
-// K = 28 / 36 20 / 68 bytes, the FP16/BF16 pairs of K = 28 20 / 72; at two (128) FP64 K = 28 /
-// 36 / 44 96 / 208 / 160 bytes, FP64 K = 28 over four blocks 80; measured faster all the same
-// (NOTES).
+// 13 spills for sm_90 (stores; session 35's loads in flight): FP32 K = 20 / 28 8 / 40 bytes and
+// FP16/BF16 K = 20 16 bytes at 64 registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair
+// kernels of K = 20 / 28 16-76 bytes (0-16 before session 34); at three blocks per SM (80
+// registers) FP32 K = 28 / 36 20 / 68 bytes, the FP16/BF16 pairs of K = 28 20 / 72; at two
+// (128) FP64 K = 28 / 36 / 44 96 / 208 / 160 bytes, FP32-in-FP64 K = 36 / 44 100 / 64,
+// FP16/BF16-in-FP32 K = 44 88-92, FP64 K = 28 over four blocks 80; measured faster all the
+// same where measured (NOTES).
 template <typename U, int K>
 __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
@@ -479,9 +480,10 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
 
 
 // fwht_k_rows with each row over a cluster of Q blocks (Hopper, sm_90; Q = 2, or 4 for FP64
-// rows that no block holds, compiled for B = 2 blocks per SM: quarter rows of 56 KiB at 256
-// threads and 128 registers; at three, 80 registers, ptxas spilled 328-568 bytes): for rows whose tile would sit alone on its SM (or not fit one block's shared
-// memory at all), so that several parts of rows per SM overlap one's loads with another's
+// rows that no block holds, compiled for B = 2 blocks per SM: quarter rows of 56 KiB (K = 28)
+// or 80 KiB (20 * 2**11) at 256 threads and 128 registers; at three, 80 registers, ptxas
+// spilled 328-568 bytes): for rows whose tile would sit alone on its SM (or not fit one
+// block's shared memory at all), so that several parts of rows per SM overlap one's loads with another's
 // stages.  Block q holds the row's blocks q K/Q .. q K/Q + K/Q - 1 (K/Q << log_mu contiguous
 // units) and applies the power-of-two stages to them as fwht_k_rows does (k_load_round0,
 // k_pow2_rounds); after a cluster barrier, the K-point round on 1/Q of the positions
