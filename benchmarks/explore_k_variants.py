@@ -8,11 +8,13 @@ per thread in round 0 (FWHT_K_VIF; the library's: 7 under a bound of 256 threads
 else 4; 2 before session 29); ``persist`` a grid of the blocks that are resident at once, each
 looping over tiles; ``tile32`` / ``tile64`` short rows grouped into tiles of up to 32 / 64 KiB
 (the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64; before session 29 32 KiB for
-all); ``b1`` every kernel compiled for one block per SM (before session 35). ``--compute``: a
-wider compute dtype for every ``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every
-variant's output is compared with the library's (the same bits). Session 29 also measured (H100, then removed from the kernel): the next tile's bytes
-prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once round 0 had read the
-current tile, on the persistent grid: slower than the library on 9 of 14 routes.
+all); ``b1`` every kernel compiled for one block per SM (before session 35); ``pair20`` FP64
+20 * 2**11 over two blocks (before session 35). ``--compute``: a wider compute dtype for every
+``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every variant's output is compared with
+the library's (the same bits). Session 29 also measured (H100, then removed from the kernel):
+the next tile's bytes prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once
+round 0 had read the current tile, on the persistent grid: slower than the library on 9 of 14
+routes.
 
     python benchmarks/explore_k_variants.py [--dtypes fp32 fp16 fp64] [--n 3072 12288 ...]
         [--variants base vif3 ...] [--out JSON]
@@ -65,8 +67,7 @@ def _tiles_of(nbytes):
 def _resident(launch, limits) -> int:
     """Blocks of ``launch`` resident per SM (shared memory, threads, the launch bound's
     registers)."""
-    cfg = launch.rows_cfg
-    regs = cfg.bound_registers(limits)
+    regs = launch.rows_cfg.bound_registers(limits)
     return max(1, min(config._tiles_per_sm(launch.smem, limits), 2048 // launch.threads,
                       limits.regs_per_sm // (launch.threads * regs)))
 
