@@ -8,13 +8,24 @@ per thread in round 0 (FWHT_K_VIF; the library's: 7 under a bound of 256 threads
 else 4; 2 before session 29); ``persist`` a grid of the blocks that are resident at once, each
 looping over tiles; ``tile32`` / ``tile64`` short rows grouped into tiles of up to 32 / 64 KiB
 (the library: 64 KiB for 16- and 32-bit data, 32 KiB for FP64; before session 29 32 KiB for
-all); ``b1`` every kernel compiled for one block per SM (before session 35); ``pair20`` FP64
-20 * 2**11 over two blocks (before session 35). ``--compute``: a wider compute dtype for every
+all; ``tile8`` / ``tile16`` 8 / 16 KiB); ``b1`` every kernel compiled for one block per SM
+(before session 35); ``pair20`` FP64 20 * 2**11 over two blocks (before session 35);
+``regload`` round 0 through registers everywhere (before session 36: the library copies plain
+FP64 tiles by cp.async straight to shared memory in blocks of up to 256 threads), ``direct4``
+those copies for every unit whose storage type computes (FP32, FP16/BF16 pairs: 4-byte
+copies); ``q4b2`` four-block rows compiled for two blocks per SM (before session 36);
+``small2`` / ``small4`` (``b6``: at most six per SM; ``v4``: VIF 4) rows of 4-byte units over
+two / four blocks of 128 threads, compiled for the parts each SM holds (four to eight).
+``--compute``: a wider compute dtype for every
 ``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every variant's output is compared with
 the library's (the same bits). Session 29 also measured (H100, then removed from the kernel):
 the next tile's bytes prefetched into L2 by one thread (``cp.async.bulk.prefetch.L2``) once
 round 0 had read the current tile, on the persistent grid: slower than the library on 9 of 14
-routes.
+routes; session 36 (H100, removed too): ``staged``, each tile's vectors copied by 16-byte
+cp.async into a staging buffer behind the padded tile, the next tile's issued once round 0 had
+read the current one, on the persistent grid: 1.10-1.83x a copy against the library's
+0.97-1.59x (the doubled shared memory halves the blocks per SM), better only for FP16 12 * 2**8
+at 4096 rows (1.43 -> 1.31-1.33x).
 
     python benchmarks/explore_k_variants.py [--dtypes fp32 fp16 fp64] [--n 3072 12288 ...]
         [--variants base vif3 ...] [--out JSON]
@@ -39,6 +50,8 @@ from fwht_gpu.cuda.modules import OPTIONS, KernelModule  # noqa: E402
 VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least this many bytes[, config settings])
     "base": ((), False, None),
     "persist": ((), True, None),
+    "tile8": ((), False, 1 << 13),
+    "tile16": ((), False, 1 << 14),
     "tile32": ((), False, 1 << 15),
     "tile64": ((), False, 1 << 16),
     # session 35: one bound for every launch (``b1``: the bound of one block per SM, as before
@@ -47,12 +60,56 @@ VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least th
     # FP64 20 * 2**11 over two blocks (before session 35; the library takes four)
     "pair20": ((), False, None, {"K_QUAD_ORDERS": (28,)}),
 }
+
+
+def _small_parts(q, most=8):
+    """config._k_pair_launch with rows of 4-byte units over ``q`` blocks of 128 threads,
+    compiled for b = the parts each SM holds (4 .. ``most``; 8: 64 registers, 4: 128), wherever
+    the parts fit four or more per SM (else the library's launch)."""
+    def launch(cfg, stage, log_mu, row_units, rows, limits):
+        smem = cfg.smem_bytes(row_units // q)
+        tiles = config._tiles_per_sm(smem, limits)
+        if (cfg.unit_bytes != 4 or cfg.K % q or log_mu < 5 or tiles < 4
+                or limits.max_cluster_log < q.bit_length() - 1):
+            return _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+        pcfg = config.k_pair_config(cfg, q, min(tiles, most))
+        return config.KLaunch(pcfg, stage, log_mu, 0, rows, 128, smem)
+    return launch
+
+
+_library_pair_launch = config._k_pair_launch
+_library_make = engine._make_k_launch
+_library_k_launch = config.k_launch
+
+
+VARIANTS["small2"] = ((), False, None, {"_k_pair_launch": _small_parts(2)})
+VARIANTS["small4"] = ((), False, None, {"_k_pair_launch": _small_parts(4)})
+VARIANTS["small2b6"] = ((), False, None, {"_k_pair_launch": _small_parts(2, 6)})
+VARIANTS["small4b6"] = ((), False, None, {"_k_pair_launch": _small_parts(4, 6)})
+VARIANTS["small4v4"] = (("-DFWHT_K_VIF=4",), False, None, {"_k_pair_launch": _small_parts(4)})
+VARIANTS["small2v4"] = (("-DFWHT_K_VIF=4",), False, None, {"_k_pair_launch": _small_parts(2)})
+# round 0 through registers everywhere (before session 36); direct copies for every unit whose
+# storage type computes (4-byte copies for FP32 and FP16/BF16 pairs)
+VARIANTS["regload"] = ((), False, None, {"_k_direct": lambda cfg, threads: False})
+VARIANTS["direct4"] = ((), False, None, {"_k_direct": lambda cfg, threads: cfg.witem == cfg.itemsize})
+
+
+def _quad_bound(b):
+    """config._k_pair_launch with the four-block launches compiled for ``b`` blocks per SM."""
+    def launch(cfg, stage, log_mu, row_units, rows, limits):
+        got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+        if got is None or got.rows_cfg.q != 4 or config._tiles_per_sm(got.smem, limits) < b:
+            return got
+        return dataclasses.replace(got, rows_cfg=dataclasses.replace(got.rows_cfg, b=b))
+    return launch
+
+
+VARIANTS["q4b2"] = ((), False, None, {"_k_pair_launch": _quad_bound(2)})     # before session 36
 for _n in range(2, 17):
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
 _library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,
-                   "_k_bound_blocks": config._k_bound_blocks}
-_library_make = engine._make_k_launch
-_library_k_launch = config.k_launch
+                   "_k_bound_blocks": config._k_bound_blocks, "_k_pair_launch": config._k_pair_launch,
+                   "_k_direct": config._k_direct}
 
 
 def _tiles_of(nbytes):
@@ -89,11 +146,11 @@ def _persistent_make(plan, K, rows, inverse, device):
 def _use(module, persistent, tile_bytes, settings=None):
     """The library's K route with a variant's kernels, grid, tiles and config settings
     (launches recomputed)."""
-    for key, value in {**_library_config, **(settings or {})}.items():
-        setattr(config, key, value)
     engine.K_KERNELS = module
     engine._make_k_launch = _persistent_make if persistent else _library_make
     config.k_launch = _tiles_of(tile_bytes) if tile_bytes else _library_k_launch
+    for key, value in {**_library_config, **(settings or {})}.items():
+        setattr(config, key, value)
     engine._K_LAUNCHES.clear()
 
 

@@ -107,8 +107,8 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     and the halves keep 16 warps per SM: the issue's sizes measured faster (session 28); FP64
     28 * 2**10 over four blocks (two measured slower than the passes, four faster), 28 * 2**9
     not (one tile faster), 20 * 2**11 over four (session 35); three 256-thread blocks per SM
-    compiled for that (b = 3); never without clusters, never a kernel the CI check does not
-    compile."""
+    compiled for that (b = 3; FP64 quarters of 28 * 2**10 too, session 36); never without
+    clusters, never a kernel the CI check does not compile."""
     import dataclasses
 
     def launch(dt, K, M, limits=gpu.H100):
@@ -116,11 +116,12 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
 
     for dt, K, M, threads, q, b in ((np.float32, 28, 1024, 256, 2, 3), (np.float32, 20, 2048, 512, 2, 1),
                                     (np.float64, 20, 1024, 256, 2, 1), (np.float64, 20, 2048, 256, 4, 2),
-                                    (np.float64, 28, 1024, 256, 4, 2), (np.float16, 28, 2048, 256, 2, 3)):
+                                    (np.float64, 28, 1024, 256, 4, 3), (np.float16, 28, 2048, 256, 2, 3)):
         got = launch(dt, K, M)
         assert got.pair and got.fused and got.threads == threads and got.log_rows == 0
         assert got.ntiles == 4096 and got.rows_cfg.name.startswith("fwht_k_rows_pair<")
-        assert got.rows_cfg.q == q and got.rows_cfg.name.endswith(f",{q},{b}>")
+        direct = str(dt == np.float64).lower()
+        assert got.rows_cfg.q == q and got.rows_cfg.name.endswith(f",{q},{b},{direct}>")
         assert got.threads <= got.rows_cfg.max_threads
         units = K * M // (2 if got.rows_cfg.paired else 1)             # 16-bit data: pairs
         assert got.smem == got.rows_cfg.smem_bytes(units // q) <= gpu.H100.smem_per_block
@@ -128,8 +129,8 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
         # the registers of the launch bound: for every resident half; quarters 16 warps
         regs = got.rows_cfg.bound_registers(gpu.H100)
         tiles = gpu.H100.smem_per_sm // (got.smem + config.BLOCK_RESERVED_SMEM)
-        if q == 2:
-            assert got.threads * regs * tiles <= gpu.H100.regs_per_sm
+        if q == 2 or b == 3:
+            assert got.threads * regs * min(tiles, b if q == 4 else tiles) <= gpu.H100.regs_per_sm
         assert min(tiles, gpu.H100.regs_per_sm // (got.threads * regs)) * got.threads >= 512
         assert not launch(dt, K, M, dataclasses.replace(gpu.H100, max_cluster_log=0)).pair
     assert not launch(np.float64, 28, 1024, dataclasses.replace(gpu.H100, max_cluster_log=1)).pair
@@ -179,6 +180,30 @@ def test_the_launch_bound_follows_the_blocks_each_sm_holds():
                     assert cfg.b * 256 * cfg.bound_registers(gpu.H100) <= gpu.H100.regs_per_sm
 
 
+def test_direct_loads_for_plain_fp64_in_blocks_of_at_most_256_threads():
+    """Round 0 copies by cp.async straight to shared memory (``direct``) for plain FP64 launches
+    of up to 256 threads (measured faster, session 36), through registers at 512 or more and
+    for every other dtype and compute type; every such kernel compiled by CI."""
+    def launch(dt, K, M, compute=None):
+        return config.k_launch(make_plan(M, dt, compute_dtype=compute, device="cuda"), K, 4096, False,
+                               gpu.H100)
+
+    for K, M, direct in ((12, 256, True), (12, 1024, False), (20, 512, False), (20, 1024, True),
+                         (20, 2048, True), (28, 1024, True), (36, 256, True), (12, 2048, False)):
+        got = launch(np.float64, K, M)
+        assert got.rows_cfg.direct == direct == (got.threads <= 256), (K, M)
+    names = {c.name for c in config.all_k_configs()}
+    for dt in DTYPES:
+        for K in KS:
+            for L in range(0, 14):
+                for compute in (None, "float64") if dt == np.float32 else (None,):
+                    got = launch(dt, K, 1 << L, compute)
+                    if got.fused:
+                        plain = dt == np.float64
+                        assert got.rows_cfg.direct == (plain and got.threads <= 256)
+                        assert got.rows_cfg.name in names
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
 def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
     """nvcc evaluates, for every fwht_k_rows and fwht_k_rows_pair instantiation, the padded
@@ -190,7 +215,7 @@ def test_shared_memory_and_threads_formulas_equal_the_kernels(tmp_path):
         if type(c) is config.KStageConfig:
             continue
         traits = (f"KRowsTraits<{c.ctype}, {c.wtype}, {c.K}, {str(c.transpose).lower()}, "
-                  f"{str(c.paired).lower()}, {c.b}>")
+                  f"{str(c.paired).lower()}, {c.b}, {str(c.direct).lower()}>")
         unit = f"typename {traits}::U"
         lines.append(f"static_assert({traits}::MAX_THREADS == {c.max_threads}, "
                      f'"{c.name} threads");')

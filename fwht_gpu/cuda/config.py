@@ -588,7 +588,9 @@ class KRowsConfig(_Declared):
     """Template arguments of one ``fwht_k_rows`` instantiation: storage ``ctype``, compute
     ``wtype`` (the plan's compute dtype), order K, ``transpose`` (the inverse's H_K^T),
     ``paired`` (16-bit data as pairs of adjacent positions), ``b`` the blocks per SM of the
-    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel)."""
+    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel),
+    ``direct`` round 0's loads copied by cp.async straight to shared memory
+    (:func:`_k_direct`)."""
 
     ctype: str
     wtype: str
@@ -598,13 +600,14 @@ class KRowsConfig(_Declared):
     transpose: bool
     paired: bool
     b: int = 1
+    direct: bool = False
 
     PARAMS = K_ROWS_PARAMS
 
     @property
     def name(self) -> str:
         return _template("fwht_k_rows", self.ctype, self.wtype, self.K, self.transpose, self.paired,
-                         self.b)
+                         self.b, self.direct)
 
     @property
     def unit_bytes(self) -> int:
@@ -616,7 +619,7 @@ class KRowsConfig(_Declared):
         """Threads of the launch bound (``k_bound_threads`` in the kernel): for b = 1 by the
         K values held in registers (``k_rows_max_threads``), else 256."""
         if self.b > 1:
-            return 256
+            return 256 if self.b <= 3 else 128
         regs = self.K * (self.unit_bytes // 4)
         return 1024 if regs <= 28 else 512 if regs <= 44 else 256
 
@@ -643,7 +646,7 @@ class KPairConfig(KRowsConfig):
     @property
     def name(self) -> str:
         return _template("fwht_k_rows_pair", self.ctype, self.wtype, self.K, self.transpose,
-                         self.paired, self.q, self.b)
+                         self.paired, self.q, self.b, self.direct)
 
 
 @dataclass(frozen=True)
@@ -726,8 +729,8 @@ def k_pair_reachable(cfg: KRowsConfig, q: int = 2) -> bool:
 
 def k_pair_config(cfg: KRowsConfig, q: int = 2, b: int = 1) -> KPairConfig:
     """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg`` over ``q`` blocks,
-    compiled for ``b`` blocks per SM (four blocks: 2)."""
-    return KPairConfig(*dataclasses.astuple(dataclasses.replace(cfg, b=2 if q == 4 else b)), q)
+    compiled for ``b`` blocks per SM (four blocks: 2 unless ``b`` says 3)."""
+    return KPairConfig(*dataclasses.astuple(dataclasses.replace(cfg, b=2 if q == 4 and b == 1 else b)), q)
 
 
 def _k_bound_blocks(cfg: KRowsConfig, threads: int, tiles: int) -> int:
@@ -742,6 +745,20 @@ def _k_bound_blocks(cfg: KRowsConfig, threads: int, tiles: int) -> int:
     if threads == 256 and tiles >= 2 and cfg.unit_bytes == 8 and cfg.max_threads == 256:
         return 2
     return 1
+
+
+def _k_direct(cfg: KRowsConfig, threads: int) -> bool:
+    """Whether round 0 of a launch of ``threads`` per block copies its tile by cp.async straight
+    to the padded slots (the whole tile in flight, no registers held) instead of through
+    registers: plain FP64 (8-byte copies; the storage unit computes) in blocks of up to 256
+    threads.  H100, 4096 rows over a copy (session 36, register loads -> direct): FP64 12 *
+    2**8 1.09 -> 1.03x, 20 * 2**8 1.20 -> 1.11x, 36 * 2**8 1.39 -> 1.12x, 44 * 2**9 1.27 ->
+    1.06x, 20 * 2**10 (two blocks) 1.03 -> 0.97x, 28 * 2**10 (four) 1.59 -> 1.41x (1.31x
+    with three quarters per SM, 80 registers: 60 bytes spilled, 344 with register loads), 20 *
+    2**11 (four) 1.23 -> 1.16x; at 512 threads it lost (12 * 2**10 1.04 -> 1.08x, 20 * 2**9
+    1.30 -> 1.36x), and 4-byte copies lost everywhere (FP32 28 * 2**10 1.22 -> 1.31x, FP16 20
+    * 2**11 1.18 -> 1.26x, FP32 20 * 2**10 1.08 -> 1.21x)."""
+    return cfg.itemsize == 8 and cfg.witem == 8 and threads <= 256
 
 
 def k_stage_config(plan: Plan, K: int, inverse: bool) -> KStageConfig:
@@ -776,7 +793,7 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     smem = cfg.smem_bytes(tile_units)
     tiles = _tiles_per_sm(smem, limits)
     threads = _k_threads(cfg, tile_units, tiles)
-    cfg = dataclasses.replace(cfg, b=_k_bound_blocks(cfg, threads, tiles))
+    cfg = dataclasses.replace(cfg, b=_k_bound_blocks(cfg, threads, tiles), direct=_k_direct(cfg, threads))
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
 
 
@@ -820,12 +837,14 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
         if not k_pair_reachable(cfg, q) or limits.max_cluster_log < q.bit_length() - 1 or \
                 (q == 4 and whole <= limits.smem_per_block):
             continue            # quarters only for rows no block holds
-        pcfg = k_pair_config(cfg, q)
         part = row_units // q
         smem = cfg.smem_bytes(part)
         tiles = _tiles_per_sm(smem, limits)
         if tiles == 0:
             continue
+        # quarters three per SM where their shared memory allows (80 registers: FP64 28 *
+        # 2**10 1.41 -> 1.35x a copy with the direct loads, session 36), else two
+        pcfg = k_pair_config(cfg, q, 3 if q == 4 and tiles >= 3 else 1)
         threads = _k_threads(pcfg, part, tiles)
         regs = pcfg.bound_registers(limits)
         while q == 2 and threads > 128 and threads * regs * tiles > limits.regs_per_sm:
@@ -836,7 +855,8 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
         resident = min(tiles, limits.regs_per_sm // (threads * regs))
         if resident * threads < 512:
             continue
-        return KLaunch(pcfg, stage, log_mu, 0, rows, threads, smem)
+        return KLaunch(dataclasses.replace(pcfg, direct=_k_direct(pcfg, threads)), stage, log_mu, 0, rows,
+                       threads, smem)
     return None
 
 
@@ -869,7 +889,13 @@ def all_k_configs():
                     # threads (at 512, 128 registers, _k_pair_launch first halves the threads)
                     pair3 = rows_cfg.unit_bytes == 4 and rows_cfg.max_threads == 1024
                     pair = [k_pair_config(rows_cfg, q, b) for q in (2, 4) if k_pair_reachable(rows_cfg, q)
-                            for b in ((1, 3) if q == 2 and pair3 else (1,))]
+                            for b in ((1, 3) if q == 4 or pair3 else (1,))]
+                    # direct loads (_k_direct): plain FP64, every kernel; the register loads
+                    # only where a launch may have more than 256 threads
+                    if rows_cfg.itemsize == 8 and rows_cfg.witem == 8:
+                        rows, pair = ([dataclasses.replace(c, direct=d) for c in cs
+                                       for d in ((False, True) if c.max_threads > 256 else (True,))]
+                                      for cs in (rows, pair))
                     for c in [*rows, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)

@@ -57,7 +57,7 @@
 #endif
 template <int K, int MAXT>
 __host__ __device__ constexpr int k_vif() {
-    return FWHT_K_VIF > 0 ? FWHT_K_VIF : MAXT == 256 ? 7 : K == 20 ? 5 : 4;
+    return FWHT_K_VIF > 0 ? FWHT_K_VIF : MAXT <= 256 ? 7 : K == 20 ? 5 : 4;
 }
 
 // Whether H_K[i, c] (TRANSPOSE: H_K[c, i]) is -1; constant-folded in the unrolled loops.
@@ -205,7 +205,7 @@ __host__ __device__ constexpr int k_rows_max_threads() {
 // FP64 28 * 2**8 1.77 -> 1.10x.
 template <typename U, int K, int B>
 __host__ __device__ constexpr int k_bound_threads() {
-    return B == 1 ? k_rows_max_threads<U, K>() : 256;
+    return B == 1 ? k_rows_max_threads<U, K>() : B <= 3 ? 256 : 128;
 }
 
 // log2 units per thread per round of the power-of-two stages through shared memory, at most:
@@ -237,7 +237,12 @@ __device__ __forceinline__ int k_round_bits(int b, int log_mu) {
     }
 }
 
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED_, int B>
+template <typename A, typename B> struct KSame { static constexpr bool value = false; };
+template <typename A> struct KSame<A, A> { static constexpr bool value = true; };
+
+// DIRECT_: round 0 copies the tile by cp.async straight to its padded slots (k_load_round0;
+// config._k_direct: plain FP64 in blocks of up to 256 threads).
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED_, int B, bool DIRECT_ = false>
 struct KRowsTraits {
     typedef typename Units<T, C, PAIRED_>::S S;    // storage unit
     typedef typename Units<T, C, PAIRED_>::U U;    // compute unit (shared memory, registers)
@@ -246,11 +251,13 @@ struct KRowsTraits {
     static constexpr int MAX_THREADS = k_bound_threads<U, K, B>();
     static constexpr int VECS_IN_FLIGHT = k_vif<K, MAX_THREADS>();
     static constexpr bool PAIRED = PAIRED_;
+    static constexpr bool DIRECT = DIRECT_;
     typedef Vec<S, UNITS_PER_VEC> V;
     static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
     static_assert(sizeof(T) != 2 || PAIRED_, "16-bit data as pairs (M >= 2)");
     static_assert(UNITS_PER_VEC <= 4, "a vector holds at most 4 units");
-    static_assert(B >= 1 && B <= 3, "one to three blocks per SM");
+    static_assert(B >= 1 && B <= 8, "one to eight blocks per SM");
+    static_assert(!DIRECT_ || (KSame<S, U>::value && sizeof(U) >= 4), "direct copies: the storage unit computes");
     static_assert(k_normalized<K>(), "H_K normalized");
 };
 
@@ -311,46 +318,75 @@ __device__ __forceinline__ S k_point_round(U* sm, S* y0, int tid, int threads, i
     return probe;
 }
 
+// Round 0's work on vector vi (its units converted to the compute type, the stages on the
+// bits inside it, stored at their padded slots).
+template <typename TR>
+__device__ __forceinline__ void k_round0_vector(typename TR::U* sm, const typename TR::V& vec, int vi, int first) {
+    typedef typename TR::U U;
+    typedef Num<U> N;
+    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
+    U w[UPV];
+#pragma unroll
+    for (int k = 0; k < UPV; ++k) {
+        w[k] = to<U>(vec.v[k]);
+        if constexpr (TR::PAIRED) w[k] = N::intra(w[k]);
+    }
+    radix2_stages<U, LOG_UPV, true>(w, first);
+    // a vector's units share one run of 2^pad_shift slots: constant offsets
+    const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
+#pragma unroll
+    for (int k = 0; k < UPV; ++k) k_slot(sm, s0 + k * (int)sizeof(U)) = w[k];
+}
+
 // Round 0 of fwht_k_rows, fused with the load of nvec 16-byte vectors from ``in`` into the
 // padded tile ``sm``: the stages on the bits inside a vector (groups of 2^first units side by
-// side when a block is shorter than a vector), VIF vectors per thread in flight (under the
-// 256-thread bound: a thread's vectors in as few equal groups as VIF allows, 18 with VIF 7
-// as 6 + 6 + 6); then a block barrier.
+// side when a block is shorter than a vector); then a block barrier.  Two ways in:
+//  * TR::DIRECT: every unit copied by cp.async straight to its padded slot (4- or 8-byte
+//    copies: the padding breaks the vectors' 16-byte alignment; the storage unit is the
+//    compute unit), the whole tile in flight with no registers held, then the stages inside
+//    each vector from shared memory (config._k_direct says where: plain FP64);
+//  * else VIF vectors per thread in flight in registers (under a bound of 256 threads or
+//    fewer: a thread's vectors in as few equal groups as VIF allows, 18 with VIF 7 as 6 + 6 +
+//    6), the stages applied on the way to shared memory.
 template <typename TR>
 __device__ __forceinline__ void k_load_round0(typename TR::U* sm, const typename TR::S* in, int nvec,
                                               int first, int tid, int threads) {
     typedef typename TR::U U;
     typedef typename TR::V V;
-    typedef Num<U> N;
-    constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
-    constexpr bool PAIRED = TR::PAIRED;
-    const int per = (nvec + threads - 1) / threads;     // vectors per thread
-    const int groups = (per + VIF - 1) / VIF;
-    // in flight per group, <= VIF (equal groups under the 256-thread bound, the measured code;
-    // the other bounds keep groups of VIF as measured before session 35)
-    const int g = TR::MAX_THREADS == 256 ? (per + groups - 1) / groups : VIF;
-    for (int v0 = 0; v0 < nvec; v0 += g * threads) {
-        V buf[VIF];
-#pragma unroll
-        for (int i = 0; i < VIF; ++i) {
-            const int vi = v0 + i * threads + tid;
-            if (i < g && vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
+    constexpr int UPV = TR::UNITS_PER_VEC, VIF = TR::VECS_IN_FLIGHT;
+    if constexpr (TR::DIRECT) {
+        for (int u = tid; u < nvec * UPV; u += threads) {
+            const unsigned slot = (unsigned)__cvta_generic_to_shared(sm + pad<U>(u));
+            asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n"
+                         :: "r"(slot), "l"(in + u), "n"((int)sizeof(U)) : "memory");
         }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        __syncthreads();
+        for (int vi = tid; vi < nvec; vi += threads) {
+            const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
+            V vec;
 #pragma unroll
-        for (int i = 0; i < VIF; ++i) {
-            const int vi = v0 + i * threads + tid;
-            if (i < g && vi < nvec) {
-                U w[UPV];
+            for (int k = 0; k < UPV; ++k) vec.v[k] = k_slot(sm, s0 + k * (int)sizeof(U));
+            k_round0_vector<TR>(sm, vec, vi, first);
+        }
+    } else {
+        const int per = (nvec + threads - 1) / threads;     // vectors per thread
+        const int groups = (per + VIF - 1) / VIF;
+        // in flight per group, <= VIF (equal groups under a bound of 256 threads or fewer, the
+        // measured code; the other bounds keep groups of VIF as measured before session 35)
+        const int g = TR::MAX_THREADS <= 256 ? (per + groups - 1) / groups : VIF;
+        for (int v0 = 0; v0 < nvec; v0 += g * threads) {
+            V buf[VIF];
 #pragma unroll
-                for (int k = 0; k < UPV; ++k) {
-                    w[k] = to<U>(buf[i].v[k]);
-                    if constexpr (PAIRED) w[k] = N::intra(w[k]);
-                }
-                radix2_stages<U, LOG_UPV, true>(w, first);
-                // a vector's units share one run of 2^pad_shift slots: constant offsets
-                const int s0 = pad<U>(vi * UPV) * (int)sizeof(U);
+            for (int i = 0; i < VIF; ++i) {
+                const int vi = v0 + i * threads + tid;
+                if (i < g && vi < nvec) buf[i] = *reinterpret_cast<const V*>(in + (i64)vi * UPV);
+            }
 #pragma unroll
-                for (int k = 0; k < UPV; ++k) k_slot(sm, s0 + k * (int)sizeof(U)) = w[k];
+            for (int i = 0; i < VIF; ++i) {
+                const int vi = v0 + i * threads + tid;
+                if (i < g && vi < nvec) k_round0_vector<TR>(sm, buf[i], vi, first);
             }
         }
     }
@@ -391,11 +427,11 @@ __device__ __forceinline__ void k_pow2_rounds(U* sm, int tile_units, int first, 
 // One tile = 2^log_rows rows of K blocks of 2^log_mu units; tiles t = blockIdx.x, + gridDim.x, ...
 // Dynamic shared memory: padded_size<U>(tile units) * sizeof(U) (config.py's KRowsConfig);
 // compiled for B blocks per SM (k_bound_threads).
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int B>
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int B, bool DIRECT>
 __global__ void __launch_bounds__(k_bound_threads<typename Units<T, C, PAIRED>::U, K, B>(), B)
 fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double scale, unsigned int* flags)
 {
-    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B> TR;
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B, DIRECT> TR;
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
@@ -491,12 +527,12 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
 // t = cluster, + clusters, ... (grid: Q blocks per cluster); log_mu >= pad_shift<U> (whole
 // padded runs per block).  Dynamic shared memory: padded_size<U>(K/Q << log_mu) units
 // (config.KRowsConfig).
-template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int Q, int B>
+template <typename T, typename C, int K, bool TRANSPOSE, bool PAIRED, int Q, int B, bool DIRECT>
 __global__ void FWHT_CLUSTER_DIMS(Q) __launch_bounds__(k_bound_threads<typename Units<T, C, PAIRED>::U, K, B>(), B)
 fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsigned int* flags)
 {
 #if FWHT_CLUSTERS
-    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B> TR;
+    typedef KRowsTraits<T, C, K, TRANSPOSE, PAIRED, B, DIRECT> TR;
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
