@@ -105,6 +105,26 @@ def _quad_bound(b):
 
 
 VARIANTS["q4b2"] = ((), False, None, {"_k_pair_launch": _quad_bound(2)})     # before session 36
+
+
+def _odd_clusters(threads, most):
+    """config._k_pair_launch with the four-block rows over clusters of K / 4 blocks instead (5
+    for K = 20, 7 for K = 28: parts of four blocks), ``threads`` per block, compiled for the
+    parts each SM holds up to ``most``."""
+    def launch(cfg, stage, log_mu, row_units, rows, limits):
+        got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+        if got is None or got.rows_cfg.q != 4:
+            return got
+        q = cfg.K // 4
+        smem = cfg.smem_bytes(row_units // q)
+        b = min(config._tiles_per_sm(smem, limits), most)
+        pcfg = dataclasses.replace(config.k_pair_config(cfg, q, b), direct=config._k_direct(cfg, threads))
+        return config.KLaunch(pcfg, stage, log_mu, 0, rows, threads, smem)
+    return launch
+
+
+VARIANTS["q57"] = ((), False, None, {"_k_pair_launch": _odd_clusters(256, 3)})
+VARIANTS["q57t128"] = ((), False, None, {"_k_pair_launch": _odd_clusters(128, 8)})
 for _n in range(2, 17):
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
 _library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,

@@ -834,7 +834,7 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
     if _tiles_per_sm(whole, limits) > 1:
         return None
     for q in K_PAIR_QS:
-        if not k_pair_reachable(cfg, q) or limits.max_cluster_log < q.bit_length() - 1 or \
+        if not k_pair_reachable(cfg, q) or limits.max_cluster_log < (q - 1).bit_length() or \
                 (q == 4 and whole <= limits.smem_per_block):
             continue            # quarters only for rows no block holds
         part = row_units // q

@@ -473,11 +473,15 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
                                                 double scale, S probe) {
 #if FWHT_CLUSTERS
     constexpr int KQ = K / Q;
-    const int mu = 1 << log_mu, part = mu / Q;
+    const int mu = 1 << log_mu;
     const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);     // log_mu >= pad_shift
+    // positions [q mu / Q, (q + 1) mu / Q) (Q not a power of two, benchmarks/explore_k_variants.py's
+    // q57: parts differing by one; the power-of-two form keeps ptxas' allocation of session 36)
+    const int first_u = (Q & (Q - 1)) == 0 ? q * (mu / Q) : q * mu / Q;
+    const int part = (Q & (Q - 1)) == 0 ? mu / Q : (q + 1) * mu / Q - first_u;
     for (int p = tid; p < part; p += threads) {
-        const int u = q * part + p;
-        if constexpr (sizeof(U) == 4 || K <= 12 || Q == 4) {
+        const int u = first_u + p;
+        if constexpr (sizeof(U) == 4 || K <= 12 || Q >= 4) {
             // 4-byte units, K = 12, four blocks: the K values read first, then the sums
             // (read as the sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64
             // registers: 28 * 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes,
@@ -536,7 +540,7 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
-    static_assert((Q == 2 || Q == 4) && K % Q == 0, "Q parts of K / Q blocks");
+    static_assert(Q >= 2 && Q <= 8 && K % Q == 0, "Q parts of K / Q blocks");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
