@@ -70,7 +70,7 @@ def _small_parts(q, most=8):
         smem = cfg.smem_bytes(row_units // q)
         tiles = config._tiles_per_sm(smem, limits)
         if (cfg.unit_bytes != 4 or cfg.K % q or log_mu < 5 or tiles < 4
-                or limits.max_cluster_log < q.bit_length() - 1):
+                or limits.max_cluster_log < (q - 1).bit_length()):
             return _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
         pcfg = config.k_pair_config(cfg, q, min(tiles, most))
         return config.KLaunch(pcfg, stage, log_mu, 0, rows, 128, smem)
@@ -113,7 +113,7 @@ def _odd_clusters(threads, most):
     parts each SM holds up to ``most``."""
     def launch(cfg, stage, log_mu, row_units, rows, limits):
         got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
-        if got is None or got.rows_cfg.q != 4:
+        if got is None or got.rows_cfg.q != 4 or limits.max_cluster_log < 3:
             return got
         q = cfg.K // 4
         smem = cfg.smem_bytes(row_units // q)

@@ -184,24 +184,29 @@ def test_direct_loads_for_plain_fp64_in_blocks_of_at_most_256_threads():
     """Round 0 copies by cp.async straight to shared memory (``direct``) for plain FP64 launches
     of up to 256 threads (measured faster, session 36), through registers at 512 or more and
     for every other dtype and compute type; every such kernel compiled by CI."""
-    def launch(dt, K, M, compute=None):
-        return config.k_launch(make_plan(M, dt, compute_dtype=compute, device="cuda"), K, 4096, False,
-                               gpu.H100)
+    import dataclasses
+
+    def launch(dt, K, M, compute=None, limits=gpu.H100, rows=4096):
+        return config.k_launch(make_plan(M, dt, compute_dtype=compute, device="cuda"), K, rows, False,
+                               limits)
 
     for K, M, direct in ((12, 256, True), (12, 1024, False), (20, 512, False), (20, 1024, True),
                          (20, 2048, True), (28, 1024, True), (36, 256, True), (12, 2048, False)):
         got = launch(np.float64, K, M)
         assert got.rows_cfg.direct == direct == (got.threads <= 256), (K, M)
     names = {c.name for c in config.all_k_configs()}
+    devices = [gpu.H100] + [dataclasses.replace(gpu.H100, max_cluster_log=c) for c in (0, 1)]
     for dt in DTYPES:
-        for K in KS:
-            for L in range(0, 14):
-                for compute in (None, "float64") if dt == np.float32 else (None,):
-                    got = launch(dt, K, 1 << L, compute)
-                    if got.fused:
-                        plain = dt == np.float64
-                        assert got.rows_cfg.direct == (plain and got.threads <= 256)
-                        assert got.rows_cfg.name in names
+        for compute in (None, _wide(dt)):
+            for K in KS:
+                for L in range(0, 14):
+                    for limits in devices:
+                        for rows in (1, 4096):
+                            got = launch(dt, K, 1 << L, compute, limits, rows)
+                            if got.fused:
+                                plain = dt == np.float64 and compute is None
+                                assert got.rows_cfg.direct == (plain and got.threads <= 256)
+                                assert got.rows_cfg.name in names
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on the PATH")
@@ -321,6 +326,33 @@ def test_many_rows_share_tiles_and_every_round_schedule(dtype, rng):
             x = _rand(rng, (64, K << L), dtype)
             for fn in (F.fwht, F.ifwht):
                 _same(fn(cp.asarray(x)).get(), fn(x))
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.usefixtures("_compiled")
+def test_the_rows_kernel_loops_over_more_tiles_than_blocks(dtype, rng):
+    """fwht_k_rows' loop over tiles (the launcher gives each tile its own block): 7 tiles on 3
+    blocks, in place, a NaN in the last tile; FP64 28 * 2**8 takes the direct copies (b = 2),
+    the others the register loads."""
+    from fwht_gpu.cuda import engine
+    cp = gpu.cupy()
+    K, L = 28, 8
+    plan = make_plan(1 << L, dtype, device="cuda")
+    launch = config.k_launch(plan, K, 7, False, gpu.limits())
+    cfg = launch.rows_cfg
+    assert launch.fused and not launch.pair and launch.ntiles == 7
+    assert cfg.direct == (dtype == np.float64)
+    x = _rand(rng, (7, K << L), dtype)
+    x[6, 5] = np.nan
+    g = cp.asarray(x)
+    flags = cp.zeros(1, dtype=cp.uint32)
+    args = cfg.arguments(src=g, dst=g, ntiles=7, log_mu=launch.log_mu, log_rows=launch.log_rows, scale=1.0,
+                         flags=flags)
+    engine.K_KERNELS.function(cfg.name, launch.smem)((3,), (launch.threads,), args, shared_mem=launch.smem)
+    _same(g.get(), F.fwht(x))
+    assert int(flags.get()[0]) == 2                     # the NaN's outputs flagged
 
 
 @pytest.mark.gpu

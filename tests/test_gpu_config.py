@@ -72,9 +72,10 @@ def test_every_kernel_package_is_registered():
     units = modules.compile_units()
     assert {"fwht_gpu", "pagh_mm"} <= set(units)
     code, count = units["fwht_gpu"]
-    # 1731 power-of-two passes, 210 K * 2**k kernels (96 of one block, 40 of them compiled for
-    # two or three blocks per SM; 55 a row per two blocks, 15 of them for three per SM; 3 per
-    # four; 56 K stages), 64 plain and 96 stabilized cluster passes
+    # 1731 power-of-two passes, 221 K * 2**k kernels (100 of one block, 40 of them compiled for
+    # two or three blocks per SM, 12 plain FP64 ones with direct copies; 59 a row per two
+    # blocks, 15 of them for three per SM, 4 direct; 6 per four, direct, 3 for two per SM and 3
+    # for three; 56 K stages), 64 plain and 96 stabilized cluster passes
     assert count == 2112 and code.count("template __global__ void") == count
     cfgs = list(config.all_cluster_configs())
     assert len(cfgs) == 160 and sum(isinstance(c, config.StabilizedClusterConfig) for c in cfgs) == 96

@@ -588,7 +588,8 @@ class KRowsConfig(_Declared):
     """Template arguments of one ``fwht_k_rows`` instantiation: storage ``ctype``, compute
     ``wtype`` (the plan's compute dtype), order K, ``transpose`` (the inverse's H_K^T),
     ``paired`` (16-bit data as pairs of adjacent positions), ``b`` the blocks per SM of the
-    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel),
+    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel;
+    4 .. 8 for 128 threads, explorations only),
     ``direct`` round 0's loads copied by cp.async straight to shared memory
     (:func:`_k_direct`)."""
 
@@ -617,7 +618,7 @@ class KRowsConfig(_Declared):
     @property
     def max_threads(self) -> int:
         """Threads of the launch bound (``k_bound_threads`` in the kernel): for b = 1 by the
-        K values held in registers (``k_rows_max_threads``), else 256."""
+        K values held in registers (``k_rows_max_threads``), 256 for b = 2 or 3, else 128."""
         if self.b > 1:
             return 256 if self.b <= 3 else 128
         regs = self.K * (self.unit_bytes // 4)
@@ -637,7 +638,7 @@ class KRowsConfig(_Declared):
 class KPairConfig(KRowsConfig):
     """Template arguments of one ``fwht_k_rows_pair`` instantiation (each row over a cluster of
     ``q`` blocks, K/q of its blocks in each; sm_90): those of ``fwht_k_rows`` and ``q`` (2, or
-    4 for FP64 rows that no block holds, with b = 2)."""
+    4 for FP64 rows that no block holds, with b = 2 or 3)."""
 
     q: int = 2
 
@@ -719,9 +720,9 @@ def k_pair_reachable(cfg: KRowsConfig, q: int = 2) -> bool:
     K even and a launch bound of at least 512 threads (at 256, the bound's 255 registers per
     thread leave one 256-thread half per SM: 8 warps, below the 16 the rule asks); q = 4,
     FP64 K in ``K_QUAD_ORDERS`` (28 * 2**10: halves of 112 KiB would be alone on their SMs,
-    session 28 measured them slower than two passes; quarters of 56 KiB at 128 registers run
-    two per SM; 20 * 2**11: halves of 160 KiB alone on their SMs, 1.34x a copy, quarters of
-    80 KiB two per SM 1.22-1.29x: session 35)."""
+    session 28 measured them slower than two passes; quarters of 56 KiB run three per SM at
+    80 registers, session 36; 20 * 2**11: halves of 160 KiB alone on their SMs, 1.34x a copy,
+    quarters of 80 KiB two per SM 1.22-1.29x: session 35)."""
     if q == 2:
         return cfg.K % 2 == 0 and cfg.max_threads >= 512
     return q == 4 and cfg.K in K_QUAD_ORDERS and cfg.itemsize == 8 and cfg.witem == 8
@@ -753,8 +754,8 @@ def _k_direct(cfg: KRowsConfig, threads: int) -> bool:
     registers: plain FP64 (8-byte copies; the storage unit computes) in blocks of up to 256
     threads.  H100, 4096 rows over a copy (session 36, register loads -> direct): FP64 12 *
     2**8 1.09 -> 1.03x, 20 * 2**8 1.20 -> 1.11x, 36 * 2**8 1.39 -> 1.12x, 44 * 2**9 1.27 ->
-    1.06x, 20 * 2**10 (two blocks) 1.03 -> 0.97x, 28 * 2**10 (four) 1.59 -> 1.41x (1.31x
-    with three quarters per SM, 80 registers: 60 bytes spilled, 344 with register loads), 20 *
+    1.06x, 20 * 2**10 (two blocks) 1.03 -> 0.97x, 28 * 2**10 (four) 1.59 -> 1.41x (1.30x
+    with three quarters per SM, 80 registers: no spills, 344 bytes with register loads), 20 *
     2**11 (four) 1.23 -> 1.16x; at 512 threads it lost (12 * 2**10 1.04 -> 1.08x, 20 * 2**9
     1.30 -> 1.36x), and 4-byte copies lost everywhere (FP32 28 * 2**10 1.22 -> 1.31x, FP16 20
     * 2**11 1.18 -> 1.26x, FP32 20 * 2**10 1.08 -> 1.21x)."""
@@ -843,7 +844,7 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
         if tiles == 0:
             continue
         # quarters three per SM where their shared memory allows (80 registers: FP64 28 *
-        # 2**10 1.41 -> 1.35x a copy with the direct loads, session 36), else two
+        # 2**10 1.41 -> 1.30x a copy with the direct loads, session 36), else two
         pcfg = k_pair_config(cfg, q, 3 if q == 4 and tiles >= 3 else 1)
         threads = _k_threads(pcfg, part, tiles)
         regs = pcfg.bound_registers(limits)
@@ -890,12 +891,12 @@ def all_k_configs():
                     pair3 = rows_cfg.unit_bytes == 4 and rows_cfg.max_threads == 1024
                     pair = [k_pair_config(rows_cfg, q, b) for q in (2, 4) if k_pair_reachable(rows_cfg, q)
                             for b in ((1, 3) if q == 4 or pair3 else (1,))]
-                    # direct loads (_k_direct): plain FP64, every kernel; the register loads
-                    # only where a launch may have more than 256 threads
-                    if rows_cfg.itemsize == 8 and rows_cfg.witem == 8:
-                        rows, pair = ([dataclasses.replace(c, direct=d) for c in cs
-                                       for d in ((False, True) if c.max_threads > 256 else (True,))]
-                                      for cs in (rows, pair))
+                    # direct loads or not (_k_direct) as launches of 32 .. max_threads threads
+                    # may take them (quarters at b = 2 and 3, halves of K = 12 direct: not
+                    # on the H100, on devices of less shared memory)
+                    rows, pair = ([dataclasses.replace(c, direct=d) for c in cs
+                                   for d in sorted({_k_direct(c, t) for t in (32, c.max_threads)})]
+                                  for cs in (rows, pair))
                     for c in [*rows, *pair, k_stage_config(plan, K, inverse)]:
                         if c not in seen:
                             seen.add(c)

@@ -28,6 +28,23 @@ __device__ __forceinline__ int cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// The barrier before a block overwrites shared memory the others have read (write after
+// read), where every value a thread read from the cluster has been consumed by a store
+// before it arrives (a warp issues in order and a store waits for its data, so the reads
+// have returned): no memory ordering is needed, so the arrive is relaxed.  The release of
+// cluster_sync makes sm_90 wait for every global store still in flight (MEMBAR.ALL.GPU in
+// the SASS; "Stall Membar" 12% of the FP32 28 * 2**10 pair kernel's cycles, Nsight Compute,
+// session 36).  FWHT_CLUSTER_RELAXED 0 (benchmarks/explore_cluster_sync.py) restores it.
+#ifndef FWHT_CLUSTER_RELAXED
+#define FWHT_CLUSTER_RELAXED 1
+#endif
+__device__ __forceinline__ void cluster_sync_after_reads() {
+#if FWHT_CLUSTER_RELAXED
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+#else
+    cluster_sync();
+#endif
+}
 // the shared::cluster address of p (in this block's shared memory) in block `rank`'s
 __device__ __forceinline__ unsigned map_rank(const void* p, int rank) {
     unsigned out;

@@ -192,7 +192,7 @@ fwht_cluster_pass(const T* src, T* dst, i64 ntiles, int log_inner, int log2n, in
                 udst[STRIDED ? cb + row * uinner + g : cb + row] = finish(v[j]);
             }
         }
-        cluster_sync();                        // no block reuses its tile while others read it
+        cluster_sync_after_reads();            // no block reuses its tile while others read it
     }
     if (bad_in) atomicOr(flags, 1u);
     if (bad_out) atomicOr(flags, 2u);

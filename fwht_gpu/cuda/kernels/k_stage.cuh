@@ -11,7 +11,8 @@
 // to<>; tile.cuh: Vec<>, pad<>(); butterflies.cuh: radix2_stages; cluster.cuh):
 //  * fwht_k_rows: the whole transform of 2^log_rows rows per tile in one pass: the tile
 //    is loaded into shared memory with 16-byte vectors (the stages on the bits inside a
-//    vector fused with the load, as fwht_pass's round 0), the remaining power-of-two
+//    vector fused with the load, as fwht_pass's round 0; DIRECT: copied by cp.async straight
+//    to shared memory, those stages then read from it), the remaining power-of-two
 //    stages in rounds of up to 2^k_log_e units per thread through shared memory (as
 //    fwht_pass's middle rounds), then the K-point round: each thread reads the K values
 //    of one position of the K blocks, forms the K sums in groups of four blocks
@@ -22,13 +23,16 @@
 //    Folklore and for plans of one pass with a wider compute type (rounded to storage
 //    after the power-of-two stages, where the NumPy engine's pass writes back).
 //  * fwht_k_rows_pair (sm_90): fwht_k_rows with each row over a cluster of two blocks (four
-//    for FP64 rows of K = 20 and 28 that no block holds), the K-point round reading the other blocks' values from their shared
-//    memory: for rows whose tile would sit alone on its SM or not fit at all (config.k_launch).
+//    for FP64 rows of K = 20 and 28 that no block holds), the K-point round reading the
+//    other blocks' values from their shared memory: for rows whose tile would sit alone on
+//    its SM or not fit at all (config.k_launch).
 //  * fwht_k_stage: the K-point stage alone, on rows whose blocks the power-of-two engine
 //    (fwht_pass, any variant and any number of passes) has already transformed: rows too
 //    long for shared memory, Alman-Rao, the stabilizers, wide plans of several passes.
 // All set bit 1 of flags when an output is not finite (the caller then judges overflow
 // per row).  src may equal dst.
+// Exploration only (benchmarks/explore_k_variants.py; the launcher never takes them): bounds
+// of B = 4 .. 8 blocks per SM (128 threads) and clusters of any Q <= 8 dividing K.
 #pragma once
 
 #include "numeric.cuh"
@@ -39,8 +43,8 @@
 
 // 16-byte vectors in flight per thread in round 0's loads, at most: k_vif<K, MAXT>() for a
 // launch bound of MAXT threads (FWHT_K_VIF > 0 forces a count: benchmarks/explore_k_variants.py;
-// under a bound of 256 threads k_load_round0 splits a thread's vectors into that few equal
-// groups).  H100, 4096 rows, over a copy (session 29): 2 -> 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
+// under a bound of 256 threads or fewer k_load_round0 splits a thread's vectors into that few
+// equal groups; unused by the DIRECT copies).  H100, 4096 rows, over a copy (session 29): 2 -> 4 took every one-block and two-block route 1-10% faster (FP32 12 * 2**10 1.167 -> 1.103x,
 // 20 * 2**10 1.261 -> 1.181x, FP64 20 * 2**10 1.173 -> 1.052x, FP16 20 * 2**10 1.214 ->
 // 1.151x); 6 won the K = 20 rows (FP32 20 * 2**10 1.136x, FP16 1.135x, FP64 1.012x, 40 *
 // 2**10 FP32 1.031x, FP16 1.305x; FP64 40 * 2**10 1.337x against 1.329x) and lost K = 12 and
@@ -187,9 +191,10 @@ __device__ __forceinline__ __nv_bfloat162 k_probe(__nv_bfloat162 p, __nv_bfloat1
 // FP16/BF16 K = 20 16 bytes at 64 registers, FP32 K = 44 32 bytes at 128, the FP16/BF16 pair
 // kernels of K = 20 / 28 16-76 bytes (0-16 before session 34); at three blocks per SM (80
 // registers) FP32 K = 28 / 36 20 / 68 bytes, the FP16/BF16 pairs of K = 28 20 / 72; at two
-// (128) FP64 K = 28 / 36 / 44 96 / 208 / 160 bytes, FP32-in-FP64 K = 36 / 44 100 / 64,
-// FP16/BF16-in-FP32 K = 44 88-92, FP64 K = 28 over four blocks 80; measured faster all the
-// same where measured (NOTES).
+// (128) FP32-in-FP64 K = 36 / 44 100 / 64, FP16/BF16-in-FP32 K = 44 88-92; measured faster all
+// the same where measured (NOTES).  The plain FP64 kernels the launcher takes load by DIRECT
+// copies and spill nothing (with register loads FP64 K = 28 / 36 / 44 at two per SM spilled
+// 96 / 208 / 160 bytes, the quarters of K = 28 at three per SM 344; session 36).
 template <typename U, int K>
 __host__ __device__ constexpr int k_rows_max_threads() {
     return K * (int)(sizeof(U) / 4) <= 28 ? 1024 : K * (int)(sizeof(U) / 4) <= 44 ? 512 : 256;
@@ -200,7 +205,8 @@ __host__ __device__ constexpr int k_rows_max_threads() {
 // threads (128 or 80 registers), for launches of 256 threads whose tiles' shared memory
 // leaves B per SM: 4-byte units three per SM (the bound of one block leaves 64 registers for
 // K <= 28), 8-byte units of K >= 28 two per SM (the bound of one block let ptxas take up to
-// 255: one block per SM), clusters of four.  H100, 4096 rows over a copy (session 35, with
+// 255: one block per SM), clusters of four two or three per SM; B = 4 .. 8 128 threads
+// (exploration only).  H100, 4096 rows over a copy (session 35, with
 // k_vif): FP16 28 * 2**10 1.17 -> 1.05x, FP32 28 * 2**10 over two blocks 1.25 -> 1.21x,
 // FP64 28 * 2**8 1.77 -> 1.10x.
 template <typename U, int K, int B>
@@ -463,7 +469,7 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
 }
 
 // The K-point round of fwht_k_rows_pair for one row: block q of the Q-block cluster takes the
-// positions u = q mu/Q .. q mu/Q + mu/Q - 1 and reads the K values of each, K/Q from each
+// positions u = q mu/Q .. (q + 1) mu/Q - 1 (rounded down) and reads the K values of each, K/Q from each
 // block's part of the row (distributed shared memory, rank h holding blocks h K/Q .. h K/Q +
 // K/Q - 1).  The scale's test per position, not per row as in fwht_k_rows: so compiled, FP32
 // K = 28 keeps its 64 registers without spills (ptxas, sm_90; 20-24 bytes spilled with the
@@ -482,7 +488,7 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
     for (int p = tid; p < part; p += threads) {
         const int u = first_u + p;
         if constexpr (sizeof(U) == 4 || K <= 12 || Q >= 4) {
-            // 4-byte units, K = 12, four blocks: the K values read first, then the sums
+            // 4-byte units, K = 12, four or more blocks: the K values read first, then the sums
             // (read as the sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64
             // registers: 28 * 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes,
             // 156 that way; FP64 28 * 2**10 over four blocks 1.81x against 1.98x)
@@ -520,11 +526,14 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
 
 
 // fwht_k_rows with each row over a cluster of Q blocks (Hopper, sm_90; Q = 2, or 4 for FP64
-// rows that no block holds, compiled for B = 2 blocks per SM: quarter rows of 56 KiB (K = 28)
-// or 80 KiB (20 * 2**11) at 256 threads and 128 registers; at three, 80 registers, ptxas
-// spilled 328-568 bytes): for rows whose tile would sit alone on its SM (or not fit one
-// block's shared memory at all), so that several parts of rows per SM overlap one's loads with another's
-// stages.  Block q holds the row's blocks q K/Q .. q K/Q + K/Q - 1 (K/Q << log_mu contiguous
+// rows that no block holds, compiled for B = 2 or 3 blocks per SM: quarter rows of 80 KiB (20 *
+// 2**11) two per SM at 128 registers, of 56 KiB (K = 28) three per SM at 80, with the DIRECT
+// copies no spills): for rows whose tile would sit alone on its SM (or not fit one block's
+// shared memory at all), so that several parts of rows per SM overlap one's loads with
+// another's stages.  The barrier before a block's next part is written waits only for the
+// others' reads (cluster_sync_after_reads: H100, 4096 rows, over a copy, session 36: FP32 28 *
+// 2**10 1.15 -> 1.08x, FP64 28 * 2**10 1.29 -> 1.10x, FP64 20 * 2**11 1.44 -> 1.29x against
+// cupy.copyto; benchmarks/explore_cluster_sync.py).  Block q holds the row's blocks q K/Q .. q K/Q + K/Q - 1 (K/Q << log_mu contiguous
 // units) and applies the power-of-two stages to them as fwht_k_rows does (k_load_round0,
 // k_pow2_rounds); after a cluster barrier, the K-point round on 1/Q of the positions
 // (k_pair_point_round).  Every operation is fwht_k_rows' in its order: the same bits.  Rows
@@ -551,7 +560,7 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
     S probe = to<S>(U{});
 
     for (i64 t = blockIdx.x / Q; t < nrows; t += gridDim.x / Q) {
-        cluster_sync();                                  // every block's K-point reads are done
+        cluster_sync_after_reads();                      // every block's K-point reads are done
         k_load_round0<TR>(sm, usrc + t * ((i64)K << log_mu) + (i64)q * tile_units, tile_units / UPV,
                           first, tid, threads);
         k_pow2_rounds<U>(sm, tile_units, first, log_mu, tid, threads);
@@ -559,7 +568,7 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
         probe = k_pair_point_round<S, U, K, TRANSPOSE, C, T, Q>(sm, udst + t * ((i64)K << log_mu), q, tid, threads,
                                                                 log_mu, scale, probe);
     }
-    cluster_sync();                                      // no block leaves while read
+    cluster_sync_after_reads();                          // no block leaves while read
     if (!Num<S>::finite(probe)) atomicOr(flags, 2u);
 #else
     __trap();

@@ -141,7 +141,7 @@ fwht_stabilized_cluster_pass(const T* src, T* dst, T* err, i64 ntiles, int log_i
                 dst[idx] = val;
             }
         }
-        cluster_sync();                        // no block reuses its tile while others read it
+        cluster_sync_after_reads();            // no block reuses its tile while others read it
     }
     if (bad_in) atomicOr(flags, 1u);
     if (bad_out) atomicOr(flags, 2u);
