@@ -107,6 +107,23 @@ def _quad_bound(b):
 VARIANTS["q4b2"] = ((), False, None, {"_k_pair_launch": _quad_bound(2)})     # before session 36
 
 
+def _halves_three(cfg, stage, log_mu, row_units, rows, limits):
+    """config._k_pair_launch, and rows of 4-byte units whose one-block tiles sit two per SM
+    over two blocks of 256 threads, three halves per SM (b = 3)."""
+    got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+    if got is not None or cfg.unit_bytes != 4 or cfg.K % 2 or log_mu < 5 or limits.max_cluster_log < 1:
+        return got
+    if config._tiles_per_sm(cfg.smem_bytes(row_units), limits) != 2:
+        return got
+    smem = cfg.smem_bytes(row_units // 2)
+    if config._tiles_per_sm(smem, limits) < 3 or cfg.max_threads < 1024:
+        return got
+    return config.KLaunch(config.k_pair_config(cfg, 2, 3), stage, log_mu, 0, rows, 256, smem)
+
+
+VARIANTS["halves3"] = ((), False, None, {"_k_pair_launch": _halves_three})
+
+
 def _odd_clusters(threads, most):
     """config._k_pair_launch with the four-block rows over clusters of K / 4 blocks instead (5
     for K = 20, 7 for K = 28: parts of four blocks), ``threads`` per block, compiled for the
