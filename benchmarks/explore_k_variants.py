@@ -15,7 +15,10 @@ FP64 tiles by cp.async straight to shared memory in blocks of up to 256 threads)
 those copies for every unit whose storage type computes (FP32, FP16/BF16 pairs: 4-byte
 copies); ``q4b2`` four-block rows compiled for two blocks per SM (before session 36);
 ``small2`` / ``small4`` (``b6``: at most six per SM; ``v4``: VIF 4) rows of 4-byte units over
-two / four blocks of 128 threads, compiled for the parts each SM holds (four to eight).
+two / four blocks of 128 threads, compiled for the parts each SM holds (four to eight);
+``q57`` / ``q57t128`` FP64 rows of K = 20 / 28 over five / seven blocks (256 threads three
+per SM / 128 threads up to eight); ``halves3`` 4-byte rows whose tiles sit two per SM over
+two blocks of 256 threads, three per SM (all session 36, slower than the library).
 ``--compute``: a wider compute dtype for every
 ``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every variant's output is compared with
 the library's (the same bits). Session 29 also measured (H100, then removed from the kernel):
