@@ -34,12 +34,17 @@ __device__ __forceinline__ void cluster_sync() {
 // have returned): no memory ordering is needed, so the arrive is relaxed.  The release of
 // cluster_sync makes sm_90 wait for every global store still in flight (MEMBAR.ALL.GPU in
 // the SASS; "Stall Membar" 12% of the FP32 28 * 2**10 pair kernel's cycles, Nsight Compute,
-// session 36).  FWHT_CLUSTER_RELAXED 0 (benchmarks/explore_cluster_sync.py) restores it.
+// session 36).  This rests on the hardware's order and on ptxas keeping the arrive after the
+// stores (checked in the sm_90 SASS of the pair and cluster-pass kernels: DSMEM loads, the
+// arithmetic, the stores, then UCGABAR_ARV), not on the PTX memory model (a relaxed arrive
+// orders nothing), so it is compiled for sm_90 only; other architectures keep the release
+// (CUTLASS relaxes its arrive only at start-up).  FWHT_CLUSTER_RELAXED 0
+// (benchmarks/explore_cluster_sync.py) restores it on sm_90 too.
 #ifndef FWHT_CLUSTER_RELAXED
 #define FWHT_CLUSTER_RELAXED 1
 #endif
 __device__ __forceinline__ void cluster_sync_after_reads() {
-#if FWHT_CLUSTER_RELAXED
+#if FWHT_CLUSTER_RELAXED && defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 #else
     cluster_sync();
