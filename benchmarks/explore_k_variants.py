@@ -14,11 +14,8 @@ all; ``tile8`` / ``tile16`` 8 / 16 KiB); ``b1`` every kernel compiled for one bl
 FP64 tiles by cp.async straight to shared memory in blocks of up to 256 threads), ``direct4``
 those copies for every unit whose storage type computes (FP32, FP16/BF16 pairs: 4-byte
 copies); ``q4b2`` four-block rows compiled for two blocks per SM (before session 36);
-``small2`` / ``small4`` (``b6``: at most six per SM; ``v4``: VIF 4) rows of 4-byte units over
-two / four blocks of 128 threads, compiled for the parts each SM holds (four to eight);
-``q57`` / ``q57t128`` FP64 rows of K = 20 / 28 over five / seven blocks (256 threads three
-per SM / 128 threads up to eight); ``halves3`` 4-byte rows whose tiles sit two per SM over
-two blocks of 256 threads, three per SM (all session 36, slower than the library).
+``halves3`` 4-byte rows whose tiles sit two per SM over two blocks of 256 threads, three per
+SM (session 36, slower than the library).
 ``--compute``: a wider compute dtype for every
 ``--dtypes`` (float32 for fp16/bf16, float64 for fp32). Every variant's output is compared with
 the library's (the same bits). Session 29 also measured (H100, then removed from the kernel):
@@ -28,7 +25,10 @@ routes; session 36 (H100, removed too): ``staged``, each tile's vectors copied b
 cp.async into a staging buffer behind the padded tile, the next tile's issued once round 0 had
 read the current one, on the persistent grid: 1.10-1.83x a copy against the library's
 0.97-1.59x (the doubled shared memory halves the blocks per SM), better only for FP16 12 * 2**8
-at 4096 rows (1.43 -> 1.31-1.33x).
+at 4096 rows (1.43 -> 1.31-1.33x); also session 36, their kernel support removed after:
+rows of 4-byte units over two / four blocks of 128 threads compiled for four to eight per SM
+(``small2`` / ``small4``), FP64 rows over clusters of five / seven blocks (``q57``), all
+slower (NOTES "Session 36").
 
     python benchmarks/explore_k_variants.py [--dtypes fp32 fp16 fp64] [--n 3072 12288 ...]
         [--variants base vif3 ...] [--out JSON]
@@ -65,32 +65,11 @@ VARIANTS = {         # name: (-D switches, persistent grid, tiles of at least th
 }
 
 
-def _small_parts(q, most=8):
-    """config._k_pair_launch with rows of 4-byte units over ``q`` blocks of 128 threads,
-    compiled for b = the parts each SM holds (4 .. ``most``; 8: 64 registers, 4: 128), wherever
-    the parts fit four or more per SM (else the library's launch)."""
-    def launch(cfg, stage, log_mu, row_units, rows, limits):
-        smem = cfg.smem_bytes(row_units // q)
-        tiles = config._tiles_per_sm(smem, limits)
-        if (cfg.unit_bytes != 4 or cfg.K % q or log_mu < 5 or tiles < 4
-                or limits.max_cluster_log < (q - 1).bit_length()):
-            return _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
-        pcfg = config.k_pair_config(cfg, q, min(tiles, most))
-        return config.KLaunch(pcfg, stage, log_mu, 0, rows, 128, smem)
-    return launch
-
-
 _library_pair_launch = config._k_pair_launch
 _library_make = engine._make_k_launch
 _library_k_launch = config.k_launch
 
 
-VARIANTS["small2"] = ((), False, None, {"_k_pair_launch": _small_parts(2)})
-VARIANTS["small4"] = ((), False, None, {"_k_pair_launch": _small_parts(4)})
-VARIANTS["small2b6"] = ((), False, None, {"_k_pair_launch": _small_parts(2, 6)})
-VARIANTS["small4b6"] = ((), False, None, {"_k_pair_launch": _small_parts(4, 6)})
-VARIANTS["small4v4"] = (("-DFWHT_K_VIF=4",), False, None, {"_k_pair_launch": _small_parts(4)})
-VARIANTS["small2v4"] = (("-DFWHT_K_VIF=4",), False, None, {"_k_pair_launch": _small_parts(2)})
 # round 0 through registers everywhere (before session 36); direct copies for every unit whose
 # storage type computes (4-byte copies for FP32 and FP16/BF16 pairs)
 VARIANTS["regload"] = ((), False, None, {"_k_direct": lambda cfg, threads: False})
@@ -127,24 +106,6 @@ def _halves_three(cfg, stage, log_mu, row_units, rows, limits):
 VARIANTS["halves3"] = ((), False, None, {"_k_pair_launch": _halves_three})
 
 
-def _odd_clusters(threads, most):
-    """config._k_pair_launch with the four-block rows over clusters of K / 4 blocks instead (5
-    for K = 20, 7 for K = 28: parts of four blocks), ``threads`` per block, compiled for the
-    parts each SM holds up to ``most``."""
-    def launch(cfg, stage, log_mu, row_units, rows, limits):
-        got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
-        if got is None or got.rows_cfg.q != 4 or limits.max_cluster_log < 3:
-            return got
-        q = cfg.K // 4
-        smem = cfg.smem_bytes(row_units // q)
-        b = min(config._tiles_per_sm(smem, limits), most)
-        pcfg = dataclasses.replace(config.k_pair_config(cfg, q, b), direct=config._k_direct(cfg, threads))
-        return config.KLaunch(pcfg, stage, log_mu, 0, rows, threads, smem)
-    return launch
-
-
-VARIANTS["q57"] = ((), False, None, {"_k_pair_launch": _odd_clusters(256, 3)})
-VARIANTS["q57t128"] = ((), False, None, {"_k_pair_launch": _odd_clusters(128, 8)})
 for _n in range(2, 17):
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
 _library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,

@@ -588,8 +588,7 @@ class KRowsConfig(_Declared):
     """Template arguments of one ``fwht_k_rows`` instantiation: storage ``ctype``, compute
     ``wtype`` (the plan's compute dtype), order K, ``transpose`` (the inverse's H_K^T),
     ``paired`` (16-bit data as pairs of adjacent positions), ``b`` the blocks per SM of the
-    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel;
-    4 .. 8 for 128 threads, explorations only),
+    launch bound (1; 2 or 3 for launches of 256 threads: ``k_bound_threads`` in the kernel),
     ``direct`` round 0's loads copied by cp.async straight to shared memory
     (:func:`_k_direct`)."""
 
@@ -618,9 +617,9 @@ class KRowsConfig(_Declared):
     @property
     def max_threads(self) -> int:
         """Threads of the launch bound (``k_bound_threads`` in the kernel): for b = 1 by the
-        K values held in registers (``k_rows_max_threads``), 256 for b = 2 or 3, else 128."""
+        K values held in registers (``k_rows_max_threads``), else 256."""
         if self.b > 1:
-            return 256 if self.b <= 3 else 128
+            return 256
         regs = self.K * (self.unit_bytes // 4)
         return 1024 if regs <= 28 else 512 if regs <= 44 else 256
 
@@ -730,8 +729,8 @@ def k_pair_reachable(cfg: KRowsConfig, q: int = 2) -> bool:
 
 def k_pair_config(cfg: KRowsConfig, q: int = 2, b: int = 1) -> KPairConfig:
     """The ``fwht_k_rows_pair`` instantiation of ``fwht_k_rows``' ``cfg`` over ``q`` blocks,
-    compiled for ``b`` blocks per SM (four blocks: 2 unless ``b`` says 3)."""
-    return KPairConfig(*dataclasses.astuple(dataclasses.replace(cfg, b=2 if q == 4 and b == 1 else b)), q)
+    compiled for ``b`` blocks per SM."""
+    return KPairConfig(*dataclasses.astuple(dataclasses.replace(cfg, b=b)), q)
 
 
 def _k_bound_blocks(cfg: KRowsConfig, threads: int, tiles: int) -> int:
@@ -844,8 +843,9 @@ def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units
         if tiles == 0:
             continue
         # quarters three per SM where their shared memory allows (80 registers: FP64 28 *
-        # 2**10 1.41 -> 1.30x a copy with the direct loads, session 36), else two
-        pcfg = k_pair_config(cfg, q, 3 if q == 4 and tiles >= 3 else 1)
+        # 2**10 1.41 -> 1.30x a copy with the direct loads, session 36), else two; halves:
+        # the bound of one block until the threads are chosen
+        pcfg = k_pair_config(cfg, q, (3 if tiles >= 3 else 2) if q == 4 else 1)
         threads = _k_threads(pcfg, part, tiles)
         regs = pcfg.bound_registers(limits)
         while q == 2 and threads > 128 and threads * regs * tiles > limits.regs_per_sm:
@@ -890,7 +890,7 @@ def all_k_configs():
                     # threads (at 512, 128 registers, _k_pair_launch first halves the threads)
                     pair3 = rows_cfg.unit_bytes == 4 and rows_cfg.max_threads == 1024
                     pair = [k_pair_config(rows_cfg, q, b) for q in (2, 4) if k_pair_reachable(rows_cfg, q)
-                            for b in ((1, 3) if q == 4 or pair3 else (1,))]
+                            for b in ((2, 3) if q == 4 else (1, 3) if pair3 else (1,))]
                     # direct loads or not (_k_direct) as launches of 32 .. max_threads threads
                     # may take them (quarters at b = 2 and 3, halves of K = 12 direct: not
                     # on the H100, on devices of less shared memory)

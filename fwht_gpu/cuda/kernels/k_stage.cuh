@@ -31,8 +31,6 @@
 //    long for shared memory, Alman-Rao, the stabilizers, wide plans of several passes.
 // All set bit 1 of flags when an output is not finite (the caller then judges overflow
 // per row).  src may equal dst.
-// Exploration only (benchmarks/explore_k_variants.py; the launcher never takes them): bounds
-// of B = 4 .. 8 blocks per SM (128 threads) and clusters of any Q <= 8 dividing K.
 #pragma once
 
 #include "numeric.cuh"
@@ -205,13 +203,13 @@ __host__ __device__ constexpr int k_rows_max_threads() {
 // threads (128 or 80 registers), for launches of 256 threads whose tiles' shared memory
 // leaves B per SM: 4-byte units three per SM (the bound of one block leaves 64 registers for
 // K <= 28), 8-byte units of K >= 28 two per SM (the bound of one block let ptxas take up to
-// 255: one block per SM), clusters of four two or three per SM; B = 4 .. 8 128 threads
-// (exploration only).  H100, 4096 rows over a copy (session 35, with
+// 255: one block per SM), clusters of four two or three per SM.  H100, 4096 rows over a copy
+// (session 35, with
 // k_vif): FP16 28 * 2**10 1.17 -> 1.05x, FP32 28 * 2**10 over two blocks 1.25 -> 1.21x,
 // FP64 28 * 2**8 1.77 -> 1.10x.
 template <typename U, int K, int B>
 __host__ __device__ constexpr int k_bound_threads() {
-    return B == 1 ? k_rows_max_threads<U, K>() : B <= 3 ? 256 : 128;
+    return B == 1 ? k_rows_max_threads<U, K>() : 256;
 }
 
 // log2 units per thread per round of the power-of-two stages through shared memory, at most:
@@ -262,7 +260,7 @@ struct KRowsTraits {
     static_assert(K % 4 == 0 && K <= 64, "K: a multiple of 4 (16-byte vectors never straddle rows)");
     static_assert(sizeof(T) != 2 || PAIRED_, "16-bit data as pairs (M >= 2)");
     static_assert(UNITS_PER_VEC <= 4, "a vector holds at most 4 units");
-    static_assert(B >= 1 && B <= 8, "one to eight blocks per SM");
+    static_assert(B >= 1 && B <= 3, "one to three blocks per SM");
     static_assert(!DIRECT_ || (KSame<S, U>::value && sizeof(U) >= 4), "direct copies: the storage unit computes");
     static_assert(k_normalized<K>(), "H_K normalized");
 };
@@ -469,7 +467,7 @@ fwht_k_rows(const T* src, T* dst, i64 ntiles, int log_mu, int log_rows, double s
 }
 
 // The K-point round of fwht_k_rows_pair for one row: block q of the Q-block cluster takes the
-// positions u = q mu/Q .. (q + 1) mu/Q - 1 (rounded down) and reads the K values of each, K/Q from each
+// positions u = q mu/Q .. q mu/Q + mu/Q - 1 and reads the K values of each, K/Q from each
 // block's part of the row (distributed shared memory, rank h holding blocks h K/Q .. h K/Q +
 // K/Q - 1).  The scale's test per position, not per row as in fwht_k_rows: so compiled, FP32
 // K = 28 keeps its 64 registers without spills (ptxas, sm_90; 20-24 bytes spilled with the
@@ -479,16 +477,12 @@ __device__ __forceinline__ S k_pair_point_round(U* sm, S* y0, int q, int tid, in
                                                 double scale, S probe) {
 #if FWHT_CLUSTERS
     constexpr int KQ = K / Q;
-    const int mu = 1 << log_mu;
+    const int mu = 1 << log_mu, part = mu / Q;
     const int step = (mu + (mu >> pad_shift<U>())) * (int)sizeof(U);     // log_mu >= pad_shift
-    // positions [q mu / Q, (q + 1) mu / Q) (Q not a power of two, benchmarks/explore_k_variants.py's
-    // q57: parts differing by one; the power-of-two form keeps ptxas' allocation of session 36)
-    const int first_u = (Q & (Q - 1)) == 0 ? q * (mu / Q) : q * mu / Q;
-    const int part = (Q & (Q - 1)) == 0 ? mu / Q : (q + 1) * mu / Q - first_u;
     for (int p = tid; p < part; p += threads) {
-        const int u = first_u + p;
-        if constexpr (sizeof(U) == 4 || K <= 12 || Q >= 4) {
-            // 4-byte units, K = 12, four or more blocks: the K values read first, then the sums
+        const int u = q * part + p;
+        if constexpr (sizeof(U) == 4 || K <= 12 || Q == 4) {
+            // 4-byte units, K = 12, four blocks: the K values read first, then the sums
             // (read as the sums take them, FP32 K = 20 / 28 spilled 120-128 bytes at 64
             // registers: 28 * 2**10 1.45x a copy against 1.24x; FP64 K = 12 spills 72 bytes,
             // 156 that way; FP64 28 * 2**10 over four blocks 1.81x against 1.98x)
@@ -549,7 +543,7 @@ fwht_k_rows_pair(const T* src, T* dst, i64 nrows, int log_mu, double scale, unsi
     typedef typename TR::S S;
     typedef typename TR::U U;
     constexpr int UPV = TR::UNITS_PER_VEC, LOG_UPV = TR::LOG_UNITS_PER_VEC;
-    static_assert(Q >= 2 && Q <= 8 && K % Q == 0, "Q parts of K / Q blocks");
+    static_assert((Q == 2 || Q == 4) && K % Q == 0, "Q parts of K / Q blocks");
     extern __shared__ __align__(16) unsigned char smem_raw[];
     U* sm = reinterpret_cast<U*>(smem_raw);
     const S* usrc = reinterpret_cast<const S*>(src);
