@@ -32,10 +32,14 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   slots through an opaque pointer, or a never-taken select (session 31: compiling in a level-0
   node in shared memory, even off at run time, made the FP64 2^17 cluster kernel 0.89x, by
   its register allocation; these did not reproduce it; that code is in commit a2153f0);
-* ``keyafter`` / ``slowg2`` / ``slowg4``: not ablations: the key-order sketch's one-key
-  loop loads each key's value after its code, only for one-key buckets (the code before
-  session 32; the library's loads both at once: 0.88-0.93x); its slow buckets walked 2 or 4
-  per thread side by side (their dependent loads overlap; the same sums; not kept: spills);
+* ``keyafter``: not an ablation: the key-order sketch's one-key loop loads each key's value
+  after its code, only for one-key buckets (the code before session 32; the library's loads
+  both at once: 0.88-0.93x);
+* ``slowgGeE`` (``slowg1e4``, ``slowg3e2``, ...; G and E from 1 to 4): not ablations: the
+  slow buckets G per thread side by side, E keys of each at a time (the library: G = 2, E =
+  2; the same sums);
+* ``noslow`` / ``noonekey``: the key-order sketch without its slow buckets (several keys per
+  bucket), or without its one-key loop (codes and values read, one-key buckets stored);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -105,12 +109,15 @@ NEVER = """    unsigned dyn;
 
 #: Session 32: the key-order sketch's one-key loop loading every key's value beside its code
 #: (kept in the library; ``keyafter`` puts back the code before it: the value loaded after its
-#: code, for slow keys not at all), and its slow
-#: buckets walked G at a time per thread (``slowg2``, ``slowg4``: not kept, 0.87-1.40x).
+#: code, for slow keys not at all).  Its slow buckets walked 2 or 4 at a time per thread from
+#: the bucket lists (session 32: 0.87-1.40x, not kept) gave way to the compact lists in
+#: session 37 (``slowgGeE``).
 ONEKEY_LOAD = ('            cu[g] = i < i_hi ? c[i] : CODE_SLOW;\n            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];\n',
                '            const bool in = i < i_hi;\n            cu[g] = in ? c[i] : CODE_SLOW;\n            v[g] = in ? (double)x[i * s_key] : 0.0;\n')
-SLOW_LOOP = '    const int step = blockDim.x;\n    for (int r = fptr[w0] + (int)threadIdx.x; r < fptr[w0 + nb]; r += step) {\n        const int w = slow[r];\n        double sum = 0.0;\n        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)\n            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));\n        buf[pad<T>((int)(w - w0))] = Mul<T>::from(sum);\n    }\n'
-SLOW_INTERLEAVED = '    constexpr int G = 2;\n    const int step = blockDim.x;\n    const int r1 = fptr[w0 + nb];\n    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {\n        int w[G];\n        i64 p[G], pe[G];\n        double sum[G];\n#pragma unroll\n        for (int g = 0; g < G; ++g) {\n            const int r = r0 + g * step;\n            w[g] = r < r1 ? slow[r] : -1;\n        }\n#pragma unroll\n        for (int g = 0; g < G; ++g) {\n            p[g] = w[g] >= 0 ? indptr[w[g]] : 0;\n            pe[g] = w[g] >= 0 ? indptr[w[g] + 1] : 0;\n            sum[g] = 0.0;\n        }\n        for (bool more = true; more;) {\n            double s[G], v[G];\n#pragma unroll\n            for (int g = 0; g < G; ++g)\n                if (p[g] < pe[g]) {\n                    s[g] = sgn[p[g]];\n                    v[g] = (double)x[keys[p[g]] * s_key];\n                }\n            more = false;\n#pragma unroll\n            for (int g = 0; g < G; ++g)\n                if (p[g] < pe[g]) {\n                    sum[g] = __dadd_rn(sum[g], __dmul_rn(s[g], v[g]));\n                    more |= ++p[g] < pe[g];\n                }\n        }\n#pragma unroll\n        for (int g = 0; g < G; ++g)\n            if (w[g] >= 0) buf[pad<T>((int)(w[g] - w0))] = Mul<T>::from(sum[g]);\n    }\n'
+#: Session 37: the slow buckets' loop in fused.cu (compact lists, G buckets per thread side by
+#: side, E keys of each at a time); ``slowgGeE`` variants (G, E of 1 .. 4) change G and E.
+SLOW_GE = "    constexpr int G = 2, E = 2;\n"
+SLOW_LOOP = "    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {"
 
 
 PATCHES = {
@@ -152,8 +159,13 @@ PATCHES = {
     "slotsmem": [(CLUSTER_SLOT, NEVER + CLUSTER_SLOT.replace(
         "{ return slots", "{ return level == 0 && never ? buf[idx] : slots"))],
     "keyafter": [(ONEKEY_LOAD[1], ONEKEY_LOAD[0])],
-    "slowg2": [(SLOW_LOOP, SLOW_INTERLEAVED)],
-    "slowg4": [(SLOW_LOOP, SLOW_INTERLEAVED.replace("constexpr int G = 2;", "constexpr int G = 4;"))],
+    **{f"slowg{g}e{e}": [(SLOW_GE, f"    constexpr int G = {g}, E = {e};\n")]
+       for g in range(1, 5) for e in range(1, 5)},
+    # ablations of the key-order sketch (session 37): its slow buckets (several keys) not
+    # summed; its one-key loop (codes and values read, one-key buckets stored) skipped
+    "noslow": [(SLOW_LOOP, SLOW_LOOP.replace("= fptr[w0] +", "= r1 +"))],
+    "noonekey": [("    for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {",
+                  "    for (int i0 = i_hi + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],

@@ -30,6 +30,11 @@ DEVICE_BLOCKS = 4096
 CODE_BUCKET_BITS = 29
 CODE_SLOW = 1 << 30
 CODE_NEG = 1 << 31
+#: The slow buckets' key entries (:meth:`Side.gpu_codes`' ``skeys``, fused.cu's slow_buckets):
+#: the key in the low bits, SKEY_ZERO when its sign is +-0 (a key masked by a decoding row
+#: bit), SKEY_NEG when the sign's sign bit is set.
+SKEY_ZERO = 1 << 30
+SKEY_NEG = 1 << 31
 
 
 class Side:
@@ -258,30 +263,50 @@ class Side:
         return self._positions
 
     def gpu_codes(self):
-        """(code, fptr, slow) for the fused kernel's sketch in key order: ``code`` (d, keys)
-        uint32, the bucket of key i in repetition t, | CODE_NEG when its sign is -1, |
-        CODE_SLOW when its bucket is slow: one of several keys or of a key whose sign is
-        neither +1 nor -1 (a decoding mask), whose value the kernel sums from
-        :meth:`gpu_table`'s lists instead; ``slow`` int32, the slow buckets (t b + u) in
-        increasing order; ``fptr`` int32 (d b + 1), slow[fptr[t b + u]:] those from bucket u of
-        repetition t on."""
+        """(code, fptr, slow, sptr, skeys) for the fused kernel's sketch in key order:
+        ``code`` (d, keys) uint32, the bucket of key i in repetition t, | CODE_NEG when its
+        sign is -1, | CODE_SLOW when its bucket is slow: one of several keys or of a key whose
+        sign is neither +1 nor -1 (a decoding mask), whose value the kernel sums from the slow
+        lists instead; ``slow`` int32, the slow buckets (t b + u) in increasing order;
+        ``fptr`` int32 (d b + 1), slow[fptr[t b + u]:] those from bucket u of repetition t
+        on; slow bucket r's keys in increasing order are ``skeys[sptr[r]:sptr[r + 1]]``
+        (uint32: the key | SKEY_ZERO when its sign is +-0 | SKEY_NEG when the sign is
+        negative: :meth:`gpu_table`'s signs are +-1 and +-0 only)."""
         if self._codes is None:
             xp, d, b = self.be.xp, self.params.reps, 1 << self.log2b
-            if self.log2b > CODE_BUCKET_BITS or d * b >= 2 ** 31:
+            if self.log2b > CODE_BUCKET_BITS or d * b >= 2 ** 31 or self.keys > SKEY_ZERO:
                 raise ValueError(f"the fused sketch's codes hold at most 2**{CODE_BUCKET_BITS} "
-                                 f"buckets and fewer than 2**31 in all reps (buckets={b}, reps={d})")
+                                 f"buckets, fewer than 2**31 in all reps and at most 2**30 "
+                                 f"keys (buckets={b}, reps={d}, keys={self.keys})")
             keys = xp.arange(self.keys, dtype=xp.int64)
             row = hashing.bucket_table(self.params, self.which, keys, self.log2b, xp)
             s = hashing.sign_table(self.params, self.which, keys, xp)
             at = row + (xp.arange(d, dtype=xp.int64) * b)[:, None]
-            slow = xp.diff(self.gpu_table()[0]) >= 2
+            indptr, kl, sl = self.gpu_table()
+            slow = xp.diff(indptr) >= 2
             odd = (s != 1) & (s != -1)
             if bool(odd.any()):
                 slow[at[odd]] = True
             code = row.astype(xp.uint32) | xp.where(slow[at], xp.uint32(CODE_SLOW), xp.uint32(0))
             code |= xp.where(s == -1, xp.uint32(CODE_NEG), xp.uint32(0))
             fptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(slow, dtype=xp.int32)])
-            self._codes = (code, fptr, xp.nonzero(slow)[0].astype(xp.int32))
+            slow = xp.nonzero(slow)[0]
+            first, count = indptr[slow], indptr[slow + 1] - indptr[slow]
+            sptr = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(count)])
+            total = int(sptr[-1])
+            if total >= 2 ** 31:
+                raise ValueError(f"the fused sketch's slow lists hold fewer than 2**31 keys "
+                                 f"({total}: fewer buckets per key, or fewer reps)")
+            # positions of the slow buckets' keys in the bucket lists, bucket after bucket
+            at = xp.arange(total, dtype=xp.int64)
+            pos = at + (first - sptr[:-1])[xp.searchsorted(sptr[1:], at, side="right")]
+            sg = sl[pos]
+            if not bool(((sg == 1) | (sg == -1) | (sg == 0)).all()):
+                raise RuntimeError("the fused sketch's slow lists take signs +-1 and +-0 only")
+            skeys = kl[pos].astype(xp.uint32)
+            skeys |= xp.where(sg == 0, xp.uint32(SKEY_ZERO), xp.uint32(0))
+            skeys |= xp.where(xp.signbit(sg), xp.uint32(SKEY_NEG), xp.uint32(0))
+            self._codes = (code, fptr, slow.astype(xp.int32), sptr.astype(xp.int32), skeys)
         return self._codes
 
     # --- sparse: only the stored values are hashed -----------------------------------

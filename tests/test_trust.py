@@ -565,10 +565,11 @@ def test_smaller_validation_gaps():
 def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
     """The fused GPU kernel's sketch in key order (fused.cu's sketch_keys, from
     Side.gpu_codes): a bucket of one key with sign +-1 is 0.0 + s x, each slow bucket (several
-    keys, or a key masked by a decoding row bit) its keys' values summed in key order from the
-    bucket lists, the rest 0.0.  That rule, run here in NumPy on the codes, gives the bits of
-    the scatter matrix's product (the specification's sketch), signed zeros, infinities and
-    NaN included (a masked key's 0 x inf is NaN), with and without decoding masks."""
+    keys, or a key masked by a decoding row bit) its keys' values summed in key order from its
+    compact list (key and sign packed in 32 bits), the rest 0.0.  That rule, run here in NumPy
+    on the codes, gives the bits of the scatter matrix's product (the specification's sketch),
+    signed zeros, infinities and NaN included (a masked key's 0 x inf is NaN), with and without
+    decoding masks; the compact lists are the bucket lists' slow runs."""
     from pagh_mm import backend, hashing, sketch
     be = backend.cpu()
     rng = np.random.default_rng(log2b)
@@ -581,10 +582,12 @@ def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
     for params in (base, hashing.with_row_bits(base, 2, 3)):
         side = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)
         d, b = params.reps, 1 << log2b
-        code, fptr, slow = side.gpu_codes()
+        code, fptr, slow, sptr, skeys = side.gpu_codes()
         indptr, kl, sl = side.gpu_table()
         assert code.shape == (d, keys) and code.dtype == np.uint32
         assert fptr.shape == (d * b + 1,) and (np.diff(fptr) >= 0).all()
+        assert sptr.shape == (slow.size + 1,) and sptr.dtype == np.int32 and sptr[0] == 0
+        assert skeys.dtype == np.uint32 and skeys.size == sptr[-1]
         spec = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)._cpu_table() @ x
         got = np.zeros(d * b)
         for t in range(d):
@@ -597,9 +600,15 @@ def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
             assert len(set(u[fast].tolist())) == int(fast.sum())     # one key per fast bucket
             for w in slow[fptr[t * b]:fptr[t * b + b]]:
                 assert t * b <= w < t * b + b
+                r = int(np.searchsorted(slow, w))
+                e = skeys[sptr[r]:sptr[r + 1]].astype(np.int64)
+                assert (e & (sketch.SKEY_ZERO - 1)).tolist() == kl[indptr[w]:indptr[w + 1]].tolist()
+                sign = np.where(e & sketch.SKEY_ZERO, 0.0, 1.0)
+                sign = np.where(e & sketch.SKEY_NEG, -sign, sign)
+                assert sign.tobytes() == sl[indptr[w]:indptr[w + 1]].tobytes()   # +-1, +-0
                 total = 0.0
-                for p in range(indptr[w], indptr[w + 1]):
-                    total = total + sl[p] * x[kl[p]]
+                for sg, key in zip(sign, e & (sketch.SKEY_ZERO - 1)):
+                    total = total + sg * x[key]
                 got[w] = total
         nan = np.isnan(spec)
         assert (np.isnan(got) == nan).all() and nan.any()

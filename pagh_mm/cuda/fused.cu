@@ -130,24 +130,74 @@ __device__ __forceinline__ void one_key_buckets(const S* __restrict__ x, i64 s_k
     }
 }
 
-// buf[w - w0] := the slow buckets w of w0 .. w0 + nb - 1 (t b + u: slow[fptr[w0] ..
-// fptr[w0 + nb]]), each summed by sketch()'s rule from its key list (indptr, keys, sgn), one
-// thread per bucket.
+// The slow buckets' key entries (pagh_mm.sketch.Side.gpu_codes' skeys): the key in the low
+// bits, SKEY_ZERO when its sign is +-0 (a key masked by a decoding row bit), SKEY_NEG the
+// sign's sign bit.
+constexpr unsigned SKEY_ZERO = 1u << 30, SKEY_NEG = 1u << 31, SKEY_KEY = SKEY_ZERO - 1;
+
+// The sign of a slow key entry: +-1 or +-0, exactly the bucket list's.
+__device__ __forceinline__ double skey_sign(unsigned e) {
+    return __longlong_as_double((long long)(((unsigned long long)(e >> 31) << 63) |
+                                            ((e & SKEY_ZERO) ? 0ull : 0x3FF0000000000000ull)));
+}
+
+// buf[w - w0] := the slow buckets w of w0 .. w0 + nb - 1 (t b + u: slow[r], r = fptr[w0] ..
+// fptr[w0 + nb] - 1), each 0.0 plus s(i) x_i of its keys in increasing key order (sketch()'s
+// rule), from its compact list skey[sptr[r] .. sptr[r + 1]].  G buckets per thread side by
+// side, E keys of each at a time, their entries and then their values loaded at once: three
+// dependent loads per bucket of up to E keys, where the bucket lists took two plus two per
+// key.  H100, 13 x 2^15 FP32, FP64 data (session 37, the fused stage): n = 32768 (a key per
+// bucket) 0.351 -> 0.216 s, of which the slow buckets 0.19 -> 0.05 s; n = 16384 0.089 ->
+// 0.077 s (G = 2 and E = 4: 0.238 / 0.081 s, G = 1: 0.225-0.232 / 0.078-0.079 s, G = 4, E =
+// 4: 0.247 / 0.082 s).
 template <typename T, typename S>
 __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i64 s_key,
-                                             const i64* __restrict__ indptr,
-                                             const i64* __restrict__ keys,
-                                             const double* __restrict__ sgn,
                                              const int* __restrict__ fptr,
-                                             const int* __restrict__ slow, i64 w0, int nb)
+                                             const int* __restrict__ slow,
+                                             const int* __restrict__ sptr,
+                                             const unsigned* __restrict__ skey, i64 w0, int nb)
 {
+    constexpr int G = 2, E = 2;
     const int step = blockDim.x;
-    for (int r = fptr[w0] + (int)threadIdx.x; r < fptr[w0 + nb]; r += step) {
-        const int w = slow[r];
-        double sum = 0.0;
-        for (i64 p = indptr[w], p1 = indptr[w + 1]; p < p1; ++p)
-            sum = __dadd_rn(sum, __dmul_rn(sgn[p], (double)x[keys[p] * s_key]));
-        buf[pad<T>((int)(w - w0))] = Mul<T>::from(sum);
+    const int r1 = fptr[w0 + nb];
+    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {
+        int w[G], q[G], qe[G];
+        double sum[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const int r = r0 + g * step;
+            const bool in = r < r1;
+            w[g] = in ? slow[r] : 0;
+            q[g] = in ? sptr[r] : 0;
+            qe[g] = in ? sptr[r + 1] : 0;
+            sum[g] = 0.0;
+        }
+        for (bool more = true; more;) {
+            unsigned e[G][E];
+            double v[G][E];
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int j = 0; j < E; ++j) e[g][j] = q[g] + j < qe[g] ? skey[q[g] + j] : 0u;
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int j = 0; j < E; ++j)
+                    v[g][j] = q[g] + j < qe[g] ? (double)x[(i64)(e[g][j] & SKEY_KEY) * s_key] : 0.0;
+            more = false;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+#pragma unroll
+                for (int j = 0; j < E; ++j)
+                    if (q[g] + j < qe[g])
+                        sum[g] = __dadd_rn(sum[g], __dmul_rn(skey_sign(e[g][j]), v[g][j]));
+                q[g] += E;
+                more |= q[g] < qe[g];
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            if (r0 + g * step < r1) buf[pad<T>((int)(w[g] - w0))] = Mul<T>::from(sum[g]);
     }
 }
 
@@ -155,16 +205,16 @@ __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i6
 // order (one block holds every bucket): a bucket of one key whose sign is +-1 is 0.0 +
 // s(i) x_i, written by the thread that reads key i (x and the codes read contiguously along
 // the keys when s_key = 1); the slow buckets (several keys, or a masked one) are listed
-// and summed by sketch()'s rule from their key lists.  The same values as sketch().
+// and summed by sketch()'s rule from their compact key lists.  The same values as sketch().
 template <typename T, typename S>
 __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
                                             i64 s_vec, int n_keys,
-                                            const i64* __restrict__ indptr,
-                                            const i64* __restrict__ keys,
-                                            const double* __restrict__ sgn,
                                             const unsigned* __restrict__ code,
                                             const int* __restrict__ fptr,
-                                            const int* __restrict__ slow, i64 k, int t, int b)
+                                            const int* __restrict__ slow,
+                                            const int* __restrict__ sptr,
+                                            const unsigned* __restrict__ skey, i64 k, int t,
+                                            int b)
 {
     const S* x = X + k * s_vec;
     const int step = blockDim.x;
@@ -172,7 +222,7 @@ __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_
     __syncthreads();                                      // before the buckets land
     one_key_buckets<T, S>(x, s_key, code + (i64)t * n_keys, 0, n_keys,
                           [&](int u, T val) { buf[pad<T>(u)] = val; });
-    slow_buckets<T, S>(buf, x, s_key, indptr, keys, sgn, fptr, slow, (i64)t * b, b);
+    slow_buckets<T, S>(buf, x, s_key, fptr, slow, sptr, skey, (i64)t * b, b);
 }
 
 // sketch() of all b buckets as a call (not inlined; see sketch_all).
@@ -200,12 +250,15 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
                                            const int* __restrict__ bpos,
                                            const unsigned* __restrict__ code,
                                            const int* __restrict__ fptr,
-                                           const int* __restrict__ slow, i64 k, int t, int b)
+                                           const int* __restrict__ slow,
+                                           const int* __restrict__ sptr,
+                                           const unsigned* __restrict__ skey, i64 k, int t,
+                                           int b)
 {
     if constexpr (CALLS) {
         if (code)
-            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, indptr, keys, sgn, code, fptr, slow,
-                              k, t, b);
+            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, code, fptr, slow, sptr, skey, k, t,
+                              b);
         else
             sketch_call<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b);
     } else {
@@ -289,20 +342,23 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
                                      const int* __restrict__ pa,
                                      const unsigned* __restrict__ ca,
                                      const int* __restrict__ fpa, const int* __restrict__ sla,
+                                     const int* __restrict__ spa,
+                                     const unsigned* __restrict__ ska,
                                      const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                                      const i64* __restrict__ ib, const i64* __restrict__ kb,
                                      const double* __restrict__ gb,
                                      const int* __restrict__ pb,
                                      const unsigned* __restrict__ cb,
                                      const int* __restrict__ fpb, const int* __restrict__ slb,
-                                     i64 k, int t, int logb)
+                                     const int* __restrict__ spb,
+                                     const unsigned* __restrict__ skb, i64 k, int t, int logb)
 {
     constexpr int VPT = 1 << LOG_VPT;
     constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
     const int b = 1 << logb, threads = blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, k, t,
-                            b);
+    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, spa,
+                            ska, k, t, b);
     transform<T, LOG_VPT>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll
@@ -314,8 +370,8 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 #pragma unroll
         for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
         __syncthreads();                                  // A's last round is read
-        sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k,
-                                t, b);
+        sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb,
+                                spb, skb, k, t, b);
         transform<T, LOG_VPT>(buf, v, logb, threads);
 #pragma unroll
         for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
@@ -324,8 +380,8 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     }
     T fb[SPILL ? 1 : VPT];
     __syncthreads();                                      // A's last round is read
-    sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, k, t,
-                            b);
+    sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, spb,
+                            skb, k, t, b);
     transform<T, LOG_VPT>(buf, fb, logb, threads);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[SPILL ? 0 : q]);
@@ -376,18 +432,21 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
 // bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
 // order, its key count n_a and codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow
-// buckets sla; null, and n_a 0: the sketch by position); the same for B.
+// buckets sla, their key lists' bounds spa and entries ska; null, and n_a 0: the sketch by
+// position); the same for B.
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
                   const int* __restrict__ pa, const unsigned* __restrict__ ca,
                   const int* __restrict__ fpa, const int* __restrict__ sla,
+                  const int* __restrict__ spa, const unsigned* __restrict__ ska,
                   const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                   const i64* __restrict__ ib, const i64* __restrict__ kb,
                   const double* __restrict__ gb, const int* __restrict__ pb,
                   const unsigned* __restrict__ cb, const int* __restrict__ fpb,
-                  const int* __restrict__ slb,
+                  const int* __restrict__ slb, const int* __restrict__ spb,
+                  const unsigned* __restrict__ skb,
                   int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
@@ -417,9 +476,8 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
         v, count,
         [&](int i) {
             term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
-                                      fpa, sla, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb,
-                                      slb,
-                                      first + i, t, logb);
+                                      fpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
+                                      cb, fpb, slb, spb, skb, first + i, t, logb);
         },
         [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll
@@ -448,11 +506,13 @@ fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, co
                     const i64* __restrict__ ka, const double* __restrict__ ga,
                     const int* __restrict__ pa, const unsigned* __restrict__ ca,
                     const int* __restrict__ fpa, const int* __restrict__ sla,
+                    const int* __restrict__ spa, const unsigned* __restrict__ ska,
                     const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                     const i64* __restrict__ ib, const i64* __restrict__ kb,
                     const double* __restrict__ gb, const int* __restrict__ pb,
                     const unsigned* __restrict__ cb, const int* __restrict__ fpb,
-                    const int* __restrict__ slb,
+                    const int* __restrict__ slb, const int* __restrict__ spb,
+                    const unsigned* __restrict__ skb,
                     int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
 #if FWHT_CLUSTERS

@@ -605,8 +605,14 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 #: 1.33x; FP32 2^15 at 1 key per bucket (n = 32768, d = 13) 1.51x (0.385 against 0.580 s,
 #: ``results/h100/session31-fused-load32768.json``), at 1.5 and 2 (n = 49152 and 65536, d =
 #: 13, the fused stage) 1.47x and 1.40x (0.83 against 1.22 s, 1.54 against 2.16 s,
-#: ``results/h100/session33-key-load.json``, ``benchmarks/explore_key_load.py``).
-FUSED_KEY_ORDER_MAX_LOAD = {"float": 2.0, "double": 1.0}
+#: ``results/h100/session33-key-load.json``, ``benchmarks/explore_key_load.py``).  With the
+#: slow buckets' compact lists (session 37; ``--inner 4096`` (FP32 at 6 and 8: 2048), the
+#: fused stage, the same bits): FP32 at 3, 4, 6 and 8 keys per bucket 1.88x, 1.84x, 1.85x and
+#: 1.90x (0.109 against 0.203 s, 0.147 against 0.271 s, 0.127 against 0.234 s, 0.170 against
+#: 0.324 s), FP64 2^14 at 1.5, 2, 3 and 4 1.69x, 1.51x, 1.69x and 1.75x (0.034 against
+#: 0.058 s, 0.050 against 0.076 s, 0.065 against 0.110 s, 0.083 against 0.144 s;
+#: ``results/h100/session37-key-load-*``); not measured beyond.
+FUSED_KEY_ORDER_MAX_LOAD = {"float": 8.0, "double": 4.0}
 
 
 def fused_key_order(keys: int, log2b: int, dtype) -> bool:
@@ -630,8 +636,8 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     dtype (any strides), in ``dtype`` (float32 or float64): see ``fused.cu``.  ``table_*``:
     the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table`, the
     bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`) and the key
-    codes (code, fptr, slow) of :meth:`pagh_mm.sketch.Side.gpu_codes` where
-    :func:`fused_key_order` holds (else three None)."""
+    codes (code, fptr, slow, sptr, skeys) of :meth:`pagh_mm.sketch.Side.gpu_codes` where
+    :func:`fused_key_order` holds (else five None)."""
     cp = cupy()
     gram = VB is None
     b, nb = 1 << log2b, VA.shape[1]
