@@ -40,6 +40,9 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   2; the same sums);
 * ``noslow`` / ``noonekey``: the key-order sketch without its slow buckets (several keys per
   bucket), or without its one-key loop (codes and values read, one-key buckets stored);
+* ``noawait`` (an ablation: A's transform not kept for the product, which squares B's),
+  ``outcs`` (the nodes written with streaming stores), ``onekeyg2`` / ``onekeyg8`` (the one-key
+  loop's keys in flight per thread: 4 in the library);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -166,6 +169,18 @@ PATCHES = {
     "noslow": [(SLOW_LOOP, SLOW_LOOP.replace("= fptr[w0] +", "= r1 +"))],
     "noonekey": [("    for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {",
                   "    for (int i0 = i_hi + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {")],
+    # session 37: A's last round not kept for the product (an ablation: B's squared); the
+    # nodes written with streaming stores (st.global.cs); the one-key loop's keys in flight
+    "noawait": [("        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n"
+                 "        __syncthreads();                                  // A's last round is read\n",
+                 "        __syncthreads();                                  // A's last round is read\n"),
+                ("            v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);",
+                 "            v[q] = Mul<T>::mul(v[q], v[q]);")],
+    "outcs": [("\n    for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n}\n",
+               "\n    for (int q = 0; q < VPT; ++q) __stcs(&o[round_index<VPT>(q, last, rl, threads)], v[q]);\n}\n")],
+    **{f"onekeyg{g}": [("    constexpr int G = 4;\n    const int step = blockDim.x;\n    for (int i0 = i_lo",
+                        f"    constexpr int G = {g};\n    const int step = blockDim.x;\n    for (int i0 = i_lo")]
+       for g in (2, 8)},
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],

@@ -137,7 +137,7 @@ constexpr unsigned SKEY_ZERO = 1u << 30, SKEY_NEG = 1u << 31, SKEY_KEY = SKEY_ZE
 
 // The sign of a slow key entry: +-1 or +-0, exactly the bucket list's.
 __device__ __forceinline__ double skey_sign(unsigned e) {
-    return __longlong_as_double((long long)(((unsigned long long)(e >> 31) << 63) |
+    return __longlong_as_double((long long)(((e & SKEY_NEG) ? 0x8000000000000000ull : 0ull) |
                                             ((e & SKEY_ZERO) ? 0ull : 0x3FF0000000000000ull)));
 }
 
@@ -268,13 +268,16 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
 
 // v[q] := buf[pad(base + (q << lo))] (``load``), or the other way, q < VPT: from bit 5 (FP32;
 // 4 for FP64) on the padded slots are a constant step apart (a padding slot every
-// 2^pad_shift values moves with them), so an address costs one add.
-template <typename T, int VPT>
+// 2^pad_shift values moves with them), so an address costs one add.  ONE_RUN (the rounds of
+// bits known at compile time, see transform): also a round whose bits stay below pad_shift
+// (lo + log2(VPT) <= pad_shift: the values share one run of slots, 1 << lo apart); there the
+// steps are constants and the addresses immediate offsets of one register.
+template <typename T, int VPT, bool ONE_RUN = false>
 __device__ __forceinline__ void round_slots(T* buf, T* v, int base, int lo, bool load)
 {
     constexpr int PS = pad_shift<T>();
-    if (lo >= PS) {
-        const int step = (1 << lo) + (1 << (lo - PS));
+    if (lo >= PS || (ONE_RUN && (VPT << lo) <= (1 << PS))) {
+        const int step = (1 << lo) + (lo >= PS ? 1 << (lo - PS) : 0);
         int s = pad<T>(base);
         if (load) {
 #pragma unroll
@@ -296,23 +299,27 @@ __device__ __forceinline__ void round_slots(T* buf, T* v, int base, int lo, bool
 }
 
 // The transform of buf (b = 2^logb values) up to its last round, whose values are left in v.
-template <typename T, int LOG_VPT>
+// LOGB > 0: logb = LOGB and threads = 2^(LOGB - LOG_VPT), known at compile time (the kernels
+// of the most buckets per block): the rounds unrolled, each round's bits constants, so its
+// slots are immediate offsets of one address (round_slots' ONE_RUN) instead of an address
+// register per value.  The same values in the same slots, the same operations.
+template <typename T, int LOG_VPT, int LOGB = 0>
 __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 {
     constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;
-    for (int lo = 0; lo < logb; lo += R) {
+    auto round = [&](int lo, int logb, int threads) {
         const int r = min(R, logb - lo);
         __syncthreads();                                  // the buffer is complete
         if (r == R) {           // a full round: one group per thread, elements base + (q << lo)
             const int tid = (int)threadIdx.x;
             const int base = ((tid >> lo) << (lo + R)) | (tid & ((1 << lo) - 1));
-            round_slots<T, VPT>(buf, v, base, lo, true);
+            round_slots<T, VPT, (LOGB > 0)>(buf, v, base, lo, true);
             radix2_stages<T, LOG_VPT, true>(v, R);
             if (lo + R < logb) {
                 __syncthreads();                          // every value of the round read
-                round_slots<T, VPT>(buf, v, base, lo, false);
+                round_slots<T, VPT, (LOGB > 0)>(buf, v, base, lo, false);
             }
-            continue;
+            return;
         }
 #pragma unroll
         for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];
@@ -322,6 +329,12 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 #pragma unroll
             for (int q = 0; q < VPT; ++q) buf[pad<T>(round_index<VPT>(q, lo, r, threads))] = v[q];
         }
+    };
+    if constexpr (LOGB > 0) {
+#pragma unroll
+        for (int lo = 0; lo < LOGB; lo += R) round(lo, LOGB, 1 << (LOGB - LOG_VPT));
+    } else {
+        for (int lo = 0; lo < logb; lo += R) round(lo, logb, threads);
     }
 }
 
@@ -332,6 +345,15 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 template <typename T> struct RegLogVpt;
 template <> struct RegLogVpt<float> { static constexpr int value = 4; };
 template <> struct RegLogVpt<double> { static constexpr int value = 3; };
+
+// log2 of the buckets of the kernels above RegLogVpt (their values wait in the output row):
+// 1024 threads of 2^LOG_VPT values, always (kernels.fused_terms: the most buckets per block,
+// FP32 2^15 and FP64 2^14); 0 for the others (any b).  Known at compile time, it unrolls
+// their transform's rounds (transform's LOGB).
+template <typename T, int LOG_VPT>
+__host__ __device__ constexpr int fixed_logb() {
+    return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;
+}
 
 // The term of inner index k for repetition t into v (the last round's registers); ``o``: the
 // block's output row, scratch for A's last round when it does not stay in registers.
@@ -355,11 +377,13 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 {
     constexpr int VPT = 1 << LOG_VPT;
     constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
-    const int b = 1 << logb, threads = blockDim.x;
+    constexpr int LOGB = fixed_logb<T, LOG_VPT>();
+    if constexpr (LOGB > 0) logb = LOGB;
+    const int b = 1 << logb, threads = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : (int)blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
     sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, spa,
                             ska, k, t, b);
-    transform<T, LOG_VPT>(buf, v, logb, threads);
+    transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll
         for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], v[q]);
@@ -372,7 +396,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
         __syncthreads();                                  // A's last round is read
         sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb,
                                 spb, skb, k, t, b);
-        transform<T, LOG_VPT>(buf, v, logb, threads);
+        transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
 #pragma unroll
         for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
             v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);
@@ -382,7 +406,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     __syncthreads();                                      // A's last round is read
     sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, spb,
                             skb, k, t, b);
-    transform<T, LOG_VPT>(buf, fb, logb, threads);
+    transform<T, LOG_VPT, LOGB>(buf, fb, logb, threads);
 #pragma unroll
     for (int q = 0; q < VPT; ++q) v[q] = Mul<T>::mul(v[q], fb[SPILL ? 0 : q]);
 }
@@ -424,7 +448,7 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
 // of the inner indices g 2^LOG_G .. + 2^LOG_G - 1 (those below nb; the others are absent
 // nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
-// (at most 1024).  The tree's pending nodes wait in shared memory after the buffer, each
+// (at most 1024; exactly 1024 above RegLogVpt: fixed_logb).  The tree's pending nodes wait in shared memory after the buffer, each
 // thread keeping the values it owns (no synchronization), or, when ``slots`` is given (the
 // largest b, whose buffer leaves no room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
@@ -450,9 +474,11 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
                   int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
+    constexpr int LOGB = fixed_logb<T, LOG_VPT>();
+    if constexpr (LOGB > 0) logb = LOGB;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* buf = reinterpret_cast<T*>(smem_raw);
-    const int b = 1 << logb, threads = blockDim.x;
+    const int b = 1 << logb, threads = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : (int)blockDim.x;
     const int span = b + ((b - 1) >> pad_shift<T>());
     Stage st;                                 // after the buffer and the tree's slots
     const int shared_slots = slots ? 0 : LOG_G;

@@ -135,7 +135,8 @@ FUSED_GLOBAL_LOG_G = 1
 #: The parameters of ``fused_dense_terms`` and ``fused_cluster_terms`` in order (C types;
 #: S, T: the templates'): per factor its vectors, strides, key count and tables.
 _FUSED_FACTOR = ("const S*", "i64", "i64", "int", "const i64*", "const i64*", "const double*",
-                 "const int*", "const unsigned*", "const int*", "const int*")
+                 "const int*", "const unsigned*", "const int*", "const int*", "const int*",
+                 "const unsigned*")
 FUSED_PARAMS = _FUSED_FACTOR + _FUSED_FACTOR + ("int", "int", "i64", "T*", "T*")
 #: Bytes of the fused kernel's sketch stage in shared memory (fused.cu's CHUNK doubles and
 #: ints, two doubles, 16-byte alignment).
@@ -658,6 +659,8 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)
     else:
         log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
+        # above FUSED_REG_LOG_VPT the kernel is compiled for 1024 threads (fused.cu's fixed_logb)
+        assert log_vpt <= FUSED_REG_LOG_VPT[t_name] or log2b == log_vpt + 10
         shared = _slots_shared(log2b, dtype, log_g)
         smem = _fused_smem(log2b, t_name, log_g if shared else 0)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
