@@ -131,16 +131,18 @@ PATCHES = {
         "    return;\n")],
     "nogather": [("(double)x[keys[c0 + i] * s_key]", "(double)x[((c0 + i) & 1023) * s_key]")],
     "norounds": [(
-        "    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;\n    for (int lo = 0; lo < logb; lo += R) {",
+        "    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;\n    auto one_round",
         "    constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;\n"
         "    {\n"
-        "        const int lo = ((logb - 1) / R) * R, r = logb - lo;\n"
+        "        const int lb = LOGB > 0 ? LOGB : logb;\n"
+        "        const int th = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : threads;\n"
+        "        const int lo = ((lb - 1) / R) * R, r = lb - lo;\n"
         "        __syncthreads();\n"
         "#pragma unroll\n"
-        "        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];\n"
+        "        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, th))];\n"
         "        return;\n"
         "    }\n"
-        "    for (int lo = 0; lo < logb; lo += R) {")],
+        "    auto one_round")],
     "noarith": [("            radix2_stages<T, LOG_VPT, true>(v, R);\n", "\n"),
                 ("        radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers\n",
                  "\n")],
@@ -171,7 +173,8 @@ PATCHES = {
                   "    for (int i0 = i_hi + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {")],
     # session 37: A's last round not kept for the product (an ablation: B's squared); the
     # nodes written with streaming stores (st.global.cs); the one-key loop's keys in flight
-    "noawait": [("        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n"
+    "noawait": [("#pragma unroll\n"
+                 "        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n"
                  "        __syncthreads();                                  // A's last round is read\n",
                  "        __syncthreads();                                  // A's last round is read\n"),
                 ("            v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);",

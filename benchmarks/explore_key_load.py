@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=13)
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.dtype == "fp64" and not a.inner:
+        ap.error("--dtype fp64 needs --inner (the planted products are FP32)")
     rows = []
     before = dict(kernels.FUSED_KEY_ORDER_MAX_LOAD)
     name, dt = {"fp32": ("float", np.float32), "fp64": ("double", np.float64)}[a.dtype]

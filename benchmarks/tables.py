@@ -165,16 +165,15 @@ def pagh_mm_certified(records) -> list[str]:
         for r in rec["rows"]:
             latest[(r["n"], _data(r))] = r
     out = []
-    for rec in [{"rows": sorted(latest.values(), key=lambda r: r["n"])}]:
-        for r in rec["rows"]:
-            screen = r.get("screen_s")
-            out.append([r["n"], _data(r), f"{r['reps']} x {r['buckets']}", _s(r["sketch_s"]),
-                        _s(r["topk_s"]), "yes" if r["certified"] else "no",
-                        f"{r['certificate_overhead']:+.0%}", f"{r['recall']:.3f}",
-                        _s(r["gemm_fp64_s"]), _s(r["gemm_fp32_s"]), _s(r["gemm_fp16_s"]),
-                        "-" if screen is None else _s(screen),
-                        f"{r['speedup_vs_fp64']:.2f}x / {r['speedup_vs_fp32']:.2f}x",
-                        "-" if screen is None else f"{r['speedup_vs_screen']:.2f}x"])
+    for r in sorted(latest.values(), key=lambda r: r["n"]):
+        screen = r.get("screen_s")
+        out.append([r["n"], _data(r), f"{r['reps']} x {r['buckets']}", _s(r["sketch_s"]),
+                    _s(r["topk_s"]), "yes" if r["certified"] else "no",
+                    f"{r['certificate_overhead']:+.0%}", f"{r['recall']:.3f}",
+                    _s(r["gemm_fp64_s"]), _s(r["gemm_fp32_s"]), _s(r["gemm_fp16_s"]),
+                    "-" if screen is None else _s(screen),
+                    f"{r['speedup_vs_fp64']:.2f}x / {r['speedup_vs_fp32']:.2f}x",
+                    "-" if screen is None else f"{r['speedup_vs_screen']:.2f}x"])
     return _table(["n", "data", "reps x buckets (auto)", "sketch", "certified top-k",
                    "certified", "certificate cost", "recall", "DGEMM + top-k", "SGEMM + top-k",
                    "FP16 GEMM + top-k", "FP16 screen + verification", "vs DGEMM / SGEMM",

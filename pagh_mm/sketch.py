@@ -289,23 +289,33 @@ class Side:
                 slow[at[odd]] = True
             code = row.astype(xp.uint32) | xp.where(slow[at], xp.uint32(CODE_SLOW), xp.uint32(0))
             code |= xp.where(s == -1, xp.uint32(CODE_NEG), xp.uint32(0))
+            del keys, row, s, at, odd
             fptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(slow, dtype=xp.int32)])
             slow = xp.nonzero(slow)[0]
-            first, count = indptr[slow], indptr[slow + 1] - indptr[slow]
+            first = indptr[slow]
+            count = indptr[slow + 1] - first
             sptr = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(count)])
             total = int(sptr[-1])
-            if total >= 2 ** 31:
-                raise ValueError(f"the fused sketch's slow lists hold fewer than 2**31 keys "
-                                 f"({total}: fewer buckets per key, or fewer reps)")
-            # positions of the slow buckets' keys in the bucket lists, bucket after bucket
-            at = xp.arange(total, dtype=xp.int64)
-            pos = at + (first - sptr[:-1])[xp.searchsorted(sptr[1:], at, side="right")]
+            if total > 2 ** 31 - 64:      # the kernel's int indices run a few past the end
+                raise ValueError(f"the fused sketch's slow lists hold fewer than 2**31 - 64 "
+                                 f"keys ({total}: fewer keys per bucket, or fewer reps)")
+            # positions of the slow buckets' keys in the bucket lists, bucket after bucket:
+            # runs from each bucket's first position, by a cumulative sum of steps (1 within
+            # a run, the jump to the next bucket's first at its start)
+            pos = xp.ones(total, dtype=xp.int64)
+            if total:
+                pos[:1] = first[:1]
+                pos[sptr[1:-1]] = first[1:] - (first[:-1] + count[:-1] - 1)
+                pos = xp.cumsum(pos)
+            del first, count
             sg = sl[pos]
             if not bool(((sg == 1) | (sg == -1) | (sg == 0)).all()):
                 raise RuntimeError("the fused sketch's slow lists take signs +-1 and +-0 only")
             skeys = kl[pos].astype(xp.uint32)
+            del pos
             skeys |= xp.where(sg == 0, xp.uint32(SKEY_ZERO), xp.uint32(0))
             skeys |= xp.where(xp.signbit(sg), xp.uint32(SKEY_NEG), xp.uint32(0))
+            del sg
             self._codes = (code, fptr, slow.astype(xp.int32), sptr.astype(xp.int32), skeys)
         return self._codes
 
@@ -400,11 +410,12 @@ class Side:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
         the temporaries of their construction (measured peak about 40 d keys): the bucket
         lists and their positions (52 d keys) and bounds (8 d b); on the GPU also the fused
-        kernel's key codes (8 d keys) and their slow buckets' bounds and mask (8 d b)."""
+        kernel's key codes and slow lists (at most 16 d keys) and their slow buckets' bounds
+        (8 d b), built after the lists (their temporaries within the lists' allowance)."""
         if self.sparse:
             return 0
         d, b = self.params.reps, 1 << self.log2b
-        return 52 * d * self.keys + 8 * d * b + (8 * d * self.keys + 8 * d * b if self.be.gpu else 0)
+        return 52 * d * self.keys + 8 * d * b + (16 * d * self.keys + 8 * d * b if self.be.gpu else 0)
 
 
 def upload(arrays, be: Backend) -> list:

@@ -409,7 +409,9 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
             assert got.sketch.get().tobytes() == want.sketch.tobytes(), (args[0].shape, kw)
             if kw.get("decode"):
                 assert got.bits.sketch.get().tobytes() == want.bits.sketch.tobytes()
-    for m, p in ((limit, b + 1), (b + 1, limit), (limit, limit // 4)):
+    # the last two: one factor over the limit (by position), the other at it (key order)
+    for m, p in ((limit, b + 1), (b + 1, limit), (limit, limit // 4), (limit, limit + 1),
+                 (limit + 1, limit)):
         A = rng.standard_normal((m, 6))
         B = rng.standard_normal((6, p))
         A[::3, 1] = -0.0

@@ -559,6 +559,34 @@ def test_smaller_validation_gaps():
     assert F.fwht(x, out=o) is o and (o == F.fwht(x.astype("<f8"))).all()
 
 
+def test_fused_kernel_constants_match_its_source():
+    """fused.cu's constants are the host's: the key codes' and slow lists' bits
+    (pagh_mm.sketch), RegLogVpt (kernels.FUSED_REG_LOG_VPT), and the kernels above it, whose
+    bits fixed_logb fixes at log2(values per thread) + 10, are launched with 1024 threads for
+    exactly those bucket counts."""
+    import re
+    from pagh_mm import sketch
+    from pagh_mm.cuda import kernels
+    src = open(kernels.FUSED.path).read()
+    for name, value in (("CODE_SLOW", sketch.CODE_SLOW), ("CODE_NEG", sketch.CODE_NEG),
+                        ("SKEY_ZERO", sketch.SKEY_ZERO), ("SKEY_NEG", sketch.SKEY_NEG)):
+        assert int(re.search(name + r" = 1u << (\d+)", src).group(1)) == value.bit_length() - 1
+    assert "CODE_BUCKET = (1u << %d) - 1" % sketch.CODE_BUCKET_BITS in src
+    assert "return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;" in src
+    for name in ("float", "double"):
+        reg = int(re.search(r"struct RegLogVpt<%s> \{ static constexpr int value = (\d+);" % name,
+                            src).group(1))
+        assert reg == kernels.FUSED_REG_LOG_VPT[name]
+        top = 0
+        for log2b in range(1, kernels.FUSED_MAX_LOG2B[name] + 1):
+            v = kernels.fused_log_vpt(log2b, name)
+            assert v <= kernels.FUSED_LOG_VPT[name] and (1 << log2b) >> v <= 1024
+            if v > reg:
+                assert log2b == v + 10 and (1 << log2b) >> v == 1024
+                top += 1
+        assert top == kernels.FUSED_LOG_VPT[name] - reg   # the largest kernels exist
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # 0 x inf
 @pytest.mark.parametrize("family", ["multiply-add-shift", "tabulation"])
 @pytest.mark.parametrize("log2b", [1, 4, 9, 12])

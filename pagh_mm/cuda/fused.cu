@@ -307,34 +307,34 @@ template <typename T, int LOG_VPT, int LOGB = 0>
 __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 {
     constexpr int R = LOG_VPT, VPT = 1 << LOG_VPT;
-    auto round = [&](int lo, int logb, int threads) {
-        const int r = min(R, logb - lo);
+    auto one_round = [&](int lo, int lb, int th) {          // bits [lo, lo + R) of lb
+        const int r = min(R, lb - lo);
         __syncthreads();                                  // the buffer is complete
         if (r == R) {           // a full round: one group per thread, elements base + (q << lo)
             const int tid = (int)threadIdx.x;
             const int base = ((tid >> lo) << (lo + R)) | (tid & ((1 << lo) - 1));
             round_slots<T, VPT, (LOGB > 0)>(buf, v, base, lo, true);
             radix2_stages<T, LOG_VPT, true>(v, R);
-            if (lo + R < logb) {
+            if (lo + R < lb) {
                 __syncthreads();                          // every value of the round read
                 round_slots<T, VPT, (LOGB > 0)>(buf, v, base, lo, false);
             }
             return;
         }
 #pragma unroll
-        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, threads))];
+        for (int q = 0; q < VPT; ++q) v[q] = buf[pad<T>(round_index<VPT>(q, lo, r, th))];
         radix2_stages<T, LOG_VPT, true>(v, r);     // every group of 2^r registers
-        if (lo + R < logb) {
+        if (lo + R < lb) {
             __syncthreads();                              // every value of the round read
 #pragma unroll
-            for (int q = 0; q < VPT; ++q) buf[pad<T>(round_index<VPT>(q, lo, r, threads))] = v[q];
+            for (int q = 0; q < VPT; ++q) buf[pad<T>(round_index<VPT>(q, lo, r, th))] = v[q];
         }
     };
     if constexpr (LOGB > 0) {
 #pragma unroll
-        for (int lo = 0; lo < LOGB; lo += R) round(lo, LOGB, 1 << (LOGB - LOG_VPT));
+        for (int lo = 0; lo < LOGB; lo += R) one_round(lo, LOGB, 1 << (LOGB - LOG_VPT));
     } else {
-        for (int lo = 0; lo < logb; lo += R) round(lo, logb, threads);
+        for (int lo = 0; lo < logb; lo += R) one_round(lo, logb, threads);
     }
 }
 
@@ -448,9 +448,10 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
 // of the inner indices g 2^LOG_G .. + 2^LOG_G - 1 (those below nb; the others are absent
 // nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
-// (at most 1024; exactly 1024 above RegLogVpt: fixed_logb).  The tree's pending nodes wait in shared memory after the buffer, each
-// thread keeping the values it owns (no synchronization), or, when ``slots`` is given (the
-// largest b, whose buffer leaves no room), in the block's LOG_G rows of ``slots``
+// (at most 1024; exactly 1024 above RegLogVpt: fixed_logb).  The tree's pending nodes wait
+// in shared memory after the buffer, each thread keeping the values it owns (no
+// synchronization), or, when ``slots`` is given (the largest b, whose buffer leaves no
+// room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
 // then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'

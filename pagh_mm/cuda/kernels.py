@@ -629,6 +629,14 @@ def fused_key_order(keys: int, log2b: int, dtype) -> bool:
     return log2b == FUSED_MAX_LOG2B[name]
 
 
+def fused_log_vpt(log2b: int, name: str) -> int:
+    """log2 of the values per thread of ``fused_dense_terms`` for 2^log2b buckets of C type
+    ``name`` (blocks of at most 1024 threads).  Above FUSED_REG_LOG_VPT (fused.cu's
+    RegLogVpt) only with 1024 threads: those kernels are compiled for exactly that
+    (fused.cu's fixed_logb: log2b = log_vpt + 10)."""
+    return min(log2b, max(FUSED_REG_LOG_VPT[name], log2b - 10))
+
+
 def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int = 0):
     """(ceil(nb / 2^log_g), d, b) nodes of the pairwise tree (``pagh_mm.reduction``) over the
     Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram product,
@@ -658,9 +666,7 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
                             f"{'true' if gram else 'false'},{log_g},{log_cl},"
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)
     else:
-        log_vpt = min(log2b, max(FUSED_REG_LOG_VPT[t_name], log2b - 10))     # <= 1024 threads
-        # above FUSED_REG_LOG_VPT the kernel is compiled for 1024 threads (fused.cu's fixed_logb)
-        assert log_vpt <= FUSED_REG_LOG_VPT[t_name] or log2b == log_vpt + 10
+        log_vpt = fused_log_vpt(log2b, t_name)
         shared = _slots_shared(log2b, dtype, log_g)
         smem = _fused_smem(log2b, t_name, log_g if shared else 0)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
