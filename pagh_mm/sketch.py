@@ -299,14 +299,9 @@ class Side:
             if total > 2 ** 31 - 64:      # the kernel's int indices run a few past the end
                 raise ValueError(f"the fused sketch's slow lists hold fewer than 2**31 - 64 "
                                  f"keys ({total}: fewer keys per bucket, or fewer reps)")
-            # positions of the slow buckets' keys in the bucket lists, bucket after bucket:
-            # runs from each bucket's first position, by a cumulative sum of steps (1 within
-            # a run, the jump to the next bucket's first at its start)
-            pos = xp.ones(total, dtype=xp.int64)
-            if total:
-                pos[:1] = first[:1]
-                pos[sptr[1:-1]] = first[1:] - (first[:-1] + count[:-1] - 1)
-                pos = xp.cumsum(pos)
+            # positions of the slow buckets' keys in the bucket lists, bucket after bucket
+            pos = xp.arange(total, dtype=xp.int64)
+            pos += (first - sptr[:-1])[xp.searchsorted(sptr[1:], pos, side="right")]
             del first, count
             sg = sl[pos]
             if not bool(((sg == 1) | (sg == -1) | (sg == 0)).all()):
