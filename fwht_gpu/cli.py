@@ -22,7 +22,7 @@ from . import cpubench as _cpubench
 from . import dtypes as _dt
 from . import matrixio as io
 from . import peers as _peers
-from .clitools import check_outputs, debug_option, first_line, force_option, guarded
+from .clitools import Commands, check_outputs, debug_option, first_line, force_option, guarded
 from .files import write_json
 from .plan import make_plan
 from .transform import fwht, ifwht
@@ -56,7 +56,7 @@ def _device(device: str) -> str:
         raise click.UsageError(f"--device gpu, but {gpu.status()}") from exc
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fwht")
 def main() -> None:
     """Fast Walsh-Hadamard transforms (FP64/FP32/FP16/BF16; Folklore, Alman-Rao; Kahan, Neumaier)."""

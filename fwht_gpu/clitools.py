@@ -92,6 +92,44 @@ def guarded(fn):
     return wrapper
 
 
+class _OneLineUsageError(click.ClickException):
+    """A usage error shown as one ``Error: ...`` line (exit code 2)."""
+    exit_code = 2
+
+    def __init__(self, exc: click.UsageError) -> None:
+        super().__init__(exc.format_message())
+        self.ctx = exc.ctx
+
+    def show(self, file=None) -> None:
+        hint = f" (see '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"Error: {first_line(Exception(self.format_message()))}{hint}", err=True)
+
+
+class Commands(click.Group):
+    """The CLIs' command group: a usage error (bad option or value, missing file, an existing
+    output) prints one ``Error: ...`` line naming the command's ``--help`` and exits 2,
+    instead of click's usage block; running the group without a command still prints its
+    help."""
+
+    @staticmethod
+    def _one_line(exc: click.UsageError):
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+            return exc
+        return _OneLineUsageError(exc)
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise self._one_line(exc) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise self._one_line(exc) from None
+
+
 def debug_option(fn):
     return click.option("--debug", is_flag=True, help="Show tracebacks on errors.")(fn)
 

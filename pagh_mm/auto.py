@@ -303,7 +303,8 @@ def choose(A, B, be, buckets, reps, *, k=None, threshold=None, delta: float, see
         slack = (CHEAP_SLACK_DECODE if decoding else CHEAP_SLACK) \
             if cheap and threshold is None else 1
         norm = "||AB - diag||_F" if diagonal is not None else "||AB||_F"
-        reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g}, "
+        reason = (f"auto: one-scan certificate for {what} at {norm} ~ {F:.4g} (estimated "
+                  f"before compressing), "
                   f"failure probability {delta:g}"
                   + (f", x{slack} (pair-accumulated: buckets cost no compression time)"
                      if slack > 1 else ""))

@@ -24,6 +24,7 @@ from fwht_gpu import devices, gpu
 from fwht_gpu import matrixio as io
 from fwht_gpu.files import atomic_write
 from fwht_gpu.clitools import (
+    Commands,
     Progress,
     progress_option,
     check_outputs,
@@ -106,10 +107,13 @@ def sketch_options(fn):
                           "a certified answer to the query asked: top's -k or --threshold, "
                           "compress's own; 8 (m + p) without a query; see pagh_mm.auto)."),
         click.option("--reps", "-d", type=click.IntRange(1, None), default=None,
-                     help="Independent repetitions (odd: the median is one of them; default 5)."),
+                     help="Independent repetitions (odd: the median is one of them; default: "
+                          "automatic with the buckets, 5 to 13)."),
         click.option("--seed", type=_SEED, default=0, show_default=True, help=_SEED_HELP),
         click.option("--dtype", type=click.Choice(list(_DTYPES)), default="fp64", show_default=True,
-                     help="Precision of the transforms."),
+                     help="Precision of the transforms (the Python API's dtype=None may "
+                          "choose fp32 transforms for fp64 data where the certificate allows; "
+                          "the command line keeps what this says)."),
         click.option("--method", type=click.Choice(["fwht", "fft"]), default="fwht", show_default=True),
         click.option("--algorithm", type=click.Choice(["folklore", "alman"]), default="folklore",
                      show_default=True),
@@ -226,7 +230,7 @@ def _compress_from_files(a_path, b_path, o, k=None, threshold=None, failure_prob
 _existing = click.Path(exists=True, dir_okay=False)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pagh-mm")
 def main() -> None:
     """Compressed matrix multiplication: estimate A @ B and find its large entries."""
@@ -526,6 +530,7 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
     if verify:
         kw.update(failure_probability=delta, candidates=candidates)
     import warnings
+    buckets = sk.buckets
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pagh_mm.CertificateWarning)
         if per_row is not None:
@@ -540,6 +545,9 @@ def top(files, sketch_path, k, threshold, per_row, verify, delta, candidates, by
             click.echo(f"Warning: {w.message}", err=True)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if sk.buckets != buckets and not o["quiet"]:       # an automatic sketch grew to certify
+        click.echo(f"the sketch was compressed again with {sk.buckets} buckets (from {buckets}) "
+                   f"to certify this answer", err=True)
     if verify and not o["quiet"]:
         click.echo(f"certified: {'yes' if entries.certified else 'NO'} (failure probability "
                    f"{entries.failure_probability:g} under the model of pagh_mm.certificate; margin "

@@ -624,10 +624,10 @@ class CompressedProduct:
             return (f"{self.shape[0]} x {self.shape[1]} Gram product, buckets={self.buckets}, "
                     f"reps={self.reps}{why}; diagonal exact; off-diagonal error per entry and "
                     f"repetition: standard deviation <= ||C - diag||_F / sqrt(2 buckets) ~ "
-                    f"{self.noise():.4g}")
+                    f"{self.noise():.4g} (measured on the sketch)")
         return (f"{self.shape[0]} x {self.shape[1]} product, buckets={self.buckets}, "
                 f"reps={self.reps}{why}; error per entry and repetition: standard deviation "
-                f"<= ||AB||_F / sqrt(buckets) ~ {self.noise():.4g}")
+                f"<= ||AB||_F / sqrt(buckets) ~ {self.noise():.4g} (measured on the sketch)")
 
     def frobenius_estimate(self) -> float:
         """Estimate of ||A @ B||_F (median over repetitions of ||c_t||; Gram sketches:

@@ -83,8 +83,8 @@ def _check_finite(M, name, be, B=None):
 
 
 def _not_finite(name: str):
-    raise ValueError(f"{name} contains NaN or Inf; remove them, or pass check_finite=False "
-                     "to skip this check (the sketch would be poisoned)")
+    raise ValueError(f"{name} contains NaN or Inf; remove them (they would poison the sketch; "
+                     "the Python API's check_finite=False skips this check)")
 
 
 def _int_arg(value, name: str, lo: int, hint: str = "") -> int:

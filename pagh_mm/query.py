@@ -944,8 +944,9 @@ def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=
                     f"the cut {tau:.6g}: compress with dtype=float64", None)
         want = certificate.buckets_for(cp.buckets, sigma, tau, lam + rho / sigma
                                        if sigma > 0 else lam)
-        noise = (f"the residual noise ({sigma:.4g} per repetition, margin {lam * sigma:.4g}) is "
-                 f"too close to the cut {tau:.6g}")
+        noise = (f"the residual noise ({sigma:.4g} per repetition) is too large for the cut "
+                 f"{tau:.6g}: the certificate needs a margin of {lam * sigma:.4g} (the noise "
+                 f"times {lam:.3g}) below what it keeps")
         from .matmul import MAX_LOG2B
         if want > 1 << MAX_LOG2B:
             more = min(1 << MAX_LOG2B, 16 * cp.buckets)
