@@ -191,7 +191,9 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         row["host_copy_floor_s"] = t_copy
         print(f"    copying the slabs into pinned memory ({stream.COPY_THREADS} threads): "
               f"{t_copy:.3f} s ({nbytes / t_copy / 1e9:.1f} GB/s)", flush=True)
-        pA = cupyx.empty_pinned(A.shape, A.dtype)
+        pA = cupyx.empty_pinned(A.shape, A.dtype,
+                                order="F" if A.flags.f_contiguous and not A.flags.c_contiguous
+                                else "C")            # the layout of A kept
         pB = cupyx.empty_pinned(B.shape, B.dtype)
         pA[...] = A
         pB[...] = B
@@ -319,6 +321,9 @@ def main():
     ap.add_argument("--dense", type=int, action="append", default=[])
     ap.add_argument("--dtype", action="append", choices=["fp64", "fp32"], default=[])
     ap.add_argument("--buckets", type=int, action="append", default=[])
+    ap.add_argument("--a-order", action="append", choices=["C", "F"], default=[],
+                    help="layout of the dense A (repeatable; default C): a C-ordered A's chunks "
+                         "of columns are pitched copies, an F-ordered one's contiguous")
     ap.add_argument("--sparse", type=int, action="append", default=[])
     ap.add_argument("--per-vector", type=int, default=64)
     ap.add_argument("--sparse-buckets", type=int, default=1 << 22)
@@ -367,11 +372,14 @@ def main():
                 d = synthetic.planted_product(n, 300, seed=n, dtype=dtype, xp=cp)
                 A, B = d.A.get(), d.B.get()
                 del d
-                for b in a.buckets or [8192]:
-                    rows.append(case(cp, f"dense n={n} {dt}", A, B,
-                                     dict(buckets=b, reps=5, seed=1), devices, a.repeats, bw,
-                                     client, a.chunk, a.dask_max_gib << 30, a.profile,
-                                     [int(x) for x in a.pinned_all_chunks.split(",") if x]))
+                for order in a.a_order or ["C"]:
+                    A = np.asfortranarray(A) if order == "F" else np.ascontiguousarray(A)
+                    for b in a.buckets or [8192]:
+                        rows.append(case(cp, f"dense n={n} {dt}" + (" A F-ordered" if order == "F"
+                                                                     else ""), A, B,
+                                         dict(buckets=b, reps=5, seed=1), devices, a.repeats,
+                                         bw, client, a.chunk, a.dask_max_gib << 30, a.profile,
+                                         [int(x) for x in a.pinned_all_chunks.split(",") if x]))
                 del A, B
         for n in a.sparse:
             d = synthetic.sparse_planted(n, a.per_vector, 300, 256, seed=n)

@@ -113,7 +113,7 @@ __device__ __forceinline__ void one_key_buckets(const S* __restrict__ x, i64 s_k
                                                 const unsigned* __restrict__ c, int i_lo,
                                                 int i_hi, Store store)
 {
-    constexpr int G = 8;
+    constexpr int G = 4;
     const int step = blockDim.x;
     for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {
         unsigned cu[G];
