@@ -177,8 +177,8 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         c = chunk or stream.chunk_size([stream._Source(A, 1), stream._Source(B, 2)],
                                        A.shape[1], 1, None)
         n = A.shape[1]
-        ha = cupyx.empty_pinned((A.shape[0], c), A.dtype)
-        hb = cupyx.empty_pinned((c, B.shape[1]), B.dtype)
+        ha = cupyx.empty_pinned((A.shape[0], c), A.dtype, order=stream._staging_order(A))
+        hb = cupyx.empty_pinned((c, B.shape[1]), B.dtype, order=stream._staging_order(B))
         pool = ThreadPoolExecutor(stream.COPY_THREADS)
         t0 = time.perf_counter()
         for k0 in range(0, n, c):

@@ -220,7 +220,10 @@ def _move_all(value, device):
 
 
 def _copy_into(dst, src, pool) -> None:
-    """dst[...] = src, by bands of rows on the pool's threads (NumPy releases the GIL)."""
+    """dst[...] = src, by bands of rows (of columns where dst is F-ordered) on the pool's
+    threads (NumPy releases the GIL)."""
+    if dst.ndim == 2 and dst.flags.f_contiguous and not dst.flags.c_contiguous:
+        dst, src = dst.T, src.T
     rows = dst.shape[0]
     bands = max(1, min(COPY_THREADS, dst.nbytes // BAND_BYTES))
     step = max(1, -(-rows // bands))
@@ -255,6 +258,14 @@ def _sparse_slab(csp, src: "_Source", k0: int, k1: int, host, dev, stream, pool)
     out._has_canonical_format = True        # a range of a canonical matrix: skip the checks
     out._has_sorted_indices = True
     return out
+
+
+def _staging_order(slab) -> str:
+    """The layout of a dense slab's page-locked copy: the slab's own, so the host copies
+    runs of contiguous memory ("F" where its columns are contiguous: an F-ordered A's chunk of
+    columns, an F-ordered B's pitched chunk of rows; copied into a C-ordered buffer they were
+    transposed, 9 GB/s against 36 with 16 threads, session 38)."""
+    return "F" if slab.ndim == 2 and slab.strides[0] < slab.strides[1] else "C"
 
 
 def _dma(buf, slab, stream):
@@ -357,7 +368,7 @@ class _Worker:
                             view = _dma(buf, slab, copy) if s.pinned else None
                             if view is None:          # staged: a parallel copy, then DMA
                                 host = staging(i, slot)[0][:math.prod(slab.shape)].reshape(
-                                    slab.shape)
+                                    slab.shape, order=_staging_order(slab))
                                 t0 = time.perf_counter()
                                 _copy_into(host, slab, copier)
                                 self.times["host_copy"] += time.perf_counter() - t0

@@ -469,7 +469,8 @@ def test_two_gpus_give_one_gpus_bits():
 
 def test_host_copies_in_bands_copy_everything(monkeypatch):
     """_copy_into: every element, whatever the bands (at most COPY_THREADS of at least
-    BAND_BYTES): 1-d ranges, C- and F-ordered slabs, empty and tiny arrays."""
+    BAND_BYTES): 1-d ranges, C- and F-ordered slabs, empty and tiny arrays; a chunk's
+    page-locked copy takes the slab's own layout (_staging_order)."""
     from concurrent.futures import ThreadPoolExecutor
     monkeypatch.setattr(stream, "BAND_BYTES", 64)
     rng = np.random.default_rng(4)
@@ -484,3 +485,12 @@ def test_host_copies_in_bands_copy_everything(monkeypatch):
         dst = np.empty(1000)
         stream._copy_into(dst, big, pool)
         assert np.array_equal(dst, big)
+        # a chunk's page-locked copy keeps the slab's layout: contiguous runs, no transpose
+        M = rng.standard_normal((300, 40))
+        for F in (False, True):
+            X = np.asfortranarray(M) if F else M
+            for slab, want in ((X[:, 5:17], "F" if F else "C"), (X[5:17, :], "F" if F else "C")):
+                assert stream._staging_order(slab) == want
+                dst = np.full(slab.shape, np.nan, order=want)
+                stream._copy_into(dst, slab, pool)
+                assert np.array_equal(dst, slab) and dst.flags[want + "_CONTIGUOUS"]
