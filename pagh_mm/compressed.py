@@ -17,7 +17,14 @@ from .query import masked_median
 from .reduction import row_sums
 
 #: Times a certified query may rebuild an automatically sized sketch with more buckets.
-REGROWTHS = 3
+REGROWTHS = 6
+#: The most one rebuild multiplies the buckets by.  A search on a noisy sketch sizes from the
+#: k-th largest exact value it has found, a lower bound of the true one, so it may ask for
+#: (true / found)^2 too many buckets (a 300 x 40 x 200 product with three planted entries:
+#: 2^21-2^22 buckets asked for from 1024, where 2^16-2^17 certify); at most 16x per rebuild,
+#: each rebuilt sketch searched again, the buckets stay within 16x of what certifies and the
+#: rebuilds cost at most 1/15 more than the last one.
+GROWTH = 16
 #: What a rebuilt sketch's reason says when its bit sketches did not fit.
 DROPPED = " without bit sketches (they did not fit)"
 
@@ -183,9 +190,10 @@ class CompressedProduct:
     def _certified(self, run):
         """``run()``, a certified search; when it reports that more buckets are needed and
         this sketch was sized automatically from its factors, the sketch is rebuilt with the
-        buckets it names (within the memory available; without its bit sketches when only
-        that fits, the searches then scan) and the search repeated, up to REGROWTHS times (a
-        search on too small a sketch may underestimate what it needs); when it reports that
+        buckets it names, at most GROWTH times as many (within the memory available; without
+        its bit sketches when only that fits, the searches then scan) and the search
+        repeated, up to REGROWTHS times (a search on too small a sketch may under- or
+        overestimate what it needs); when it reports that
         the rounding of transforms the rule narrowed to float32 is too large, the same in
         float64."""
         out = run()
@@ -209,7 +217,8 @@ class CompressedProduct:
             # with the bit sketches if they fit, else without them: the scan certifies alone
             for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:
-                    new = compress(A, B, buckets=self.buckets if wider else advice[2],
+                    new = compress(A, B, buckets=self.buckets if wider else
+                                   min(advice[2], GROWTH * self.buckets),
                                    reps=self.reps, seed=self.params.seed, method=self.method,
                                    dtype=np.float64 if wider else self.dtype_object(),
                                    algorithm=self.algorithm,

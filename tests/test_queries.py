@@ -365,6 +365,38 @@ def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
     sk = pagh_mm.compress(A, B, k=5, seed=3)
     assert not sk._certified(lambda: ([], False, 0.0, 1.0, ("buckets", "", first)))[1]
     assert sk.buckets == first                  # never rebuilt at the size it has
+    # a search asking for far more than it needs grows the sketch GROWTH times at most per
+    # rebuild, and is asked again on the larger sketch
+    monkeypatch.setattr(pagh_mm.compressed, "REGROWTHS", 3)
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    g = pagh_mm.compressed.GROWTH
+
+    def greedy():
+        asked.append(sk.buckets)
+        if len(asked) < 3:
+            return [], False, 0.0, 1.0, ("buckets", "more", 1000 * g * sk.buckets)
+        return [], True, 0.0, 1.0, None
+    asked.clear()
+    assert sk._certified(greedy)[1]
+    assert asked == [first, g * first, g * g * first] and sk.buckets == g * g * first
+
+
+def test_an_auto_sketch_grows_no_more_than_the_certificate_needs():
+    """A noisy first sketch finds a k-th value far below the true one and asks for
+    (true / found)^2 too many buckets (here 2^22 from 1024, where 2^16 certify); growing at
+    most GROWTH times per rebuild, each sketch searched again, ends within a factor 2 of the
+    fewest buckets that certify."""
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((300, 40)), rng.standard_normal((40, 200))
+    for r, c in ((5, 7), (100, 150), (250, 20)):
+        A[r, :10] += 3.0
+        B[:10, c] += 3.0
+    sk = pagh_mm.compress(A, B, k=3, seed=1)
+    top = sk.top_k(3, verify=True)
+    assert top.certified and 1024 < sk.buckets <= 1 << 17, sk.buckets
+    C = np.abs(A @ B)
+    want = {divmod(int(i), C.shape[1]) for i in np.argsort(C.ravel())[-3:]}
+    assert set(zip(top.rows.tolist(), top.cols.tolist())) == want
 
 
 def _write(tmp_path):
