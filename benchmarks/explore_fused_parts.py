@@ -41,12 +41,8 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``noslow`` / ``noonekey``: the key-order sketch without its slow buckets (several keys per
   bucket), or without its one-key loop (codes and values read, one-key buckets stored);
 * ``noawait`` (an ablation: A's transform not kept for the product, which squares B's),
-  ``outcs`` (the nodes written with streaming stores), ``onekeyg2`` / ``onekeyg8`` /
-  ``onekeyg16`` (the one-key loop's keys in flight per thread: 4 in the library; 8 measured
-  0.96x on one H100, 1.02-1.05x on another, session 38);
-* ``awglobal``: not an ablation: all of A's last-round values wait in the block's output row
-  (session 37's kernel; the library keeps half of them in shared memory where the device has
-  room, fused.cu's ``aw``);
+  ``outcs`` (the nodes written with streaming stores), ``onekeyg2`` / ``onekeyg8`` (the one-key
+  loop's keys in flight per thread: 4 in the library);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -177,21 +173,17 @@ PATCHES = {
                   "    for (int i0 = i_hi + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {")],
     # session 37: A's last round not kept for the product (an ablation: B's squared); the
     # nodes written with streaming stores (st.global.cs); the one-key loop's keys in flight
-    "noawait": [("aw[q * threads + tid] = v[q];", "{}"),
-                ("            for (int q = AW; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];",
-                 "            for (int q = AW; q < VPT; ++q) {}"),
-                ("            for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];",
-                 "            for (int q = 0; q < VPT; ++q) {}"),
-                ("Mul<T>::mul(aw[q * threads + tid], v[q])", "Mul<T>::mul(v[q], v[q])"),
-                ("Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q])", "Mul<T>::mul(v[q], v[q])")],
+    "noawait": [("#pragma unroll\n"
+                 "        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n"
+                 "        __syncthreads();                                  // A's last round is read\n",
+                 "        __syncthreads();                                  // A's last round is read\n"),
+                ("            v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);",
+                 "            v[q] = Mul<T>::mul(v[q], v[q]);")],
     "outcs": [("\n    for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n}\n",
                "\n    for (int q = 0; q < VPT; ++q) __stcs(&o[round_index<VPT>(q, last, rl, threads)], v[q]);\n}\n")],
     **{f"onekeyg{g}": [("    constexpr int G = 4;\n    const int step = blockDim.x;\n    for (int i0 = i_lo",
                         f"    constexpr int G = {g};\n    const int step = blockDim.x;\n    for (int i0 = i_lo")]
-       for g in (2, 8, 16)},
-    # session 38: all of A's last round waits in the output row (the code before session 38,
-    # and the route of devices without the 64 KiB: not an ablation, the same bits)
-    "awglobal": [("        if (dyn >= at + (VPT / 2)", "        if (false && dyn >= at + (VPT / 2)")],
+       for g in (2, 8)},
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],

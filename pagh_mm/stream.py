@@ -265,7 +265,8 @@ def _staging_order(slab) -> str:
     runs of contiguous memory ("F" where its columns are contiguous: an F-ordered A's chunk of
     columns, an F-ordered B's pitched chunk of rows; copied into a C-ordered buffer they were
     transposed, 9 GB/s against 36 with 16 threads, session 38)."""
-    return "F" if slab.ndim == 2 and slab.strides[0] < slab.strides[1] else "C"
+    return "F" if slab.ndim == 2 and min(slab.shape) > 1 and \
+        abs(slab.strides[0]) < abs(slab.strides[1]) else "C"
 
 
 def _dma(buf, slab, stream):

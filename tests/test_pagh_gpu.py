@@ -430,47 +430,6 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
         both(pagh_mm.compress_gram, (x,), dict(buckets=b, reps=3, seed=9, dtype=dtype))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fused_kernel_keeps_a_in_shared_memory_or_the_output_row_with_the_same_bits(dtype,
-                                                                                  monkeypatch):
-    """The one-block kernels of the most buckets per block keep half of A's last round in
-    shared memory where the device allows the 64 KiB beside the buffer (an H100), else all of
-    it in the block's output row (kernels.FUSED_AWAIT_SHARED off, or an A100): the CPU's
-    bits either way, by position and in key order, inner dimensions that fill no group."""
-    cp = _cp()
-    from fwht_gpu import gpu
-    from pagh_mm.cuda import kernels
-    name = "float" if dtype == "float32" else "double"
-    lb = kernels.FUSED_MAX_LOG2B[name]
-    if kernels._cluster_log(lb, dtype)[1]:
-        pytest.skip("one block does not hold the most buckets on this GPU")
-    room = kernels.fused_await_bytes(lb, name, False, kernels._fused_smem(lb, name),
-                                     gpu.limits().smem_per_block)
-    rng = np.random.default_rng(21)
-    launched = []
-    function = kernels.FUSED.function
-
-    def spy(nm, smem_bytes=0, cluster_blocks=0):
-        launched.append((nm, smem_bytes))
-        return function(nm, smem_bytes, cluster_blocks)
-    monkeypatch.setattr(kernels.FUSED, "function", spy)
-    for shared in (True, False):
-        monkeypatch.setattr(kernels, "FUSED_AWAIT_SHARED", shared)
-        limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << lb))
-        for m, inner, p in ((300, 5, 200), (limit + 1, 3, 40)):     # A in key order, by position
-            A = rng.standard_normal((m, inner))
-            B = rng.standard_normal((inner, p))
-            A[:, 1] = np.round(A[:, 1] * 4)
-            for family in FAMILIES:
-                kw = dict(buckets=1 << lb, reps=3, seed=5, dtype=dtype, hash=family)
-                want = pagh_mm.compress(A, B, **kw).sketch
-                launched.clear()
-                got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), **kw)
-                assert got.sketch.get().tobytes() == want.tobytes(), (shared, m, family)
-                smem = {b for nm, b in launched if nm.startswith("fused_dense_terms")}
-                assert smem == {kernels._fused_smem(lb, name) + (room if shared else 0)}
-
-
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     """Buckets beyond one block's shared memory (thread-block clusters of 4, 8 and 16 blocks,

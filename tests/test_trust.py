@@ -563,10 +563,8 @@ def test_fused_kernel_constants_match_its_source():
     """fused.cu's constants are the host's: the key codes' and slow lists' bits
     (pagh_mm.sketch), RegLogVpt (kernels.FUSED_REG_LOG_VPT), and the kernels above it, whose
     bits fixed_logb fixes at log2(values per thread) + 10, are launched with 1024 threads for
-    exactly those bucket counts; the Stage's bytes, after which half of those kernels' A
-    values wait in shared memory where the device has room (kernels.fused_await_bytes)."""
+    exactly those bucket counts."""
     import re
-    from fwht_gpu.cuda.device import A100, H100
     from pagh_mm import sketch
     from pagh_mm.cuda import kernels
     src = open(kernels.FUSED.path).read()
@@ -587,20 +585,6 @@ def test_fused_kernel_constants_match_its_source():
                 assert log2b == v + 10 and (1 << log2b) >> v == 1024
                 top += 1
         assert top == kernels.FUSED_LOG_VPT[name] - reg   # the largest kernels exist
-    # the Stage's bytes (A's values in shared memory start after it) and their room: half of
-    # A's last round of the largest kernels beside their buffer on an H100, none on an A100
-    chunk = int(re.search(r"constexpr int CHUNK = (\d+);", src).group(1))
-    assert "constexpr int STAGE_BYTES = CHUNK * 12 + 32;" in src
-    assert kernels.FUSED_STAGE_BYTES == chunk * 12 + 32
-    assert "if (dyn >= at + (VPT / 2) * threads * (unsigned)sizeof(T))" in src
-    for name in ("float", "double"):
-        top = kernels.FUSED_MAX_LOG2B[name]
-        for log2b in range(1, top + 1):
-            smem = kernels._fused_smem(log2b, name)
-            want = 65536 if log2b == top else 0
-            assert kernels.fused_await_bytes(log2b, name, False, smem, H100.smem_per_block) == want
-            assert kernels.fused_await_bytes(log2b, name, True, smem, H100.smem_per_block) == 0
-            assert kernels.fused_await_bytes(log2b, name, False, smem, A100.smem_per_block) == 0
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # 0 x inf

@@ -46,9 +46,6 @@ __device__ __forceinline__ int round_index(int q, int lo, int r, int threads) {
 
 // Values of one chunk of the bucket-sorted key list in shared memory (see sketch()).
 constexpr int CHUNK = 2048;
-// Bytes of the Stage in shared memory (CHUNK doubles, CHUNK ints, 2 doubles, 16-byte
-// alignment): kernels.FUSED_STAGE_BYTES.
-constexpr int STAGE_BYTES = CHUNK * 12 + 32;
 struct Stage {
     double* val;       // CHUNK signed values s(i) x_i
     int* bucket;       // CHUNK buckets
@@ -343,9 +340,8 @@ __device__ __forceinline__ void transform(T* buf, T* v, int logb, int threads)
 
 // log2 of the values per thread that A's and B's last rounds keep in registers side by side
 // (1024 threads: 64 registers each).  Above it (b = 2^15 FP32, 2^14 FP64) a product's A
-// values wait in shared memory (half of them, where the launch gives room) and the block's
-// own output row (written only at the block's end) instead, and B's transform reuses the
-// registers: the same values, the same bits.
+// values wait in the block's own output row instead (written only at the block's end), and
+// B's transform reuses the registers: the same values, the same bits.
 template <typename T> struct RegLogVpt;
 template <> struct RegLogVpt<float> { static constexpr int value = 4; };
 template <> struct RegLogVpt<double> { static constexpr int value = 3; };
@@ -377,8 +373,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
                                      const unsigned* __restrict__ cb,
                                      const int* __restrict__ fpb, const int* __restrict__ slb,
                                      const int* __restrict__ spb,
-                                     const unsigned* __restrict__ skb, i64 k, int t, int logb,
-                                     T* aw)
+                                     const unsigned* __restrict__ skb, i64 k, int t, int logb)
 {
     constexpr int VPT = 1 << LOG_VPT;
     constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
@@ -395,33 +390,16 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
         return;
     }
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT, rl = logb - last;
-    if (SPILL) {            // A's values to shared memory (aw: the first AW) and the output row
-        constexpr int AW = SPILL ? VPT / 2 : 0;
-        const int tid = (int)threadIdx.x;
-        if (aw) {       // (two unrolled loops each way: every register index a constant)
+    if (SPILL) {                                          // A's values to the output row
 #pragma unroll
-            for (int q = 0; q < AW; ++q) aw[q * threads + tid] = v[q];
-#pragma unroll
-            for (int q = AW; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
-        } else {
-#pragma unroll
-            for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
-        }
+        for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
         __syncthreads();                                  // A's last round is read
         sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb,
                                 spb, skb, k, t, b);
         transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
-        if (aw) {                                         // each thread reads what it wrote
 #pragma unroll
-            for (int q = 0; q < AW; ++q) v[q] = Mul<T>::mul(aw[q * threads + tid], v[q]);
-#pragma unroll
-            for (int q = AW; q < VPT; ++q)
-                v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);
-        } else {
-#pragma unroll
-            for (int q = 0; q < VPT; ++q)
-                v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);
-        }
+        for (int q = 0; q < VPT; ++q)                     // each thread reads what it wrote
+            v[q] = Mul<T>::mul(o[round_index<VPT>(q, last, rl, threads)], v[q]);
         return;
     }
     T fb[SPILL ? 1 : VPT];
@@ -476,10 +454,7 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
-// then the sketch's Stage (STAGE_BYTES), then, in the products above RegLogVpt where the
-// launch gives room for them (kernels.fused_await_bytes: 64 KiB on an H100), the first
-// VPT / 2 of A's last-round values of each thread (aw; the rest wait in the output row,
-// all of them without the room: the same values, so the same bits).  Each factor: its keys'
+// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
 // bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
 // order, its key count n_a and codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow
 // buckets sla, their key lists' bounds spa and entries ska; null, and n_a 0: the sketch by
@@ -516,16 +491,6 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
     const int last = ((logb - 1) / LOG_VPT) * LOG_VPT;     // the last round's first bit
     const int rl = logb - last;
     T* o = out + (g * d + t) * (i64)b;
-    // A's first VPT / 2 values per thread wait in shared memory after the Stage when the
-    // launch gave room for them (kernels.fused_await_bytes), the rest in the output row
-    T* aw = nullptr;
-    if constexpr (LOG_VPT > RegLogVpt<T>::value && !GRAM) {
-        unsigned dyn;
-        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-        const unsigned at = (unsigned)((((1 + shared_slots) * span * sizeof(T)) + 15) & ~(size_t)15) + STAGE_BYTES;
-        if (dyn >= at + (VPT / 2) * threads * (unsigned)sizeof(T))
-            aw = reinterpret_cast<T*>(smem_raw + at);
-    }
     // element idx of the pending node of ``level``: in shared memory or in the block's rows
     auto slot = [&](int level, int idx) -> T& {
         return slots ? slots[((i64)blockIdx.x * LOG_G + level) * b + idx]
@@ -539,7 +504,7 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
         [&](int i) {
             term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
                                       fpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
-                                      cb, fpb, slb, spb, skb, first + i, t, logb, aw);
+                                      cb, fpb, slb, spb, skb, first + i, t, logb);
         },
         [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll

@@ -637,27 +637,6 @@ def fused_log_vpt(log2b: int, name: str) -> int:
     return min(log2b, max(FUSED_REG_LOG_VPT[name], log2b - 10))
 
 
-#: Whether the products of the most buckets per block (FP32 2^15, FP64 2^14: A's values
-#: beyond a thread's registers) keep half of A's last-round values in shared memory beside
-#: the buffer and the Stage where the device allows the 64 KiB (H100: 225 of 227 KiB), the
-#: other half in the block's output row; everything in the output row otherwise (A100).
-#: The same values, so the same bits.
-FUSED_AWAIT_SHARED = True
-
-
-def fused_await_bytes(log2b: int, name: str, gram: bool, smem: int, limit: int) -> int:
-    """Bytes of shared memory ``fused_dense_terms`` for 2^log2b buckets of C type ``name``
-    takes beyond ``smem`` for half of A's last-round values (fused.cu's ``aw``): VPT / 2
-    values of each of the 1024 threads, where A's values do not stay in registers
-    (FUSED_REG_LOG_VPT), the product is not a Gram one and ``smem`` plus them is within
-    ``limit`` (the device's bytes per block); else 0."""
-    log_vpt = fused_log_vpt(log2b, name)
-    if not FUSED_AWAIT_SHARED or gram or log_vpt <= FUSED_REG_LOG_VPT[name]:
-        return 0
-    size = (1 << (log_vpt - 1)) * 1024 * (4 if name == "float" else 8)
-    return size if smem + size <= limit else 0
-
-
 def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int = 0):
     """(ceil(nb / 2^log_g), d, b) nodes of the pairwise tree (``pagh_mm.reduction``) over the
     Hadamard-domain terms FWHT(P_t a_k) * FWHT(P_t b_k) (``VB`` None: a Gram product,
@@ -690,8 +669,6 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         log_vpt = fused_log_vpt(log2b, t_name)
         shared = _slots_shared(log2b, dtype, log_g)
         smem = _fused_smem(log2b, t_name, log_g if shared else 0)
-        smem += fused_await_bytes(log2b, t_name, gram, smem,
-                                  limits(cupy().cuda.Device().id).smem_per_block)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g}>", smem)
     slots = None if shared or log_g == 0 else cp.empty((groups * d, log_g, b), dtype=dtype)
