@@ -18,12 +18,14 @@ from .reduction import row_sums
 
 #: Times a certified query may rebuild an automatically sized sketch with more buckets.
 REGROWTHS = 6
-#: The most one rebuild multiplies the buckets by.  A search on a noisy sketch sizes from the
-#: k-th largest exact value it has found, a lower bound of the true one, so it may ask for
+#: The most one rebuild multiplies the buckets by when the search's ask rests on a k-th
+#: value that does not clear its own margin.  A search on a noisy sketch sizes from the k-th
+#: largest exact value it has found, a lower bound of the true one, so it may ask for
 #: (true / found)^2 too many buckets (a 300 x 40 x 200 product with three planted entries:
 #: 2^21-2^22 buckets asked for from 1024, where 2^16-2^17 certify); at most 16x per rebuild,
 #: each rebuilt sketch searched again, the buckets stay within 16x of what certifies and the
-#: rebuilds cost at most 1/15 more than the last one.
+#: rebuilds cost at most 1/15 more than the last one.  An ask from a threshold or from a
+#: k-th value above its margin (found entries that stand out of the noise) is taken whole.
 GROWTH = 16
 #: What a rebuilt sketch's reason says when its bit sketches did not fit.
 DROPPED = " without bit sketches (they did not fit)"
@@ -190,11 +192,12 @@ class CompressedProduct:
     def _certified(self, run):
         """``run()``, a certified search; when it reports that more buckets are needed and
         this sketch was sized automatically from its factors, the sketch is rebuilt with the
-        buckets it names, at most GROWTH times as many (within the memory available; without
-        its bit sketches when only that fits, the searches then scan) and the search
-        repeated, up to REGROWTHS times (a search on too small a sketch may under- or
-        overestimate what it needs); when it reports that
-        the rounding of transforms the rule narrowed to float32 is too large, the same in
+        buckets it names, at most GROWTH times as many unless the ask rests on a cut that
+        clears its margin (advice[3]), within the memory available (without its bit
+        sketches when only that fits, the searches then scan), and the search repeated, up
+        to REGROWTHS times (a search on too small a sketch may under- or overestimate what
+        it needs); when it reports that the rounding of transforms the rule narrowed to
+        float32 is too large, the same in
         float64."""
         out = run()
         for _ in range(REGROWTHS):
@@ -206,6 +209,8 @@ class CompressedProduct:
                     not self.chosen.reason.startswith("auto"):
                 return out
             A, B = self.factors[0]
+            grow = None if wider else advice[2] if len(advice) > 3 and advice[3] else \
+                min(advice[2], GROWTH * self.buckets)
             if self.recompress is not None:
                 compress = self.recompress          # the way it was made (devices, chunks)
             elif is_dask(A):
@@ -217,8 +222,7 @@ class CompressedProduct:
             # with the bit sketches if they fit, else without them: the scan certifies alone
             for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:
-                    new = compress(A, B, buckets=self.buckets if wider else
-                                   min(advice[2], GROWTH * self.buckets),
+                    new = compress(A, B, buckets=self.buckets if wider else grow,
                                    reps=self.reps, seed=self.params.seed, method=self.method,
                                    dtype=np.float64 if wider else self.dtype_object(),
                                    algorithm=self.algorithm,

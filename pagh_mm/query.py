@@ -956,8 +956,12 @@ def _advice(cp, target, tau, sigma, lam, candidates, left, rounds, rnd, crowded=
                     "threshold, a smaller k; or compute them exactly), or this sketch is too "
                     f"noisy to find them (compress with more buckets, e.g. buckets={more}; "
                     f"now {cp.buckets})", None)
+        # whether the ask rests on a cut that clears its own margin (a threshold, or a k-th
+        # exact value standing out of the noise), else on values that may be far below the
+        # true ones (pagh_mm.compressed.GROWTH)
+        sound = target.k is None or tau > lam * sigma + rho
         return ("buckets", f"{noise}: compress with buckets={want} or more (now {cp.buckets})",
-                want)
+                want, sound)
     if left <= 0:
         return ("candidates", f"raise candidates= (now {candidates}; all were verified)", None)
     return ("rounds", f"raise rounds= (now {rounds})", None)

@@ -379,6 +379,17 @@ def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
     asked.clear()
     assert sk._certified(greedy)[1]
     assert asked == [first, g * first, g * g * first] and sk.buckets == g * g * first
+    # an ask resting on a cut that clears its margin (advice[3]) is taken whole
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+
+    def sound():
+        asked.append(sk.buckets)
+        if len(asked) < 2:
+            return [], False, 0.0, 1.0, ("buckets", "more", 4 * g * sk.buckets, True)
+        return [], True, 0.0, 1.0, None
+    asked.clear()
+    assert sk._certified(sound)[1]
+    assert asked == [first, 4 * g * first] and sk.buckets == 4 * g * first
 
 
 def test_an_auto_sketch_grows_no_more_than_the_certificate_needs():
