@@ -461,11 +461,16 @@ def test_advice_beyond_the_largest_sketch_says_the_entries_do_not_stand_out():
     from pagh_mm import certificate, query
     from pagh_mm.matmul import MAX_LOG2B
     cp = SimpleNamespace(buckets=1 << 20)
-    target = SimpleNamespace(by="abs")
+    target = SimpleNamespace(by="abs", k=3)
     kind, text, want = query._advice(cp, target, 1e-3, 1.0, 14.0, 100, 10, 3, 1)
     assert kind == "noise" and want is None
     assert f"2**{MAX_LOG2B}" in text and "do not stand out" in text
     assert f"buckets={16 << 20}" in text                  # or the sketch is too noisy
-    kind, text, want = query._advice(cp, target, 17.0, 1.0, 14.0, 100, 10, 3, 1)
+    kind, text, want, sound = query._advice(cp, target, 17.0, 1.0, 14.0, 100, 10, 3, 1)
     assert kind == "buckets" and want == certificate.buckets_for(1 << 20, 1.0, 17.0, 14.0)
-    assert f"buckets={want}" in text
+    assert f"buckets={want}" in text and sound          # the cut clears its margin (14)
+    # a cut inside its margin: the ask may rest on noise (an automatic sketch grows GROWTH
+    # times at most); a threshold's ask is sound whatever the noise
+    assert query._advice(cp, target, 12.0, 1.0, 14.0, 100, 10, 3, 1)[3] is False
+    assert query._advice(cp, SimpleNamespace(by="abs", k=None), 12.0, 1.0, 14.0, 100, 10, 3,
+                         1)[3] is True
