@@ -373,12 +373,12 @@ def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
 
     def greedy():
         asked.append(sk.buckets)
-        if len(asked) < 3:
+        if len(asked) < 2:
             return [], False, 0.0, 1.0, ("buckets", "more", 1000 * g * sk.buckets)
         return [], True, 0.0, 1.0, None
     asked.clear()
     assert sk._certified(greedy)[1]
-    assert asked == [first, g * first, g * g * first] and sk.buckets == g * g * first
+    assert asked == [first, g * first] and sk.buckets == g * first
     # an ask resting on a cut that clears its margin (advice[3]) is taken whole
     sk = pagh_mm.compress(A, B, k=5, seed=3)
 
@@ -395,8 +395,8 @@ def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
 def test_an_auto_sketch_grows_no_more_than_the_certificate_needs():
     """A noisy first sketch finds a k-th value far below the true one and asks for
     (true / found)^2 too many buckets (here 2^22 from 1024, where 2^16 certify); growing at
-    most GROWTH times per rebuild, each sketch searched again, ends within a factor 2 of the
-    fewest buckets that certify."""
+    most GROWTH times per rebuild, each sketch searched again, ends near the fewest buckets
+    that certify."""
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((300, 40)), rng.standard_normal((40, 200))
     for r, c in ((5, 7), (100, 150), (250, 20)):
