@@ -191,9 +191,7 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         row["host_copy_floor_s"] = t_copy
         print(f"    copying the slabs into pinned memory ({stream.COPY_THREADS} threads): "
               f"{t_copy:.3f} s ({nbytes / t_copy / 1e9:.1f} GB/s)", flush=True)
-        pA = cupyx.empty_pinned(A.shape, A.dtype,
-                                order="F" if A.flags.f_contiguous and not A.flags.c_contiguous
-                                else "C")            # the layout of A kept
+        pA = cupyx.empty_pinned(A.shape, A.dtype, order=stream._staging_order(A))
         pB = cupyx.empty_pinned(B.shape, B.dtype)
         pA[...] = A
         pB[...] = B

@@ -212,7 +212,7 @@ class CompressedProduct:
                     not self.chosen.reason.startswith("auto"):
                 return out
             A, B = self.factors[0]
-            grow = None if wider else advice[2] if len(advice) > 3 and advice[3] else \
+            grow = self.buckets if wider else advice[2] if len(advice) > 3 and advice[3] else \
                 min(advice[2], GROWTH * self.buckets)
             if self.recompress is not None:
                 compress = self.recompress          # the way it was made (devices, chunks)
@@ -225,7 +225,7 @@ class CompressedProduct:
             # with the bit sketches if they fit, else without them: the scan certifies alone
             for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:
-                    new = compress(A, B, buckets=self.buckets if wider else grow,
+                    new = compress(A, B, buckets=grow,
                                    reps=self.reps, seed=self.params.seed, method=self.method,
                                    dtype=np.float64 if wider else self.dtype_object(),
                                    algorithm=self.algorithm,
