@@ -43,6 +43,14 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``noawait`` (an ablation: A's transform not kept for the product, which squares B's),
   ``outcs`` (the nodes written with streaming stores), ``onekeyg2`` / ``onekeyg8`` (the one-key
   loop's keys in flight per thread: 4 in the library);
+* ``loggN`` (``logg3``): not an ablation: N levels of the tree summed in a block whose pending
+  nodes are in device memory (``kernels.FUSED_GLOBAL_LOG_G``; the same bits);
+* ``discard``: not an ablation: those pending nodes' lines dropped from L2 once read
+  (``discard.global.L2``: no write-back of dead rows; the same bits; only the kernels of the
+  most buckets per block);
+* ``codesna`` / ``codescs`` / ``listsna``: not ablations: the one-key loop's codes loaded
+  without allocating in L1 or as streaming loads, the slow buckets' lists without L1 (so that
+  the column keeps the L1 for the slow buckets' gathers; the same bits);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -122,6 +130,44 @@ ONEKEY_LOAD = ('            cu[g] = i < i_hi ? c[i] : CODE_SLOW;\n            if
 SLOW_GE = "    constexpr int G = 2, E = 2;\n"
 SLOW_LOOP = "    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {"
 
+#: group_tree's reads of a pending node (the merge loop's and the final loop's).
+MERGE_READ = """            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+            have &= ~(1 << level);
+"""
+FINAL_READ = """        if (have & (1 << level)) {
+#pragma unroll
+            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
+"""
+#: Drops the lines of a warp's values of a row in device memory from L2 (their contents
+#: undefined, never written back); p0: the thread's element at(0) = row + threadIdx.x.
+DISCARD_ROW = """template <typename T, int VPT>
+__device__ __forceinline__ void discard_row(T* p0)
+{
+    if (!__isGlobal(p0)) return;
+    __syncwarp();
+    constexpr int LINES = 32 * (int)sizeof(T) / 128, PER = 128 / (int)sizeof(T);
+    const int lane = threadIdx.x & 31;
+    if (lane < VPT * LINES) {
+        T* line = p0 - lane + (lane / LINES) * 1024 + (lane % LINES) * PER;
+        asm volatile("discard.global.L2 [%0], 128;" :: "l"(line) : "memory");
+    }
+}
+
+"""
+#: The one-key loop's code load, the slow buckets' head, and a load that skips L1.
+ONEKEY_CODE = "            cu[g] = in ? c[i] : CODE_SLOW;\n"
+ONEKEY_HEAD = "template <typename T, typename S, typename Store>\n__device__ __forceinline__ void one_key_buckets("
+LD_NO_L1 = """#ifndef LD_NO_L1
+#define LD_NO_L1
+__device__ __forceinline__ unsigned ld_no_l1(const unsigned* p)
+{
+    unsigned v;
+    asm volatile("ld.global.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+#endif
+
+"""
 
 PATCHES = {
     "nosketch": [(
@@ -184,6 +230,24 @@ PATCHES = {
     **{f"onekeyg{g}": [("    constexpr int G = 4;\n    const int step = blockDim.x;\n    for (int i0 = i_lo",
                         f"    constexpr int G = {g};\n    const int step = blockDim.x;\n    for (int i0 = i_lo")]
        for g in (2, 8)},
+    # session 39: the tree's pending rows in device memory dropped from L2 once read (no
+    # write-back of dead lines; the kernels of the most buckets per block only: their
+    # register q holds element tid + 1024 q' of a permutation q' of q)
+    "discard": [(MERGE_READ, MERGE_READ + "            discard_row<T, VPT>(&slot(level, at(0)));\n"),
+                (FINAL_READ, FINAL_READ + "            discard_row<T, VPT>(&slot(level, at(0)));\n"),
+                ("template <typename T, int VPT, int LOG_G, typename Term, typename At, typename Slot>\n",
+                 DISCARD_ROW + "template <typename T, int VPT, int LOG_G, typename Term, typename At, typename Slot>\n")],
+    # session 39: the one-key loop's codes (read once per term) loaded without allocating in
+    # L1 (``ld.global.L1::no_allocate``) or as streaming loads (``__ldcs``), so that the column
+    # x keeps the L1 for the slow buckets' gathers; ``listsna``: the slow buckets' lists so too
+    "codesna": [(ONEKEY_CODE, ONEKEY_CODE.replace("c[i]", "ld_no_l1(c + i)")),
+                (ONEKEY_HEAD, LD_NO_L1 + ONEKEY_HEAD)],
+    "codescs": [(ONEKEY_CODE, ONEKEY_CODE.replace("c[i]", "__ldcs(c + i)"))],
+    "listsna": [("skey[q[g] + j]", "ld_no_l1(skey + q[g] + j)"),
+                ("w[g] = in ? slow[r] : 0;", "w[g] = in ? (int)ld_no_l1((const unsigned*)slow + r) : 0;"),
+                ("q[g] = in ? sptr[r] : 0;", "q[g] = in ? (int)ld_no_l1((const unsigned*)sptr + r) : 0;"),
+                ("qe[g] = in ? sptr[r + 1] : 0;", "qe[g] = in ? (int)ld_no_l1((const unsigned*)sptr + r + 1) : 0;"),
+                (ONEKEY_HEAD, LD_NO_L1 + ONEKEY_HEAD)],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
@@ -212,6 +276,15 @@ def module_for(variant: str) -> KernelModule:
                 src = src.replace(old, new)
     mod.__dict__["source"] = src
     return mod
+
+
+def use_log_g(variant: str, default: int) -> None:
+    """``kernels.FUSED_GLOBAL_LOG_G`` of a ``loggN`` variant (levels of the tree summed in a
+    block whose pending nodes are in device memory; else the library's ``default``)."""
+    kernels.FUSED_GLOBAL_LOG_G = default
+    for part in variant.split("+"):
+        if part.startswith("logg"):
+            kernels.FUSED_GLOBAL_LOG_G = int(part[4:])
 
 
 def use_shape(variant: str, cluster_log) -> None:
@@ -269,6 +342,7 @@ def main(argv=None) -> int:
     print(f"compiled {len(names)} kernels x {len(a.variants)} variants in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
+    default_log_g = kernels.FUSED_GLOBAL_LOG_G
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
     for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
         base = None
@@ -278,7 +352,8 @@ def main(argv=None) -> int:
         for v in a.variants:
             kernels.FUSED = modules[v]
             use_shape(v, cluster_log)
-            ts, tot = [], []
+            use_log_g(v, default_log_g)
+            ts, tot, acc = [], [], []
             out = None
             for i in range(a.repeats + 1):
                 prof = {}
@@ -291,6 +366,7 @@ def main(argv=None) -> int:
                 cp.cuda.Device().synchronize()
                 if i:                                     # the first run warms up
                     ts.append(prof["fused"])
+                    acc.append(prof.get("accumulate", 0.0))
                     tot.append(time.perf_counter() - t1)
             t = statistics.median(ts)
             base = t if v == "base" else base
@@ -300,7 +376,7 @@ def main(argv=None) -> int:
                 bool(cp.array_equal(out.view(cp.uint8), ref.view(cp.uint8)))     # bits
             rel = f"  {t / base:5.2f}x base, saves {base - t:7.4f} s" if base else ""
             print(f"n={a.n} {dt} b=2^{lb} d={r} load {load}: "
-                  f"{v:28} fused {t:8.4f} s  total "
+                  f"{v:28} fused {t:8.4f} s  accumulate {statistics.median(acc):7.4f} s  total "
                   f"{statistics.median(tot):8.4f} s{rel}  same bits as base {same}", flush=True)
             fused = {nm: sm for nm, sm in modules[v].launched.items() if "terms" in nm}
             print("    launched: " + ", ".join(f"{nm} ({sm} bytes of shared memory)"
@@ -309,10 +385,12 @@ def main(argv=None) -> int:
             rows.append({"n": a.n, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
                          "launched": fused,
                          "key_order_max_load": kernels.FUSED_KEY_ORDER_MAX_LOAD,
-                         "fused_s": t, "fused_runs_s": ts, "total_s": statistics.median(tot),
+                         "fused_s": t, "fused_runs_s": ts,
+                         "accumulate_s": statistics.median(acc), "total_s": statistics.median(tot),
                          "same_bits_as_base": same})
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
+    kernels.FUSED_GLOBAL_LOG_G = default_log_g
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
     kernels._cluster_log = cluster_log
     if a.json:
