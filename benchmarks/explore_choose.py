@@ -49,18 +49,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, action="append", required=True)
     ap.add_argument("--dtype", action="append", choices=("fp64", "fp32"))
+    ap.add_argument("--order", action="append", choices=("C", "F"),
+                    help="the factors' memory order (default C; both: --order C --order F)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     a = ap.parse_args()
     be = gpu()
     cp = be.xp
     rows_out = []
-    for n in a.n:
-        for name in a.dtype or ["fp64", "fp32"]:
+    for n, name, order in ((n, name, order) for n in a.n for name in a.dtype or ["fp64", "fp32"]
+                           for order in a.order or ["C"]):
+        if True:
             dt = np.float64 if name == "fp64" else np.float32
             data = synthetic.planted_product(n, 300, seed=n, dtype=dt, xp=cp)
             A, B = data.A, data.B
-            row = {"n": n, "dtype": name}
+            if order == "F":
+                A, B = cp.asfortranarray(A), cp.asfortranarray(B)
+            row = {"n": n, "dtype": name, "order": order}
             t, _ = timed(be, lambda: auto.frobenius_sketch(A, B, be, 7), a.repeats)
             row["frobenius_sketch_s"] = t
             params = auto._jl_params(7)

@@ -33,7 +33,7 @@ import numpy as np
 from fwht_gpu import memory
 
 from . import certificate, hashing
-from .backend import is_sparse, on_gpu
+from .backend import is_sparse
 
 AUTO = "auto"
 DEFAULT_REPS = 5
@@ -140,9 +140,9 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     dense = [s for s in sides if not s.sparse]
     need = 16 * rows * min(size, max(n, 1)) + sum(BYTES_PER_VALUE * s.most(size) for s in sides) \
         + (DENSE_CHUNK_BYTES if dense else 0)
-    if dense and be.gpu:        # _dense_sketch_gpu's key block of G and its product's temporary
-        need += 8 * rows * (min(KEY_BLOCK, max(s.M.shape[0] if s.which == 1 else s.M.shape[1]
-                                               for s in dense)) + min(size, max(n, 1)))
+    if dense and be.gpu:        # _dense_sketch_gpu's CSR of G or H (and its sort) and its output
+        need += 48 * max(s.M.shape[0] if s.which == 1 else s.M.shape[1] for s in dense) + \
+            8 * rows * min(size, max(n, 1))
     memory.check(need, "the ||AB||_F estimate behind automatic buckets",
                  "pass buckets= (the estimate only sizes automatic buckets) or free memory",
                  device=be.name)
@@ -174,6 +174,8 @@ class _JLSide:
         self.sign = hashing.sign_table(params, which, at, xp)[0]
         if not self.sparse and not be.gpu:
             self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
+        if not self.sparse and be.gpu:  # G or H in CSR form: each row's keys in order
+            self.csr = _csr(self.row, self.sign, self.rows, xp)
 
     def most(self, size: int) -> int:
         """Most stored values of an aligned chunk of ``size`` inner indices (0: dense); the
@@ -182,9 +184,9 @@ class _JLSide:
 
     def block(self, k0: int, k1: int):
         xp, nb = self.be.xp, k1 - k0
-        if not self.sparse and self.be.gpu:     # by cuBLAS, dense +-1 blocks of G or H
+        if not self.sparse and self.be.gpu:     # scatter_dense, the CPU's order
             return _dense_sketch_gpu(self.M[:, k0:k1].T if self.which == 1 else self.M[k0:k1],
-                                     self.row, self.sign, self.rows, xp)
+                                     self.csr, self.rows, xp)
         if not self.sparse:             # G A[:, k0:k1] or H B[k0:k1].T, transposed
             M = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
             return _times_dense(self.G, M, xp).T
@@ -202,36 +204,52 @@ class _JLSide:
         return out.astype(np.float64, copy=False).reshape(nb, self.rows)
 
 
-#: Bytes of a dense factor converted to float64 at a time by :func:`frobenius_estimate`.
+#: Bytes of a dense factor converted to float64 (or, on the GPU, copied) at a time by
+#: :func:`frobenius_estimate`.
 DENSE_CHUNK_BYTES = 1 << 28
-#: Keys of one dense block of G or H on the GPU (rows x KEY_BLOCK float64: 64 MiB at 64 rows).
-KEY_BLOCK = 1 << 17
 
 
-def _dense_sketch_gpu(X, row, sign, rows: int, xp):
+def _csr(row, sign, rows: int, xp):
+    """(indptr, keys, signs, skey) of the Count-Sketch (key i: ``sign[i]`` in row ``row[i]``)
+    in CSR form, each row's keys increasing (SciPy's CSR of the CPU's route); ``skey``: the
+    keys as uint32 with bit 31 set where the sign is -1 (None from 2**31 keys on)."""
+    keys = row.shape[0]
+    it = xp.int32 if rows * keys < 1 << 31 else xp.int64      # (a shorter sort key)
+    order = xp.argsort(row.astype(it) * it(keys) + xp.arange(keys, dtype=it))
+    counts = xp.bincount(row.astype(xp.int64), minlength=rows)
+    indptr = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(counts, dtype=xp.int64)])
+    sgn = sign[order].astype(xp.float64)
+    skey = None if keys >= 1 << 31 else \
+        order.astype(xp.uint32) | (sgn < 0).astype(xp.uint32) << xp.uint32(31)
+    return indptr, order.astype(xp.int64), sgn, skey
+
+
+def _dense_sketch_gpu(X, csr, rows: int, xp):
     """(nb, rows) float64: X (nb x keys, a view of the factor) times the Count-Sketch's
-    transpose (key i: ``sign[i]`` in column ``row[i]``), by float64 GEMMs with dense blocks of
-    at most KEY_BLOCK keys.  A float64 GPU factor whose view is contiguous (and has at most
-    KEY_BLOCK keys when C-ordered) is read in place; otherwise each key block goes in pieces of
-    DENSE_CHUNK_BYTES along nb, copied (and converted) in the factor's memory order.  H100, n =
-    32768 float64: 3.2 ms per factor against 10-36 ms for the sparse product of the CPU's route
-    (the same sums up to their order: a relative 1e-15)."""
+    transpose, each row's sum 0.0 plus its keys' signed values in increasing key order (the
+    CPU's SciPy CSR product's order: the same bits), read in place where X is float32 or
+    float64 with either axis contiguous: ``scatter.cu``'s scatter_dense where consecutive
+    vectors are adjacent (a C-ordered A, an F-ordered B), scatter_keys where each vector's keys
+    are (an F-ordered A, a C-ordered B).  Other factors go DENSE_CHUNK_BYTES of vectors at a
+    time, copied to float64 with adjacent vectors.  H100, n = 32768, per factor: float64
+    3.1-3.5 ms, float32 2.1-2.7 ms, against 3.5-3.7 and 9.2-9.5 ms for the float64 GEMMs with
+    dense +-1 blocks of the route before (whose float32 factors went through float64 copies;
+    session 39, ``benchmarks/explore_choose.py``, ``explore_scatter_keys.py``)."""
+    from .cuda import kernels
     nb, keys = X.shape
-    out = xp.zeros((nb, rows), dtype=xp.float64)
-    inplace = X.dtype == xp.float64 and on_gpu(X) and \
-        (X.flags.f_contiguous or (X.flags.c_contiguous and keys <= KEY_BLOCK))
-    by_keys = X.strides[1] > X.strides[0]       # the factor's rows run along nb
-    for r0 in range(0, keys, KEY_BLOCK):
-        r1 = min(keys, r0 + KEY_BLOCK)
-        D = xp.zeros((r1 - r0, rows), dtype=xp.float64)
-        D[xp.arange(r1 - r0), row[r0:r1]] = sign[r0:r1]
-        step = nb if inplace else max(1, DENSE_CHUNK_BYTES // (8 * (r1 - r0)))
-        for c0 in range(0, nb, step):
-            V = X[c0:c0 + step, r0:r1]
-            V = xp.ascontiguousarray(V.T, dtype=xp.float64).T if by_keys else \
-                xp.ascontiguousarray(V, dtype=xp.float64)
-            out[c0:c0 + step] += V @ D
-        D = V = None
+    indptr, order, sgn, skey = csr
+    if X.dtype in (xp.float32, xp.float64):
+        if nb < 2 or X.strides[0] == X.itemsize:
+            return kernels.scatter_dense(X.T, indptr, order, sgn, rows)
+        if (keys < 2 or X.strides[1] == X.itemsize) and skey is not None and \
+                rows <= kernels.SCATTER_KEYS_ROWS:
+            return kernels.scatter_keys(X.T, indptr, skey, rows)
+    out = xp.empty((nb, rows), dtype=xp.float64)
+    step = max(1, DENSE_CHUNK_BYTES // (8 * max(1, keys)))
+    for c0 in range(0, nb, step):
+        W = xp.ascontiguousarray(X[c0:c0 + step].T, dtype=xp.float64)
+        out[c0:c0 + step] = kernels.scatter_dense(W, indptr, order, sgn, rows)
+        del W
     return out
 
 

@@ -394,17 +394,46 @@ def bucket_members(h, b: int):
 
 
 def scatter_dense(X, indptr, keys, sgn, rows: int):
-    """(nb, rows) bucket sums of the float64 vectors X (keys x nb, any strides) through the
-    scatter matrix in CSR form (indptr, keys, sgn): see ``scatter.cu``."""
+    """(nb, rows) float64 bucket sums of the float64 or float32 vectors X (keys x nb, any
+    strides) through the scatter matrix in CSR form (indptr, keys, sgn): see ``scatter.cu``."""
     cp = cupy()
     nb = X.shape[1]
     out = cp.empty((nb, rows), dtype=cp.float64)
     if out.size == 0:
         return out
-    s_key, s_col = (st // 8 for st in X.strides)
-    SCATTER.function("scatter_dense")(
+    if X.dtype not in (cp.float64, cp.float32):
+        raise TypeError(f"scatter_dense takes float64 or float32 vectors, not {X.dtype}")
+    s_key, s_col = (st // X.itemsize for st in X.strides)
+    SCATTER.function("scatter_dense" if X.dtype == cp.float64 else "scatter_dense_f32")(
         (_grid(rows * nb),), (THREADS,),
         (X, np.int64(s_key), np.int64(s_col), np.int64(nb), indptr, keys, sgn, np.int64(rows), out))
+    return out
+
+
+#: Vectors per warp, warps per block and most rows of ``scatter_keys`` (scatter.cu).
+SCATTER_VECS, SCATTER_WARPS, SCATTER_KEYS_ROWS = 2, 8, 64
+
+
+def scatter_keys(X, indptr, skey, rows: int):
+    """(nb, rows) float64 bucket sums of the float64 or float32 vectors X (keys x nb, keys
+    contiguous: unit steps along axis 0) through a scatter matrix of at most 64 rows in CSR
+    form (``indptr``, and ``skey``: uint32 keys in row order, bit 31 where the sign is -1): the
+    sums of :func:`scatter_dense`, bit for bit, for the layout that function reads poorly."""
+    cp = cupy()
+    keys, nb = X.shape
+    out = cp.empty((nb, rows), dtype=cp.float64)
+    if out.size == 0:
+        return out
+    if X.dtype not in (cp.float64, cp.float32) or (keys > 1 and X.strides[0] != X.itemsize) \
+            or rows > SCATTER_KEYS_ROWS or keys >= 1 << 31:
+        raise ValueError("scatter_keys takes float64/float32 vectors with contiguous keys "
+                         f"(fewer than 2**31) and at most {SCATTER_KEYS_ROWS} rows")
+    items = -(-nb // SCATTER_VECS)
+    grid = int(max(1, min(-(-items // SCATTER_WARPS), _grid_cap(cp.cuda.Device().id) * 4)))
+    SCATTER.function("scatter_keys" if X.dtype == cp.float64 else "scatter_keys_f32")(
+        (grid,), (SCATTER_WARPS * 32,),
+        (X, np.int64(X.strides[1] // X.itemsize if nb > 1 else keys), np.int64(nb),
+         np.int64(keys), indptr, skey, np.int32(rows), out))
     return out
 
 

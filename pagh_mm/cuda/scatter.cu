@@ -4,25 +4,163 @@
 // the GPU sketch equals the CPU sketch bit for bit.  The products s(i) x_i are exact.
 typedef long long i64;
 
-// Dense vectors: X (keys x nb) float64 at element strides (s_key, s_col).  The scatter
-// matrix in CSR form: bucket r = t * b + u holds keys[indptr[r] .. indptr[r + 1]) (increasing)
-// with signs sgn.  One thread per (bucket, vector); consecutive threads take consecutive
-// vectors of the same bucket, so a warp reads row segments of X.  out: (nb, rows).
+// Dense vectors: X (keys x nb) float64 or float32 at element strides (s_key, s_col).  The
+// scatter matrix in CSR form: bucket r = t * b + u holds keys[indptr[r] .. indptr[r + 1])
+// (increasing) with signs sgn.  One thread per (bucket, vector); consecutive threads take
+// consecutive vectors of the same bucket, so a warp reads row segments of X (coalesced where
+// s_col = 1).  Each bucket 0.0 plus its keys' values converted to float64 (exact), one at a
+// time in order, SCATTER_AHEAD of them loaded at once.  out: (nb, rows).
+#define SCATTER_AHEAD 8
+template <typename S>
+__device__ __forceinline__ void scatter_dense_rows(const S* __restrict__ X, i64 s_key, i64 s_col,
+                                                   i64 nb, const i64* __restrict__ indptr,
+                                                   const i64* __restrict__ keys,
+                                                   const double* __restrict__ sgn, i64 rows,
+                                                   double* __restrict__ out)
+{
+    const i64 total = rows * nb;
+    for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < total;
+         g += (i64)gridDim.x * blockDim.x) {
+        const i64 r = g / nb, k = g - r * nb;
+        const S* x = X + k * s_col;
+        double s = 0.0;
+        i64 q = indptr[r];
+        const i64 q1 = indptr[r + 1];
+        for (; q + SCATTER_AHEAD <= q1; q += SCATTER_AHEAD) {
+            double v[SCATTER_AHEAD];
+#pragma unroll
+            for (int j = 0; j < SCATTER_AHEAD; ++j) v[j] = (double)x[keys[q + j] * s_key];
+#pragma unroll
+            for (int j = 0; j < SCATTER_AHEAD; ++j) s = __dadd_rn(s, __dmul_rn(sgn[q + j], v[j]));
+        }
+        for (; q < q1; ++q)
+            s = __dadd_rn(s, __dmul_rn(sgn[q], (double)x[keys[q] * s_key]));
+        out[k * rows + r] = s;
+    }
+}
+
 extern "C" __global__ void scatter_dense(const double* __restrict__ X, i64 s_key, i64 s_col,
                                          i64 nb, const i64* __restrict__ indptr,
                                          const i64* __restrict__ keys,
                                          const double* __restrict__ sgn, i64 rows,
                                          double* __restrict__ out)
 {
-    const i64 total = rows * nb;
-    for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < total;
-         g += (i64)gridDim.x * blockDim.x) {
-        const i64 r = g / nb, k = g - r * nb;
-        double s = 0.0;
-        for (i64 q = indptr[r]; q < indptr[r + 1]; ++q)
-            s = __dadd_rn(s, __dmul_rn(sgn[q], X[keys[q] * s_key + k * s_col]));
-        out[k * rows + r] = s;
+    scatter_dense_rows<double>(X, s_key, s_col, nb, indptr, keys, sgn, rows, out);
+}
+
+extern "C" __global__ void scatter_dense_f32(const float* __restrict__ X, i64 s_key, i64 s_col,
+                                             i64 nb, const i64* __restrict__ indptr,
+                                             const i64* __restrict__ keys,
+                                             const double* __restrict__ sgn, i64 rows,
+                                             double* __restrict__ out)
+{
+    scatter_dense_rows<float>(X, s_key, s_col, nb, indptr, keys, sgn, rows, out);
+}
+
+// The same sums for vectors whose keys are contiguous (X[k * s_vec + key]), at most 64
+// rows: one warp per SCATTER_VECS vectors, lane l summing rows l and l + 32 of each.  The
+// keys go SCATTER_CHUNK at a time through the warp's tile in shared memory (read in order,
+// coalesced); each lane then walks its rows' keys of the chunk in increasing order (skey: the
+// CSR's keys in row order, bit 31 set where the sign is -1), adding each value to the row's
+// sum: every row 0.0 plus its keys' signed values in increasing key order, as above.
+#define SCATTER_CHUNK 256
+#define SCATTER_VECS 2
+#define SCATTER_WARPS 8
+#define SCATTER_RUN 8
+// sum[v] += s x_v[key] for the entry e (key, bit 31 the sign's) of the chunk from key c0.
+template <typename S>
+__device__ __forceinline__ void scatter_keys_add(double* sum, const S (*t)[SCATTER_CHUNK],
+                                                 unsigned e, i64 c0)
+{
+    const int at = (int)((e & 0x7fffffffu) - (unsigned)c0);
+    const double sg = (e >> 31) ? -1.0 : 1.0;
+#pragma unroll
+    for (int v = 0; v < SCATTER_VECS; ++v) sum[v] = __dadd_rn(sum[v], __dmul_rn(sg, (double)t[v][at]));
+}
+
+template <typename S>
+__device__ __forceinline__ void scatter_keys_rows(const S* __restrict__ X, i64 s_vec, i64 nb,
+                                                  i64 nkeys, const i64* __restrict__ indptr,
+                                                  const unsigned* __restrict__ skey, int rows,
+                                                  double* __restrict__ out)
+{
+    __shared__ S tile[SCATTER_WARPS][SCATTER_VECS][SCATTER_CHUNK];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    S (*t)[SCATTER_CHUNK] = tile[w];
+    const i64 items = (nb + SCATTER_VECS - 1) / SCATTER_VECS;
+    for (i64 item = (i64)blockIdx.x * SCATTER_WARPS + w; item < items;
+         item += (i64)gridDim.x * SCATTER_WARPS) {
+        const i64 k0 = item * SCATTER_VECS;
+        double sum[2][SCATTER_VECS];
+        i64 p[2], p1[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = lane + 32 * h;
+            p[h] = r < rows ? indptr[r] : 0;
+            p1[h] = r < rows ? indptr[r + 1] : 0;
+#pragma unroll
+            for (int v = 0; v < SCATTER_VECS; ++v) sum[h][v] = 0.0;
+        }
+        for (i64 c0 = 0; c0 < nkeys; c0 += SCATTER_CHUNK) {
+            __syncwarp();                                   // the last chunk's tile is read
+#pragma unroll
+            for (int v = 0; v < SCATTER_VECS; ++v) {
+                const S* x = X + (k0 + v) * s_vec + c0;
+#pragma unroll
+                for (int i = lane; i < SCATTER_CHUNK; i += 32)
+                    if (k0 + v < nb && c0 + i < nkeys) t[v][i] = x[i];
+            }
+            __syncwarp();
+            const unsigned c1 = (unsigned)min(c0 + SCATTER_CHUNK, nkeys);
+            // each row's next SCATTER_RUN entries loaded at once (a row holds about
+            // SCATTER_CHUNK / rows keys of a chunk), then the rest one at a time
+            unsigned e[2][SCATTER_RUN];
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int j = 0; j < SCATTER_RUN; ++j)
+                    e[h][j] = p[h] + j < p1[h] ? skey[p[h] + j] : 0x7fffffffu;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                int used = 0;
+#pragma unroll
+                for (int j = 0; j < SCATTER_RUN; ++j) {
+                    if ((e[h][j] & 0x7fffffffu) >= c1) break;
+                    scatter_keys_add<S>(sum[h], t, e[h][j], c0);
+                    ++used;
+                }
+                p[h] += used;
+                if (used == SCATTER_RUN) {
+                    for (; p[h] < p1[h]; ++p[h]) {
+                        const unsigned u = skey[p[h]];
+                        if ((u & 0x7fffffffu) >= c1) break;
+                        scatter_keys_add<S>(sum[h], t, u, c0);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int v = 0; v < SCATTER_VECS; ++v)
+                if (lane + 32 * h < rows && k0 + v < nb) out[(k0 + v) * rows + lane + 32 * h] = sum[h][v];
     }
+}
+
+extern "C" __global__ void __launch_bounds__(SCATTER_WARPS * 32)
+scatter_keys(const double* __restrict__ X, i64 s_vec, i64 nb, i64 nkeys,
+             const i64* __restrict__ indptr, const unsigned* __restrict__ skey, int rows,
+             double* __restrict__ out)
+{
+    scatter_keys_rows<double>(X, s_vec, nb, nkeys, indptr, skey, rows, out);
+}
+
+extern "C" __global__ void __launch_bounds__(SCATTER_WARPS * 32)
+scatter_keys_f32(const float* __restrict__ X, i64 s_vec, i64 nb, i64 nkeys,
+                 const i64* __restrict__ indptr, const unsigned* __restrict__ skey, int rows,
+                 double* __restrict__ out)
+{
+    scatter_keys_rows<float>(X, s_vec, nb, nkeys, indptr, skey, rows, out);
 }
 
 // Sparse vectors: vector k holds stored values q in [ptr[k], ptr[k + 1]) (keys increasing);
