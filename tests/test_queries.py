@@ -200,6 +200,25 @@ def test_frobenius_sketch_chunks_and_memory(monkeypatch):
         auto.frobenius_estimate(A.toarray(), B.toarray(), be, seed=3)
 
 
+def test_jl_sketch_csr_is_scipys():
+    """The GPU estimate's CSR of G (auto._csr, here on NumPy) is SciPy's: the same row
+    pointers, keys in increasing order within each row and signs, and the keys packed with the
+    sign in bit 31 (scatter_keys'); an empty row and a row of one key included."""
+    be = pagh_mm.backend.cpu()
+    for keys, log2r in ((1000, 6), (5, 3), (1, 1)):
+        side = auto._JLSide(np.ones((keys, 3)), 1, auto._jl_params(keys), log2r, be)
+        indptr, order, sgn, skey = auto._csr(side.row, side.sign, 1 << log2r, np)
+        G = side.G
+        assert np.array_equal(indptr, G.indptr) and np.array_equal(order, G.indices)
+        assert np.array_equal(sgn, G.data.astype(np.float64))
+        assert skey.dtype == np.uint32
+        assert np.array_equal(skey & 0x7FFFFFFF, order) and np.array_equal(skey >> 31, sgn < 0)
+    row = np.array([2, 0, 2, 2], dtype=np.int64)             # rows 1 and 3 empty
+    indptr, order, sgn, _ = auto._csr(row, np.array([1, -1, -1, 1]), 4, np)
+    assert indptr.tolist() == [0, 1, 1, 4, 4] and order.tolist() == [1, 0, 2, 3]
+    assert sgn.tolist() == [-1.0, 1.0, -1.0, 1.0]
+
+
 def test_auto_parameters_are_reported_and_certify():
     A, B = heavy_product(5)
     C = A @ B
