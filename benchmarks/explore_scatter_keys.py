@@ -12,12 +12,15 @@ against the library's (the same bits)."""
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import sys
 
-from fwht_gpu import gpu, provenance
-from fwht_gpu.cuda.modules import KernelModule
-from pagh_mm import auto
-from pagh_mm.cuda import kernels
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _events import event_median  # noqa: E402
+from fwht_gpu import gpu, provenance  # noqa: E402
+from fwht_gpu.cuda.modules import KernelModule  # noqa: E402
+from pagh_mm import auto  # noqa: E402
+from pagh_mm.cuda import kernels  # noqa: E402
 
 LIBRARY = kernels.SCATTER
 
@@ -45,18 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
 
     def timed(f):
-        f()
-        ts = []
-        for _ in range(a.repeats):
-            start.record()
-            f()
-            stop.record()
-            stop.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-        return statistics.median(ts)
+        return event_median(cp, f, a.repeats)
 
     rows = []
     be_params = auto._jl_params(7)

@@ -23,11 +23,14 @@ ptxas (its stack of pending subtrees per column, 4-8 columns per thread) and was
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import sys
 
-from fwht_gpu import gpu, provenance
-from fwht_gpu.cuda.modules import KernelModule
-from pagh_mm.cuda import kernels
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _events import event_median  # noqa: E402
+from fwht_gpu import gpu, provenance  # noqa: E402
+from fwht_gpu.cuda.modules import KernelModule  # noqa: E402
+from pagh_mm.cuda import kernels  # noqa: E402
 
 HEAD = "__global__ void tree_sum_32("
 LOADS = """#pragma unroll
@@ -72,18 +75,9 @@ def main(argv=None) -> int:
     nbytes = nodes.nbytes
     t_name = kernels.C_TYPES[nodes.dtype]
     library, vector = kernels.FUSED, dict(kernels.TREE_VECTOR)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
 
     def timed(f):
-        f()
-        ts = []
-        for _ in range(a.repeats):
-            start.record()
-            f()
-            stop.record()
-            stop.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(start, stop) * 1e-3)
-        return statistics.median(ts)
+        return event_median(cp, f, a.repeats)
 
     rows = []
     read = timed(lambda: nodes.sum(axis=0))

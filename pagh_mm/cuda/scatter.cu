@@ -39,23 +39,18 @@ __device__ __forceinline__ void scatter_dense_rows(const S* __restrict__ X, i64 
     }
 }
 
-extern "C" __global__ void scatter_dense(const double* __restrict__ X, i64 s_key, i64 s_col,
-                                         i64 nb, const i64* __restrict__ indptr,
-                                         const i64* __restrict__ keys,
-                                         const double* __restrict__ sgn, i64 rows,
-                                         double* __restrict__ out)
-{
-    scatter_dense_rows<double>(X, s_key, s_col, nb, indptr, keys, sgn, rows, out);
-}
-
-extern "C" __global__ void scatter_dense_f32(const float* __restrict__ X, i64 s_key, i64 s_col,
-                                             i64 nb, const i64* __restrict__ indptr,
-                                             const i64* __restrict__ keys,
-                                             const double* __restrict__ sgn, i64 rows,
-                                             double* __restrict__ out)
-{
-    scatter_dense_rows<float>(X, s_key, s_col, nb, indptr, keys, sgn, rows, out);
-}
+// The entry points of one float type S each (extern "C": no name expressions).
+#define SCATTER_DENSE(NAME, S)                                                                \
+    extern "C" __global__ void NAME(const S* __restrict__ X, i64 s_key, i64 s_col, i64 nb,    \
+                                    const i64* __restrict__ indptr,                           \
+                                    const i64* __restrict__ keys,                             \
+                                    const double* __restrict__ sgn, i64 rows,                 \
+                                    double* __restrict__ out)                                 \
+    {                                                                                         \
+        scatter_dense_rows<S>(X, s_key, s_col, nb, indptr, keys, sgn, rows, out);             \
+    }
+SCATTER_DENSE(scatter_dense, double)
+SCATTER_DENSE(scatter_dense_f32, float)
 
 // The same sums for vectors whose keys are contiguous (X[k * s_vec + key]), at most 64
 // rows: one warp per SCATTER_VECS vectors, lane l summing rows l and l + 32 of each.  The
@@ -147,21 +142,16 @@ __device__ __forceinline__ void scatter_keys_rows(const S* __restrict__ X, i64 s
     }
 }
 
-extern "C" __global__ void __launch_bounds__(SCATTER_WARPS * 32)
-scatter_keys(const double* __restrict__ X, i64 s_vec, i64 nb, i64 nkeys,
-             const i64* __restrict__ indptr, const unsigned* __restrict__ skey, int rows,
-             double* __restrict__ out)
-{
-    scatter_keys_rows<double>(X, s_vec, nb, nkeys, indptr, skey, rows, out);
-}
-
-extern "C" __global__ void __launch_bounds__(SCATTER_WARPS * 32)
-scatter_keys_f32(const float* __restrict__ X, i64 s_vec, i64 nb, i64 nkeys,
-                 const i64* __restrict__ indptr, const unsigned* __restrict__ skey, int rows,
-                 double* __restrict__ out)
-{
-    scatter_keys_rows<float>(X, s_vec, nb, nkeys, indptr, skey, rows, out);
-}
+#define SCATTER_KEYS(NAME, S)                                                                 \
+    extern "C" __global__ void __launch_bounds__(SCATTER_WARPS * 32)                          \
+    NAME(const S* __restrict__ X, i64 s_vec, i64 nb, i64 nkeys,                               \
+         const i64* __restrict__ indptr, const unsigned* __restrict__ skey, int rows,         \
+         double* __restrict__ out)                                                            \
+    {                                                                                         \
+        scatter_keys_rows<S>(X, s_vec, nb, nkeys, indptr, skey, rows, out);                   \
+    }
+SCATTER_KEYS(scatter_keys, double)
+SCATTER_KEYS(scatter_keys_f32, float)
 
 // Sparse vectors: vector k holds stored values q in [ptr[k], ptr[k + 1]) (keys increasing);
 // h and w (d x nnz): bucket and signed value of each stored value per repetition.  One
