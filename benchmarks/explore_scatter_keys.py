@@ -1,9 +1,10 @@
 """``scatter_keys`` (the ||AB||_F estimate's Count-Sketch of vectors whose keys are contiguous,
 ``pagh_mm/cuda/scatter.cu``) at other shapes: vectors per warp, keys per chunk, warps per
-block, against ``scatter_dense`` on the other layout (the same sums) and cuBLAS's GEMM with a
-dense +-1 block (the route before session 39), in one run.
+block, against ``scatter_dense`` on the other layout (the same work: every value read once;
+other sums) and cuBLAS's GEMM with a dense +-1 block (the route before session 39), in one
+run.
 
-    PYTHONPATH=. python3 benchmarks/explore_scatter_keys.py --n 32768 --variants 2.256.8 4.256.8
+    PYTHONPATH=. python3 benchmarks/explore_scatter_keys.py --n 32768 --variants 2.256.8.8 2.256.8.1
 
 A variant ``V.C.W.R``: SCATTER_VECS = V vectors per warp, SCATTER_CHUNK = C keys per chunk,
 SCATTER_WARPS = W warps per block, SCATTER_RUN = R entries of each row's key list loaded at

@@ -12,7 +12,8 @@ Variants (each the same additions in the same order, so the same bits; checked):
 * ``lbB``: the kernel compiled for B resident blocks of 256 threads per SM
   (``__launch_bounds__(256, B)``: fewer registers, spills where 32 loads of V do not fit);
 * ``halfH``: H of the 32 loads in flight before the sums start (the rest as the sums take
-  them; fewer registers).
+  them, in the loop over a vector's columns: for V > 1 issued per column unless the compiler
+  merges them; fewer registers).
 
 Session 39 (H100, ``results/h100/session39-tree-sum*``): the library's ``v4`` 0.300 ms (1.45
 TB/s, 1.13x CuPy's own sum over axis 0 of the same nodes, 1.64 TB/s; a copy 2.74 TB/s read +

@@ -140,9 +140,12 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     dense = [s for s in sides if not s.sparse]
     need = 16 * rows * min(size, max(n, 1)) + sum(BYTES_PER_VALUE * s.most(size) for s in sides) \
         + (DENSE_CHUNK_BYTES if dense else 0)
-    if dense and be.gpu:        # _dense_sketch_gpu's CSR of G or H (and its sort) and its output
-        need += 48 * max(s.M.shape[0] if s.which == 1 else s.M.shape[1] for s in dense) + \
-            8 * rows * min(size, max(n, 1))
+    if dense and be.gpu:
+        # _dense_sketch_gpu's CSRs of G and H (with their sort's temporaries), its output,
+        # and a copied vector longer than DENSE_CHUNK_BYTES
+        keys = [s.M.shape[0] if s.which == 1 else s.M.shape[1] for s in dense]
+        need += sum(48 * k for k in keys) + 8 * rows * min(size, max(n, 1)) + \
+            max(0, 8 * max(keys) - DENSE_CHUNK_BYTES)
     memory.check(need, "the ||AB||_F estimate behind automatic buckets",
                  "pass buckets= (the estimate only sizes automatic buckets) or free memory",
                  device=be.name)
@@ -174,8 +177,14 @@ class _JLSide:
         self.sign = hashing.sign_table(params, which, at, xp)[0]
         if not self.sparse and not be.gpu:
             self.G = be.sp.csr_matrix((self.sign, (self.row, at)), shape=(self.rows, keys))
-        if not self.sparse and be.gpu:  # G or H in CSR form: each row's keys in order
-            self.csr = _csr(self.row, self.sign, self.rows, xp)
+        self._csr = None                # (the GPU's CSR of G or H, made at the first block)
+
+    def csr(self):
+        """G or H in CSR form on the GPU (:func:`_csr`), made at the first block (after
+        :func:`frobenius_sketch`'s memory check)."""
+        if self._csr is None:
+            self._csr = _csr(self.row, self.sign, self.rows, self.be.xp)
+        return self._csr
 
     def most(self, size: int) -> int:
         """Most stored values of an aligned chunk of ``size`` inner indices (0: dense); the
@@ -184,9 +193,9 @@ class _JLSide:
 
     def block(self, k0: int, k1: int):
         xp, nb = self.be.xp, k1 - k0
-        if not self.sparse and self.be.gpu:     # scatter_dense, the CPU's order
+        if not self.sparse and self.be.gpu:     # the CPU's order, by scatter.cu's kernels
             return _dense_sketch_gpu(self.M[:, k0:k1].T if self.which == 1 else self.M[k0:k1],
-                                     self.csr, self.rows, xp)
+                                     self.csr(), self.rows, xp)
         if not self.sparse:             # G A[:, k0:k1] or H B[k0:k1].T, transposed
             M = self.M[:, k0:k1] if self.which == 1 else self.M[k0:k1].T
             return _times_dense(self.G, M, xp).T
@@ -216,8 +225,7 @@ def _csr(row, sign, rows: int, xp):
     keys = row.shape[0]
     it = xp.int32 if rows * keys < 1 << 31 else xp.int64      # (a shorter sort key)
     order = xp.argsort(row.astype(it) * it(keys) + xp.arange(keys, dtype=it))
-    counts = xp.bincount(row.astype(xp.int64), minlength=rows)
-    indptr = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(counts, dtype=xp.int64)])
+    indptr = xp.searchsorted(row[order], xp.arange(rows + 1)).astype(xp.int64)
     sgn = sign[order].astype(xp.float64)
     skey = None if keys >= 1 << 31 else \
         order.astype(xp.uint32) | (sgn < 0).astype(xp.uint32) << xp.uint32(31)
@@ -227,23 +235,23 @@ def _csr(row, sign, rows: int, xp):
 def _dense_sketch_gpu(X, csr, rows: int, xp):
     """(nb, rows) float64: X (nb x keys, a view of the factor) times the Count-Sketch's
     transpose, each row's sum 0.0 plus its keys' signed values in increasing key order (the
-    CPU's SciPy CSR product's order: the same bits), read in place where X is float32 or
-    float64 with either axis contiguous: ``scatter.cu``'s scatter_dense where consecutive
-    vectors are adjacent (a C-ordered A, an F-ordered B), scatter_keys where each vector's keys
-    are (an F-ordered A, a C-ordered B).  Other factors go DENSE_CHUNK_BYTES of vectors at a
-    time, copied to float64 with adjacent vectors.  H100, n = 32768, per factor: float64
-    3.1-3.5 ms, float32 2.1-2.7 ms, against 3.5-3.7 and 9.2-9.5 ms for the float64 GEMMs with
-    dense +-1 blocks of the route before (whose float32 factors went through float64 copies;
-    session 39, ``benchmarks/explore_choose.py``, ``explore_scatter_keys.py``)."""
+    CPU's SciPy CSR product's order: the same bits, a NaN's payload aside), by ``scatter.cu``'s
+    kernels.  float32 and float64 factors are read in place: scatter_keys where each vector's
+    keys are contiguous (an F-ordered A, a C-ordered B; up to 64 rows and 2**31 keys),
+    scatter_dense otherwise (coalesced where consecutive vectors are adjacent: a C-ordered A,
+    an F-ordered B).  Other dtypes go DENSE_CHUNK_BYTES of vectors at a time (at least one),
+    copied to float64 with adjacent vectors.  H100, n = 32768, per factor: float64 3.1-3.5 ms,
+    float32 2.1-2.7 ms, against 3.5-3.7 and 9.2-9.5 ms for the float64 GEMMs with dense +-1
+    blocks of the route before (whose float32 factors went through float64 copies; session
+    39, ``benchmarks/explore_choose.py``, ``explore_scatter_keys.py``)."""
     from .cuda import kernels
     nb, keys = X.shape
     indptr, order, sgn, skey = csr
     if X.dtype in (xp.float32, xp.float64):
-        if nb < 2 or X.strides[0] == X.itemsize:
-            return kernels.scatter_dense(X.T, indptr, order, sgn, rows)
-        if (keys < 2 or X.strides[1] == X.itemsize) and skey is not None and \
-                rows <= kernels.SCATTER_KEYS_ROWS:
+        if nb > 1 and X.strides[0] != X.itemsize and (keys < 2 or X.strides[1] == X.itemsize) \
+                and skey is not None and rows <= kernels.SCATTER_KEYS_ROWS:
             return kernels.scatter_keys(X.T, indptr, skey, rows)
+        return kernels.scatter_dense(X.T, indptr, order, sgn, rows)
     out = xp.empty((nb, rows), dtype=xp.float64)
     step = max(1, DENSE_CHUNK_BYTES // (8 * max(1, keys)))
     for c0 in range(0, nb, step):

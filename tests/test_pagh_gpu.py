@@ -869,17 +869,18 @@ def test_col_square_sums_kernel_has_the_pairwise_trees_bits(rows):
 def test_squared_norms_and_frobenius_sketch_of_dense_factors_match_the_cpu(dtype, monkeypatch):
     """The factors' squared row and column norms (the rounding bound's) by the square-sum
     kernels equal the CPU's bits in every layout; so do the ||AB||_F estimate's dense sketches
-    G A and H B^T (scatter_dense, SciPy's CSR order; in place, copied in chunks, sliced, other
-    dtypes converted); the estimate (their 64 x 64 product by cuBLAS) agrees to rounding."""
+    G A and H B^T (scatter.cu's kernels in SciPy's CSR order: in place in both layouts, views at
+    steps and reversed, other dtypes converted in chunks, 8, 64 and 128 rows, one vector, 512
+    keys, a CSR without packed keys) and the CSR on both devices; the estimate (their 64 x 64
+    product by cuBLAS) agrees to rounding."""
     cp = _cp()
     from pagh_mm import auto, exact
     cpu, dev = backend.cpu(), backend.gpu()
     rng = np.random.default_rng(8)
-    A = rng.standard_normal((300, 200)).astype(dtype)
-    B = rng.standard_normal((200, 250)).astype(dtype)
-    A[4, 7], B[9, 3] = -0.0, np.inf               # a signed zero; an inf stays one inf
+    # values over a wide range of exponents: any other order of a sum shows in its bits
+    A = (rng.standard_normal((300, 200)) * 2.0 ** rng.integers(-30, 30, (300, 200))).astype(dtype)
+    B = (rng.standard_normal((200, 250)) * 2.0 ** rng.integers(-30, 30, (200, 250))).astype(dtype)
     for a, b in ((A, B), (np.asfortranarray(A), np.asfortranarray(B))):
-        a, b = np.nan_to_num(a, posinf=1.0), np.nan_to_num(b, posinf=1.0)
         want = exact.factor_norms(cpu, a, b)
         got = exact.factor_norms(dev, cp.asarray(a), cp.asarray(b))
         for w, g in zip(want, got):
@@ -887,20 +888,44 @@ def test_squared_norms_and_frobenius_sketch_of_dense_factors_match_the_cpu(dtype
         for axis in (0, 1):                                      # slices: rows at a step
             assert np.array_equal(exact.squared_norms(cpu, a[3:290, 5:190], axis),
                                   exact.squared_norms(dev, cp.asarray(a)[3:290, 5:190], axis).get())
+    rng2 = np.random.default_rng(3)
+    for keys, rows in ((0, 2), (1, 2), (5, 8), (300, 64), (129, 3), (70000, 128)):   # _csr
+        row, sign = rng2.integers(0, rows, keys), rng2.choice([-1.0, 1.0], keys)
+        got = auto._csr(cp.asarray(row), cp.asarray(sign), rows, cp)
+        for w, g in zip(auto._csr(row, sign, rows, np), got):
+            assert g.dtype == w.dtype and np.array_equal(g.get(), w)
+
+    def same_bits(g, c):
+        g = g.get()
+        nan = np.isnan(c)
+        return g.dtype == np.float64 and np.array_equal(np.isnan(g), nan) and \
+            np.array_equal(g[~nan].view(np.uint64), c[~nan].view(np.uint64))
+
+    S = A.copy()                            # inside the compared inner indices 11 .. 189:
+    S[4, 50], S[7, 60], S[9, 61] = -0.0, np.inf, -np.inf       # a signed zero, infs, a NaN
+    T = B.copy()
+    T[100, 3], T[120, 5] = -0.0, np.nan
+    W = np.ascontiguousarray(rng.standard_normal((512, 200)).astype(dtype))    # 512 keys
+    ints = rng.integers(-1000, 1000, (300, 200), dtype=np.int32), B[:, :40] > 0
+    views = (lambda M: M, lambda M: M[::2, 1:] if M.shape[0] == 300 else M[:, ::-3],
+             lambda M: M[:, ::-1], lambda M: M[::-1])                         # on the device
     params = auto._jl_params(5)
-    ints = np.nan_to_num(A * 8, posinf=1.0).astype(np.int32), B[:, :40] > 0
-    views = (lambda M: M, lambda M: M[::2, 1:] if M.shape[0] == 300 else M[:, ::-3])  # on device
-    for chunk in (auto.DENSE_CHUNK_BYTES, 200 * 8 * 7):         # whole, and chunks of 7 vectors
+    for chunk in (auto.DENSE_CHUNK_BYTES, 200 * 8 * 7):   # whole, and chunks of a few vectors
         monkeypatch.setattr(auto, "DENSE_CHUNK_BYTES", chunk)
-        for a, b in ((A, B), (np.asfortranarray(A), np.asfortranarray(B)), ints):
-            for M, which, view, log2r in itertools.product((a, b), (1, 2), views, (6, 3)):
+        for a, b in ((S, T), (np.asfortranarray(S), np.asfortranarray(T)), ints,
+                     (W, np.asfortranarray(W.T))):
+            for M, which, view, log2r in itertools.product((a, b), (1, 2), views, (6, 3, 7)):
                 if (M is a) != (which == 1):
                     continue
-                c = auto._JLSide(view(M), which, params, log2r, cpu).block(11, 190)
-                g = auto._JLSide(view(cp.asarray(M)), which, params, log2r, dev).block(11, 190)
-                assert g.dtype == np.float64 and np.array_equal(g.get(), c, equal_nan=True)
+                for k0, k1 in ((11, 190), (20, 21)):               # and one vector
+                    c = auto._JLSide(view(M), which, params, log2r, cpu).block(k0, k1)
+                    g = auto._JLSide(view(cp.asarray(M)), which, params, log2r, dev).block(k0, k1)
+                    assert same_bits(g, c)
+    side = auto._JLSide(cp.asarray(S), 1, params, 6, dev)          # a CSR without packed keys
+    c = auto._JLSide(S, 1, params, 6, cpu).block(11, 190)
+    assert same_bits(auto._dense_sketch_gpu(cp.asarray(np.asfortranarray(S))[:, 11:190].T,
+                                            side.csr()[:3] + (None,), 64, cp), c)
     for a, b in ((A, B), (np.asfortranarray(A), np.asfortranarray(B))):
-        a, b = np.nan_to_num(a, posinf=1.0), np.nan_to_num(b, posinf=1.0)
         assert auto.frobenius_estimate(cp.asarray(a), cp.asarray(b), dev, seed=5) == \
             pytest.approx(auto.frobenius_estimate(a, b, cpu, seed=5), rel=1e-12)
 

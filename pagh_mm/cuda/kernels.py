@@ -424,10 +424,11 @@ def scatter_keys(X, indptr, skey, rows: int):
     out = cp.empty((nb, rows), dtype=cp.float64)
     if out.size == 0:
         return out
-    if X.dtype not in (cp.float64, cp.float32) or (keys > 1 and X.strides[0] != X.itemsize) \
-            or rows > SCATTER_KEYS_ROWS or keys >= 1 << 31:
-        raise ValueError("scatter_keys takes float64/float32 vectors with contiguous keys "
-                         f"(fewer than 2**31) and at most {SCATTER_KEYS_ROWS} rows")
+    if X.dtype not in (cp.float64, cp.float32):
+        raise TypeError(f"scatter_keys takes float64 or float32 vectors, not {X.dtype}")
+    if (keys > 1 and X.strides[0] != X.itemsize) or rows > SCATTER_KEYS_ROWS or keys >= 1 << 31:
+        raise ValueError("scatter_keys takes vectors with contiguous keys (fewer than 2**31) "
+                         f"and at most {SCATTER_KEYS_ROWS} rows")
     items = -(-nb // SCATTER_VECS)
     grid = int(max(1, min(-(-items // SCATTER_WARPS), _grid_cap(cp.cuda.Device().id) * 4)))
     SCATTER.function("scatter_keys" if X.dtype == cp.float64 else "scatter_keys_f32")(
