@@ -192,7 +192,7 @@ def case(cp, name, A, B, kw, devices, repeats, bw, dask_client=None, chunk=None,
         print(f"    copying the slabs into pinned memory ({stream.COPY_THREADS} threads): "
               f"{t_copy:.3f} s ({nbytes / t_copy / 1e9:.1f} GB/s)", flush=True)
         pA = cupyx.empty_pinned(A.shape, A.dtype, order=stream._staging_order(A))
-        pB = cupyx.empty_pinned(B.shape, B.dtype)
+        pB = cupyx.empty_pinned(B.shape, B.dtype, order=stream._staging_order(B))
         pA[...] = A
         pB[...] = B
         runs = [("stream_pinned", devices[:1], c), ("stream_pinned_auto", devices[:1], None)]

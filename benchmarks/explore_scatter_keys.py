@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _events import event_median  # noqa: E402
 from fwht_gpu import gpu, provenance  # noqa: E402
 from fwht_gpu.cuda.modules import KernelModule  # noqa: E402
-from pagh_mm import auto  # noqa: E402
+from pagh_mm import auto, hashing  # noqa: E402
 from pagh_mm.cuda import kernels  # noqa: E402
 
 LIBRARY = kernels.SCATTER
@@ -58,7 +58,6 @@ def main(argv=None) -> int:
     for dt in a.dtype or ["float64", "float32"]:
         B = cp.random.default_rng(1).standard_normal((a.n, a.n), dtype=cp.float64).astype(dt)
         at = cp.arange(a.n, dtype=cp.int64)
-        from pagh_mm import hashing
         row = hashing.bucket_table(be_params, 2, at, 6, cp)[0]
         sign = hashing.sign_table(be_params, 2, at, cp)[0]
         indptr, order, sgn, skey = auto._csr(row, sign, 64, cp)

@@ -143,9 +143,8 @@ def frobenius_sketch(A, B, be, seed: int, rows: int = JL_ROWS):
     if dense and be.gpu:
         # _dense_sketch_gpu's CSRs of G and H (with their sort's temporaries), its output,
         # and a copied vector longer than DENSE_CHUNK_BYTES
-        keys = [s.M.shape[0] if s.which == 1 else s.M.shape[1] for s in dense]
-        need += sum(48 * k for k in keys) + 8 * rows * min(size, max(n, 1)) + \
-            max(0, 8 * max(keys) - DENSE_CHUNK_BYTES)
+        need += sum(48 * s.keys for s in dense) + 8 * rows * min(size, max(n, 1)) + \
+            max(0, 8 * max(s.keys for s in dense) - DENSE_CHUNK_BYTES)
     memory.check(need, "the ||AB||_F estimate behind automatic buckets",
                  "pass buckets= (the estimate only sizes automatic buckets) or free memory",
                  device=be.name)
@@ -168,10 +167,10 @@ class _JLSide:
             M = canonical(M, which, be)
             self.side = Side(M, which, params, log2r, be)
         self.M = M
+        self.keys = keys = M.shape[0] if which == 1 else M.shape[1]
         if self.sparse and be.gpu:      # the stored values' hashes by one kernel (hash.cu)
             return
         xp = be.xp                      # the hashes of every key, once
-        keys = M.shape[0] if which == 1 else M.shape[1]
         at = xp.arange(keys, dtype=xp.int64)
         self.row = hashing.bucket_table(params, which, at, log2r, xp)[0]
         self.sign = hashing.sign_table(params, which, at, xp)[0]

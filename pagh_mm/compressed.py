@@ -200,8 +200,7 @@ class CompressedProduct:
         sketches when only that fits, the searches then scan), and the search repeated, up
         to REGROWTHS times (a search on too small a sketch may under- or overestimate what
         it needs); when it reports that the rounding of transforms the rule narrowed to
-        float32 is too large, the same in
-        float64."""
+        float32 is too large, the same in float64."""
         out = run()
         for _ in range(REGROWTHS):
             found, ok, mg, sigma, advice = out
