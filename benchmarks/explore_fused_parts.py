@@ -51,6 +51,11 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``codesna`` / ``codescs`` / ``listsna``: not ablations: the one-key loop's codes loaded
   without allocating in L1 or as streaming loads, the slow buckets' lists without L1 (so that
   the column keeps the L1 for the slow buckets' gathers; the same bits);
+* ``chunkN`` (``chunk2048``): not an ablation: the key-order sketch's chunks of N keys
+  (fused.cu's SLOW_CHUNK and ``sketch.SLOW_CHUNK``; the library: 4096), ``chunk1048576``
+  its order before session 40 (every slow bucket after the whole one-key loop; the same
+  bits); ``nopipe`` / ``pipe``: the next chunk's keys loaded after the slow buckets, not
+  before, or before for double T too (the library: before for float T only);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -68,6 +73,7 @@ import time
 import pagh_mm
 from fwht_gpu import gpu, provenance
 from fwht_gpu.cuda.modules import KernelModule
+from pagh_mm import sketch
 from pagh_mm.cuda import kernels
 
 #: group_tree's merge loop in fused.cu, and two rewrites of it (the same additions in the same
@@ -123,12 +129,12 @@ NEVER = """    unsigned dyn;
 #: code, for slow keys not at all).  Its slow buckets walked 2 or 4 at a time per thread from
 #: the bucket lists (session 32: 0.87-1.40x, not kept) gave way to the compact lists in
 #: session 37 (``slowgGeE``).
-ONEKEY_LOAD = ('            cu[g] = i < i_hi ? c[i] : CODE_SLOW;\n            if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];\n',
-               '            const bool in = i < i_hi;\n            cu[g] = in ? c[i] : CODE_SLOW;\n            v[g] = in ? (double)x[i * s_key] : 0.0;\n')
+ONEKEY_LOAD = ('        cu[g] = i < i_hi ? c[i] : CODE_SLOW;\n        if (!(cu[g] & CODE_SLOW)) v[g] = (double)x[i * s_key];\n',
+               '        const bool in = i < i_hi;\n        cu[g] = in ? c[i] : CODE_SLOW;\n        v[g] = in ? (double)x[i * s_key] : 0.0;\n')
 #: Session 37: the slow buckets' loop in fused.cu (compact lists, G buckets per thread side by
 #: side, E keys of each at a time); ``slowgGeE`` variants (G, E of 1 .. 4) change G and E.
 SLOW_GE = "    constexpr int G = 2, E = 2;\n"
-SLOW_LOOP = "    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {"
+SLOW_LOOP = "    for (int r0 = r_lo + (int)threadIdx.x; r0 < r1; r0 += G * step) {"
 
 #: group_tree's reads of a pending node (the merge loop's and the final loop's).
 MERGE_READ = """            for (int q = 0; q < VPT; ++q) v[q] = Num<T>::add(slot(level, at(q)), v[q]);
@@ -155,8 +161,8 @@ __device__ __forceinline__ void discard_row(T* p0)
 
 """
 #: The one-key loop's code load, the slow buckets' head, and a load that skips L1.
-ONEKEY_CODE = "            cu[g] = in ? c[i] : CODE_SLOW;\n"
-ONEKEY_HEAD = "template <typename T, typename S, typename Store>\n__device__ __forceinline__ void one_key_buckets("
+ONEKEY_CODE = "        cu[g] = in ? c[i] : CODE_SLOW;\n"
+ONEKEY_HEAD = "template <typename S>\n__device__ __forceinline__ void one_key_load("
 LD_NO_L1 = """#ifndef LD_NO_L1
 #define LD_NO_L1
 __device__ __forceinline__ unsigned ld_no_l1(const unsigned* p)
@@ -214,9 +220,8 @@ PATCHES = {
        for g in range(1, 5) for e in range(1, 5)},
     # ablations of the key-order sketch (session 37): its slow buckets (several keys) not
     # summed; its one-key loop (codes and values read, one-key buckets stored) skipped
-    "noslow": [(SLOW_LOOP, SLOW_LOOP.replace("= fptr[w0] +", "= r1 +"))],
-    "noonekey": [("    for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {",
-                  "    for (int i0 = i_hi + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {")],
+    "noslow": [(SLOW_LOOP, SLOW_LOOP.replace("= r_lo +", "= r1 +"))],
+    "noonekey": [("        const bool in = i < i_hi;\n", "        const bool in = false;\n")],
     # session 37: A's last round not kept for the product (an ablation: B's squared); the
     # nodes written with streaming stores (st.global.cs); the one-key loop's keys in flight
     "noawait": [("#pragma unroll\n"
@@ -227,8 +232,7 @@ PATCHES = {
                  "            v[q] = Mul<T>::mul(v[q], v[q]);")],
     "outcs": [("\n    for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];\n}\n",
                "\n    for (int q = 0; q < VPT; ++q) __stcs(&o[round_index<VPT>(q, last, rl, threads)], v[q]);\n}\n")],
-    **{f"onekeyg{g}": [("    constexpr int G = 4;\n    const int step = blockDim.x;\n    for (int i0 = i_lo",
-                        f"    constexpr int G = {g};\n    const int step = blockDim.x;\n    for (int i0 = i_lo")]
+    **{f"onekeyg{g}": [("constexpr int ONE_KEY = 4;", f"constexpr int ONE_KEY = {g};")]
        for g in (2, 8)},
     # session 39: the tree's pending rows in device memory dropped from L2 once read (no
     # write-back of dead lines; the kernels of the most buckets per block only: their
@@ -248,6 +252,14 @@ PATCHES = {
                 ("q[g] = in ? sptr[r] : 0;", "q[g] = in ? (int)ld_no_l1((const unsigned*)sptr + r) : 0;"),
                 ("qe[g] = in ? sptr[r + 1] : 0;", "qe[g] = in ? (int)ld_no_l1((const unsigned*)sptr + r + 1) : 0;"),
                 (ONEKEY_HEAD, LD_NO_L1 + ONEKEY_HEAD)],
+    # session 40: the key-order sketch's chunks of keys (after each, the slow buckets whose
+    # last key is in it; the library: 4096); chunk1048576 sums every slow bucket after the
+    # whole one-key loop (the order before session 40)
+    **{f"chunk{c}": [("constexpr int SLOW_CHUNK = 4096;", f"constexpr int SLOW_CHUNK = {c};")]
+       for c in (1024, 2048, 8192, 16384, 1 << 20)},
+    "nopipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {", "    if (false) {")],
+    "pipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {",
+              "    if (ONE_KEY * step == SLOW_CHUNK) {")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
@@ -285,6 +297,15 @@ def use_log_g(variant: str, default: int) -> None:
     for part in variant.split("+"):
         if part.startswith("logg"):
             kernels.FUSED_GLOBAL_LOG_G = int(part[4:])
+
+
+def use_chunk(variant: str, default: int) -> None:
+    """``sketch.SLOW_CHUNK`` of a ``chunkN`` variant (the host's order of the slow buckets
+    must match the kernel's chunks; else the library's ``default``)."""
+    sketch.SLOW_CHUNK = default
+    for part in variant.split("+"):
+        if part.startswith("chunk"):
+            sketch.SLOW_CHUNK = int(part[5:])
 
 
 def use_shape(variant: str, cluster_log) -> None:
@@ -343,6 +364,7 @@ def main(argv=None) -> int:
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
     default_log_g = kernels.FUSED_GLOBAL_LOG_G
+    default_chunk = getattr(sketch, "SLOW_CHUNK", 0)          # (older code: none)
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
     for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
         base = None
@@ -353,6 +375,7 @@ def main(argv=None) -> int:
             kernels.FUSED = modules[v]
             use_shape(v, cluster_log)
             use_log_g(v, default_log_g)
+            use_chunk(v, default_chunk)
             ts, tot, acc = [], [], []
             out = None
             for i in range(a.repeats + 1):
@@ -391,6 +414,7 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
     kernels.FUSED_GLOBAL_LOG_G = default_log_g
+    sketch.SLOW_CHUNK = default_chunk
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
     kernels._cluster_log = cluster_log
     if a.json:

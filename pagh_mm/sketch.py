@@ -35,6 +35,10 @@ CODE_NEG = 1 << 31
 #: bit), SKEY_NEG when the sign's sign bit is set.
 SKEY_ZERO = 1 << 30
 SKEY_NEG = 1 << 31
+#: Keys per chunk of the fused kernel's sketch in key order (fused.cu's SLOW_CHUNK): the slow
+#: buckets whose last key lies in a chunk are summed right after the chunk's one-key buckets,
+#: while the chunk's values are in L1 (:meth:`Side.gpu_codes` orders them so).
+SLOW_CHUNK = 4096
 
 
 class Side:
@@ -263,15 +267,17 @@ class Side:
         return self._positions
 
     def gpu_codes(self):
-        """(code, fptr, slow, sptr, skeys) for the fused kernel's sketch in key order:
+        """(code, cptr, slow, sptr, skeys) for the fused kernel's sketch in key order:
         ``code`` (d, keys) uint32, the bucket of key i in repetition t, | CODE_NEG when its
         sign is -1, | CODE_SLOW when its bucket is slow: one of several keys or of a key whose
         sign is neither +1 nor -1 (a decoding mask), whose value the kernel sums from the slow
-        lists instead; ``slow`` int32, the slow buckets (t b + u) in increasing order;
-        ``fptr`` int32 (d b + 1), slow[fptr[t b + u]:] those from bucket u of repetition t
-        on; slow bucket r's keys in increasing order are ``skeys[sptr[r]:sptr[r + 1]]``
-        (uint32: the key | SKEY_ZERO when its sign is +-0 | SKEY_NEG when the sign is
-        negative: :meth:`gpu_table`'s signs are +-1 and +-0 only)."""
+        lists instead; ``slow`` int32, the slow buckets (t b + u) ordered by repetition, then
+        by the chunk (SLOW_CHUNK keys) of their last key, then by bucket; ``cptr`` int32 (d nc
+        + 1, nc = ceil(keys / SLOW_CHUNK)), slow[cptr[t nc + c]:cptr[t nc + c + 1]] those of
+        repetition t whose last key is in chunk c; slow bucket r's keys in increasing order
+        are ``skeys[sptr[r]:sptr[r + 1]]`` (uint32: the key | SKEY_ZERO when its sign is +-0
+        | SKEY_NEG when the sign is negative: :meth:`gpu_table`'s signs are +-1 and +-0
+        only)."""
         if self._codes is None:
             xp, d, b = self.be.xp, self.params.reps, 1 << self.log2b
             if self.log2b > CODE_BUCKET_BITS or d * b >= 2 ** 31 or self.keys > SKEY_ZERO:
@@ -290,8 +296,14 @@ class Side:
             code = row.astype(xp.uint32) | xp.where(slow[at], xp.uint32(CODE_SLOW), xp.uint32(0))
             code |= xp.where(s == -1, xp.uint32(CODE_NEG), xp.uint32(0))
             del keys, row, s, at, odd
-            fptr = xp.concatenate([xp.zeros(1, xp.int32), xp.cumsum(slow, dtype=xp.int32)])
             slow = xp.nonzero(slow)[0]
+            nc = -(-self.keys // SLOW_CHUNK)
+            chunk = (slow // b) * nc + kl[indptr[slow + 1] - 1] // SLOW_CHUNK
+            order = xp.argsort(chunk * b + slow % b)       # distinct: any sort's order
+            slow, chunk = slow[order], chunk[order]
+            cptr = xp.concatenate([xp.zeros(1, xp.int32),
+                                   xp.cumsum(xp.bincount(chunk, minlength=d * nc), dtype=xp.int32)])
+            del order, chunk
             first = indptr[slow]
             count = indptr[slow + 1] - first
             sptr = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(count)])
@@ -311,7 +323,7 @@ class Side:
             skeys |= xp.where(sg == 0, xp.uint32(SKEY_ZERO), xp.uint32(0))
             skeys |= xp.where(xp.signbit(sg), xp.uint32(SKEY_NEG), xp.uint32(0))
             del sg
-            self._codes = (code, fptr, slow.astype(xp.int32), sptr.astype(xp.int32), skeys)
+            self._codes = (code, cptr, slow.astype(xp.int32), sptr.astype(xp.int32), skeys)
         return self._codes
 
     # --- sparse: only the stored values are hashed -----------------------------------
@@ -405,8 +417,9 @@ class Side:
         """Bytes of the hash structures kept for the whole compression (dense inputs), with
         the temporaries of their construction (measured peak about 40 d keys): the bucket
         lists and their positions (52 d keys) and bounds (8 d b); on the GPU also the fused
-        kernel's key codes and slow lists (at most 16 d keys) and their slow buckets' bounds
-        (8 d b), built after the lists (their temporaries within the lists' allowance)."""
+        kernel's key codes and slow lists (at most 16 d keys) and an allowance of 8 d b for
+        their ordering by chunk (the bounds per chunk themselves: 4 d keys / SLOW_CHUNK),
+        built after the lists (their temporaries within the lists' allowance)."""
         if self.sparse:
             return 0
         d, b = self.params.reps, 1 << self.log2b

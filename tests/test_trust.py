@@ -590,15 +590,19 @@ def test_fused_kernel_constants_match_its_source():
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # 0 x inf
 @pytest.mark.parametrize("family", ["multiply-add-shift", "tabulation"])
 @pytest.mark.parametrize("log2b", [1, 4, 9, 12])
-def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b, chunk, monkeypatch):
     """The fused GPU kernel's sketch in key order (fused.cu's sketch_keys, from
     Side.gpu_codes): a bucket of one key with sign +-1 is 0.0 + s x, each slow bucket (several
     keys, or a key masked by a decoding row bit) its keys' values summed in key order from its
     compact list (key and sign packed in 32 bits), the rest 0.0.  That rule, run here in NumPy
     on the codes, gives the bits of the scatter matrix's product (the specification's sketch),
     signed zeros, infinities and NaN included (a masked key's 0 x inf is NaN), with and without
-    decoding masks; the compact lists are the bucket lists' slow runs."""
+    decoding masks; the compact lists are the bucket lists' slow runs, listed by the chunk
+    (SLOW_CHUNK keys; 64 too) of their last key, then by bucket."""
     from pagh_mm import backend, hashing, sketch
+    if chunk:                                # several chunks of keys (the kernel's: 4096)
+        monkeypatch.setattr(sketch, "SLOW_CHUNK", chunk)
     be = backend.cpu()
     rng = np.random.default_rng(log2b)
     keys = 300
@@ -610,10 +614,13 @@ def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
     for params in (base, hashing.with_row_bits(base, 2, 3)):
         side = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)
         d, b = params.reps, 1 << log2b
-        code, fptr, slow, sptr, skeys = side.gpu_codes()
+        code, cptr, slow, sptr, skeys = side.gpu_codes()
         indptr, kl, sl = side.gpu_table()
+        nc = -(-keys // sketch.SLOW_CHUNK)
         assert code.shape == (d, keys) and code.dtype == np.uint32
-        assert fptr.shape == (d * b + 1,) and (np.diff(fptr) >= 0).all()
+        assert cptr.shape == (d * nc + 1,) and (np.diff(cptr) >= 0).all() and cptr[0] == 0
+        assert cptr[-1] == slow.size and np.unique(slow).size == slow.size
+        assert set(np.flatnonzero(np.diff(indptr) >= 2).tolist()) <= set(slow.tolist())
         assert sptr.shape == (slow.size + 1,) and sptr.dtype == np.int32 and sptr[0] == 0
         assert skeys.dtype == np.uint32 and skeys.size == sptr[-1]
         spec = sketch.Side(np.zeros((keys, 1)), 1, params, log2b, be)._cpu_table() @ x
@@ -626,9 +633,14 @@ def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b):
             neg = np.where(c & sketch.CODE_NEG, -1.0, 1.0)
             got[t * b + u[fast]] = 0.0 + neg[fast] * x[fast]
             assert len(set(u[fast].tolist())) == int(fast.sum())     # one key per fast bucket
-            for w in slow[fptr[t * b]:fptr[t * b + b]]:
+            for ch in range(nc):                 # by the chunk of the last key, then bucket
+                lo, hi = cptr[t * nc + ch], cptr[t * nc + ch + 1]
+                assert (np.diff(slow[lo:hi]) > 0).all()
+                for w in slow[lo:hi]:
+                    assert kl[indptr[w + 1] - 1] // sketch.SLOW_CHUNK == ch
+            for r in range(cptr[t * nc], cptr[t * nc + nc]):
+                w = int(slow[r])
                 assert t * b <= w < t * b + b
-                r = int(np.searchsorted(slow, w))
                 e = skeys[sptr[r]:sptr[r + 1]].astype(np.int64)
                 assert (e & (sketch.SKEY_ZERO - 1)).tolist() == kl[indptr[w]:indptr[w + 1]].tolist()
                 sign = np.where(e & sketch.SKEY_ZERO, 0.0, 1.0)

@@ -100,34 +100,36 @@ __device__ __forceinline__ void sketch(T* buf, Stage st, const S* __restrict__ X
 // The fused kernel's key codes (pagh_mm.sketch.Side.gpu_codes): the bucket in the low bits.
 constexpr unsigned CODE_SLOW = 1u << 30, CODE_NEG = 1u << 31, CODE_BUCKET = (1u << 29) - 1;
 
-// The one-key buckets of keys i_lo .. i_hi - 1 (codes c, values x[i s_key]), read in key
-// order, G keys per thread in flight: store(u, 0.0 + s(i) x_i rounded to T) for each key i
-// alone in its bucket u with sign +-1.  Every key's value is loaded beside its code, not
-// after it (a slow key's value shares its sector with its neighbours'; session 32, H100:
-// the fused stage 0.88-0.93x).
-template <typename T, typename S, typename Store>
-__device__ __forceinline__ void one_key_buckets(const S* __restrict__ x, i64 s_key,
-                                                const unsigned* __restrict__ c, int i_lo,
-                                                int i_hi, Store store)
+// The one-key buckets of the sketch in key order, ONE_KEY keys per thread in flight: the codes
+// cu[g] and values v[g] of keys i0 + g step (codes c, values x[i s_key]; past i_hi: slow),
+// loaded at once.  Every key's value is loaded beside its code, not after it (a slow key's
+// value shares its sector with its neighbours'; session 32, H100: the fused stage
+// 0.88-0.93x).
+constexpr int ONE_KEY = 4;
+template <typename S>
+__device__ __forceinline__ void one_key_load(unsigned* cu, double* v, const S* __restrict__ x,
+                                             i64 s_key, const unsigned* __restrict__ c, int i0,
+                                             int i_hi, int step)
 {
-    constexpr int G = 4;
-    const int step = blockDim.x;
-    for (int i0 = i_lo + (int)threadIdx.x; i0 < i_hi; i0 += G * step) {
-        unsigned cu[G];
-        double v[G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            const int i = i0 + g * step;
-            const bool in = i < i_hi;
-            cu[g] = in ? c[i] : CODE_SLOW;
-            v[g] = in ? (double)x[i * s_key] : 0.0;
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            if (!(cu[g] & CODE_SLOW))
-                store((int)(cu[g] & CODE_BUCKET),
-                      Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g]))));
+    for (int g = 0; g < ONE_KEY; ++g) {
+        const int i = i0 + g * step;
+        const bool in = i < i_hi;
+        cu[g] = in ? c[i] : CODE_SLOW;
+        v[g] = in ? (double)x[i * s_key] : 0.0;
     }
+}
+
+// buf[u] := 0.0 + s(i) x_i rounded to T for each key i of one_key_load's alone in its bucket
+// u with sign +-1.
+template <typename T>
+__device__ __forceinline__ void one_key_store(T* buf, const unsigned* cu, const double* v)
+{
+#pragma unroll
+    for (int g = 0; g < ONE_KEY; ++g)
+        if (!(cu[g] & CODE_SLOW))
+            buf[pad<T>((int)(cu[g] & CODE_BUCKET))] =
+                Mul<T>::from(__dadd_rn(0.0, __dmul_rn((cu[g] & CODE_NEG) ? -1.0 : 1.0, v[g])));
 }
 
 // The slow buckets' key entries (pagh_mm.sketch.Side.gpu_codes' skeys): the key in the low
@@ -141,26 +143,24 @@ __device__ __forceinline__ double skey_sign(unsigned e) {
                                             ((e & SKEY_ZERO) ? 0ull : 0x3FF0000000000000ull)));
 }
 
-// buf[w - w0] := the slow buckets w of w0 .. w0 + nb - 1 (t b + u: slow[r], r = fptr[w0] ..
-// fptr[w0 + nb] - 1), each 0.0 plus s(i) x_i of its keys in increasing key order (sketch()'s
-// rule), from its compact list skey[sptr[r] .. sptr[r + 1]].  G buckets per thread side by
-// side, E keys of each at a time, their entries and then their values loaded at once: three
-// dependent loads per bucket of up to E keys, where the bucket lists took two plus two per
-// key.  H100, 13 x 2^15 FP32, FP64 data (session 37, the fused stage): n = 32768 (a key per
-// bucket) 0.351 -> 0.216 s, of which the slow buckets 0.19 -> 0.05 s; n = 16384 0.089 ->
-// 0.077 s (G = 2 and E = 4: 0.238 / 0.081 s, G = 1: 0.225-0.232 / 0.078-0.079 s, G = 4, E =
-// 4: 0.247 / 0.082 s).
+// buf[w - w0] := the slow buckets w = slow[r] (t b + u, w0 = t b) of r = r_lo .. r_hi - 1,
+// each 0.0 plus s(i) x_i of its keys in increasing key order (sketch()'s rule), from its
+// compact list skey[sptr[r] .. sptr[r + 1]].  G buckets per thread side by side, E keys of
+// each at a time, their entries and then their values loaded at once: three dependent loads
+// per bucket of up to E keys, where the bucket lists took two plus two per key.  H100, 13 x
+// 2^15 FP32, FP64 data (session 37, the fused stage): n = 32768 (a key per bucket) 0.351 ->
+// 0.216 s, of which the slow buckets 0.19 -> 0.05 s; n = 16384 0.089 -> 0.077 s (G = 2 and
+// E = 4: 0.238 / 0.081 s, G = 1: 0.225-0.232 / 0.078-0.079 s, G = 4, E = 4: 0.247 / 0.082 s).
 template <typename T, typename S>
 __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i64 s_key,
-                                             const int* __restrict__ fptr,
+                                             int r_lo, int r1,
                                              const int* __restrict__ slow,
                                              const int* __restrict__ sptr,
-                                             const unsigned* __restrict__ skey, i64 w0, int nb)
+                                             const unsigned* __restrict__ skey, i64 w0)
 {
     constexpr int G = 2, E = 2;
     const int step = blockDim.x;
-    const int r1 = fptr[w0 + nb];
-    for (int r0 = fptr[w0] + (int)threadIdx.x; r0 < r1; r0 += G * step) {
+    for (int r0 = r_lo + (int)threadIdx.x; r0 < r1; r0 += G * step) {
         int w[G], q[G], qe[G];
         double sum[G];
 #pragma unroll
@@ -201,28 +201,61 @@ __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i6
     }
 }
 
+// The keys of a chunk of the sketch in key order (pagh_mm.sketch.SLOW_CHUNK): the slow
+// buckets whose last key lies in a chunk are summed right after the chunk's one-key buckets.
+constexpr int SLOW_CHUNK = 4096;
+
 // buf := the sketch of vector k for repetition t, all b buckets, rounded to T, walked in key
-// order (one block holds every bucket): a bucket of one key whose sign is +-1 is 0.0 +
-// s(i) x_i, written by the thread that reads key i (x and the codes read contiguously along
-// the keys when s_key = 1); the slow buckets (several keys, or a masked one) are listed
-// and summed by sketch()'s rule from their compact key lists.  The same values as sketch().
+// order (one block holds every bucket), SLOW_CHUNK keys at a time: a bucket of one key whose
+// sign is +-1 is 0.0 + s(i) x_i, written by the thread that reads key i (x and the codes read
+// contiguously along the keys when s_key = 1); then the slow buckets (several keys, or a
+// masked one) whose last key is in the chunk (slow[cptr[t nc + c] .. cptr[t nc + c + 1] - 1]
+// of chunk c of nc) are summed by sketch()'s rule from their compact key lists, while the
+// chunk's values are in L1.  For float T with ONE_KEY x blockDim.x = SLOW_CHUNK (the
+// launchers' 1024 threads) each thread's keys of the next chunk are loaded before the slow
+// buckets of this one are summed, so that their loads are in flight meanwhile (for double T
+// the registers this takes cost the kernel more).  H200, 13 repetitions, FP64 data, the
+// fused stage (session 40): n = 32768, FP32 2^15 0.183 s against 0.185-0.189 s summed after
+// the whole one-key loop (0.194-0.196 s without the loads ahead), FP64 2^14 0.248 s against
+// 0.260-0.270 s (0.255-0.260 s with them); n = 16384 within the spread.  The same values as
+// sketch().
 template <typename T, typename S>
 __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
                                             i64 s_vec, int n_keys,
                                             const unsigned* __restrict__ code,
-                                            const int* __restrict__ fptr,
+                                            const int* __restrict__ cptr,
                                             const int* __restrict__ slow,
                                             const int* __restrict__ sptr,
                                             const unsigned* __restrict__ skey, i64 k, int t,
                                             int b)
 {
     const S* x = X + k * s_vec;
-    const int step = blockDim.x;
-    for (int u = threadIdx.x; u < b; u += step) buf[pad<T>(u)] = T(0);    // empty buckets
+    const int step = blockDim.x, tid = threadIdx.x;
+    for (int u = tid; u < b; u += step) buf[pad<T>(u)] = T(0);          // empty buckets
     __syncthreads();                                      // before the buckets land
-    one_key_buckets<T, S>(x, s_key, code + (i64)t * n_keys, 0, n_keys,
-                          [&](int u, T val) { buf[pad<T>(u)] = val; });
-    slow_buckets<T, S>(buf, x, s_key, fptr, slow, sptr, skey, (i64)t * b, b);
+    const int nc = (n_keys + SLOW_CHUNK - 1) / SLOW_CHUNK;
+    const int* cp = cptr + (i64)t * nc;
+    const unsigned* c = code + (i64)t * n_keys;
+    unsigned cu[ONE_KEY];
+    double v[ONE_KEY];
+    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {   // a load a chunk
+        if (nc > 0) one_key_load<S>(cu, v, x, s_key, c, tid, n_keys, step);
+        for (int ch = 0; ch < nc; ++ch) {
+            one_key_store<T>(buf, cu, v);
+            if (ch + 1 < nc)
+                one_key_load<S>(cu, v, x, s_key, c, (ch + 1) * SLOW_CHUNK + tid, n_keys, step);
+            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b);
+        }
+    } else {
+        for (int ch = 0; ch < nc; ++ch) {
+            const int i_hi = min(n_keys, (ch + 1) * SLOW_CHUNK);
+            for (int i0 = ch * SLOW_CHUNK + tid; i0 < i_hi; i0 += ONE_KEY * step) {
+                one_key_load<S>(cu, v, x, s_key, c, i0, i_hi, step);
+                one_key_store<T>(buf, cu, v);
+            }
+            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b);
+        }
+    }
 }
 
 // sketch() of all b buckets as a call (not inlined; see sketch_all).
@@ -249,7 +282,7 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
                                            const double* __restrict__ sgn,
                                            const int* __restrict__ bpos,
                                            const unsigned* __restrict__ code,
-                                           const int* __restrict__ fptr,
+                                           const int* __restrict__ cptr,
                                            const int* __restrict__ slow,
                                            const int* __restrict__ sptr,
                                            const unsigned* __restrict__ skey, i64 k, int t,
@@ -257,7 +290,7 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
 {
     if constexpr (CALLS) {
         if (code)
-            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, code, fptr, slow, sptr, skey, k, t,
+            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k, t,
                               b);
         else
             sketch_call<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b);
@@ -363,7 +396,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
                                      const i64* __restrict__ ka, const double* __restrict__ ga,
                                      const int* __restrict__ pa,
                                      const unsigned* __restrict__ ca,
-                                     const int* __restrict__ fpa, const int* __restrict__ sla,
+                                     const int* __restrict__ cpa, const int* __restrict__ sla,
                                      const int* __restrict__ spa,
                                      const unsigned* __restrict__ ska,
                                      const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
@@ -371,7 +404,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
                                      const double* __restrict__ gb,
                                      const int* __restrict__ pb,
                                      const unsigned* __restrict__ cb,
-                                     const int* __restrict__ fpb, const int* __restrict__ slb,
+                                     const int* __restrict__ cpb, const int* __restrict__ slb,
                                      const int* __restrict__ spb,
                                      const unsigned* __restrict__ skb, i64 k, int t, int logb)
 {
@@ -381,7 +414,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     if constexpr (LOGB > 0) logb = LOGB;
     const int b = 1 << logb, threads = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : (int)blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, fpa, sla, spa,
+    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, cpa, sla, spa,
                             ska, k, t, b);
     transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
     if (GRAM) {
@@ -394,7 +427,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 #pragma unroll
         for (int q = 0; q < VPT; ++q) o[round_index<VPT>(q, last, rl, threads)] = v[q];
         __syncthreads();                                  // A's last round is read
-        sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb,
+        sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, cpb, slb,
                                 spb, skb, k, t, b);
         transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
 #pragma unroll
@@ -404,7 +437,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     }
     T fb[SPILL ? 1 : VPT];
     __syncthreads();                                      // A's last round is read
-    sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, fpb, slb, spb,
+    sketch_all<T, S, SPILL>(buf, st, B, sb_key, sb_vec, n_b, ib, kb, gb, pb, cb, cpb, slb, spb,
                             skb, k, t, b);
     transform<T, LOG_VPT, LOGB>(buf, fb, logb, threads);
 #pragma unroll
@@ -456,20 +489,20 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
 // then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
 // bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
-// order, its key count n_a and codes ca (Side.gpu_codes: codes, slow-bucket bounds fpa, slow
-// buckets sla, their key lists' bounds spa and entries ska; null, and n_a 0: the sketch by
-// position); the same for B.
+// order, its key count n_a and codes ca (Side.gpu_codes: codes, the slow buckets' bounds per
+// chunk of keys cpa, slow buckets sla, their key lists' bounds spa and entries ska; null, and
+// n_a 0: the sketch by position); the same for B.
 template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
                   const int* __restrict__ pa, const unsigned* __restrict__ ca,
-                  const int* __restrict__ fpa, const int* __restrict__ sla,
+                  const int* __restrict__ cpa, const int* __restrict__ sla,
                   const int* __restrict__ spa, const unsigned* __restrict__ ska,
                   const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                   const i64* __restrict__ ib, const i64* __restrict__ kb,
                   const double* __restrict__ gb, const int* __restrict__ pb,
-                  const unsigned* __restrict__ cb, const int* __restrict__ fpb,
+                  const unsigned* __restrict__ cb, const int* __restrict__ cpb,
                   const int* __restrict__ slb, const int* __restrict__ spb,
                   const unsigned* __restrict__ skb,
                   int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
@@ -503,8 +536,8 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
         v, count,
         [&](int i) {
             term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
-                                      fpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
-                                      cb, fpb, slb, spb, skb, first + i, t, logb);
+                                      cpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
+                                      cb, cpb, slb, spb, skb, first + i, t, logb);
         },
         [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll
@@ -532,12 +565,12 @@ __global__ void FWHT_CLUSTER_DIMS(1 << LOG_CL) __launch_bounds__(1024)
 fused_cluster_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                     const i64* __restrict__ ka, const double* __restrict__ ga,
                     const int* __restrict__ pa, const unsigned* __restrict__ ca,
-                    const int* __restrict__ fpa, const int* __restrict__ sla,
+                    const int* __restrict__ cpa, const int* __restrict__ sla,
                     const int* __restrict__ spa, const unsigned* __restrict__ ska,
                     const S* __restrict__ B, i64 sb_key, i64 sb_vec, int n_b,
                     const i64* __restrict__ ib, const i64* __restrict__ kb,
                     const double* __restrict__ gb, const int* __restrict__ pb,
-                    const unsigned* __restrict__ cb, const int* __restrict__ fpb,
+                    const unsigned* __restrict__ cb, const int* __restrict__ cpb,
                     const int* __restrict__ slb, const int* __restrict__ spb,
                     const unsigned* __restrict__ skb,
                     int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
