@@ -109,9 +109,17 @@ class Entries(NamedTuple):
     verified: int | None = None
 
 
+#: GPU pools of at most this many entries are ranked by :func:`best` on the host (one copy
+#: each way instead of about ten small kernels and two synchronizations: H200, n = 16384,
+#: about 0.5 ms a call, five calls a top-k; session 40).
+HOST_BEST = 1 << 17
+
+
 def best(key, ids, k: int, xp):
     """Positions of the ``k`` largest ``key`` values, largest first, ties broken by the
     smaller ``ids`` (so the answer never depends on tiling or device)."""
+    if xp is not np and key.size <= HOST_BEST:
+        return xp.asarray(best(xp.asnumpy(key), xp.asnumpy(ids), k, np))
     if key.size > k:
         kth = -xp.partition(-key, k - 1)[k - 1]
         above = xp.nonzero(key > kth)[0]
@@ -196,20 +204,19 @@ def tiles(cp, sketch=None, progress=None, upper: bool = False, hashes: bool = Fa
 
     On the GPU one kernel computes each tile's medians from the hash values and the
     sketch (:mod:`pagh_mm.cuda.kernels`); on the CPU NumPy gathers the d values."""
-    xp = cp.backend.xp
     sketch = cp.sketch if sketch is None else sketch
     m, p = cp.shape
     rows, cols = tile_shape(cp)
     done, total = 0, m * p
     for c0 in range(0, p, cols):
         c1 = min(p, c0 + cols)
-        h2, s2 = cp._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
+        h2, s2 = cp._hash_range(2, c0, c1)
         for r0 in range(0, m, rows):
             r1 = min(m, r0 + rows)
             if upper and r0 >= c1:
                 done += (r1 - r0) * (c1 - c0)
                 continue
-            h1, s1 = cp._hashes(1, xp.arange(r0, r1, dtype=xp.int64))
+            h1, s1 = cp._hash_range(1, r0, r1)
             if hashes:
                 yield r0, c0, (h1, s1, h2, s2)
             else:
@@ -343,18 +350,20 @@ def _pruned(cp, sketch, by: str, cap: int, cut: float, exclude, skip_diagonal: b
     partial = None              # the lowest limit's entries, when at least `least` of them
     for lim in limits:
         if gpu:
-            heavy, hstart, bitmap, bound = _gpu_heavy(cp, sketch, factor, lim)
-            if hstart * m > GPU_PRUNE_THREADS * scanned:
+            # the heavy buckets counted first (one reduction): their lists only where it pays
+            hstart = int(xp.count_nonzero(xp.abs(sketch[:d - (d + 1) // 2 + 1]) * factor >= lim))
+            if hstart * m > GPU_PRUNE_THREADS * scanned or \
+                    hstart * m * (p / b) > PRUNE_COST * scanned:
                 break
+            heavy, hstart, bitmap, bound = _gpu_heavy(cp, sketch, factor, lim)
         else:
             heavy, hstart, bitmap, bound = compiled.heavy_buckets(sketch, factor, lim)
-            if heavy.size * m > CPU_PRUNE_PAIRS * scanned:
+            if heavy.size * m > CPU_PRUNE_PAIRS * scanned or \
+                    heavy.size * m * (p / b) > PRUNE_COST * scanned:
                 break
-        if (hstart if gpu else heavy.size) * m * (p / b) > PRUNE_COST * scanned:
-            break
         if h1 is None:
-            h1, s1 = cp._hashes(1, xp.arange(m, dtype=xp.int64))
-            h2, s2 = (h1, s1) if cp.gram else cp._hashes(2, xp.arange(p, dtype=xp.int64))
+            h1, s1 = cp._hash_range(1, 0, m)
+            h2, s2 = (h1, s1) if cp.gram else cp._hash_range(2, 0, p)
             if gpu:
                 from .cuda import kernels
                 starts, members = kernels.bucket_members(h2, b)
@@ -451,7 +460,6 @@ def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
     grow 32-fold (the pool's floor rises with them: each returns about 32 pools), up to
     GPU_CHUNK entries while ``filtered()`` (a heavy-bucket filter applies),
     else GPU_CHUNK_OPEN; ``upper``: the rows that hold entries on or above the diagonal."""
-    xp = cp.backend.xp
     m, p = cp.shape
     d = cp.reps
     budget = TILE_BUDGET * 4
@@ -460,13 +468,13 @@ def _gpu_chunks(cp, first: int, upper: bool, filtered, progress=None):
     done, entries = 0, max(1, first)
     for c0 in range(0, p, cols):
         c1 = min(p, c0 + cols)
-        h2, s2 = cp._hashes(2, xp.arange(c0, c1, dtype=xp.int64))
+        h2, s2 = cp._hash_range(2, c0, c1)
         end = min(m, c1) if upper else m
         r0 = 0
         while r0 < end:
             most = min(entries, GPU_CHUNK if filtered() else GPU_CHUNK_OPEN)
             rows = max(1, min(end - r0, most // (c1 - c0), budget // (16 * d)))
-            h1, s1 = cp._hashes(1, xp.arange(r0, r0 + rows, dtype=xp.int64))
+            h1, s1 = cp._hash_range(1, r0, r0 + rows)
             yield r0, c0, (h1, s1, h2, s2)
             r0 += rows
             done += rows * (c1 - c0)
@@ -728,7 +736,7 @@ def blind_pairs(cp):
     m = cp.shape[0]
     if not cp.gram or m < 2:
         return xp.empty(0, xp.int64)
-    h = cp.backend.asnumpy(cp._hashes(1, xp.arange(m, dtype=xp.int64))[0])     # (d, m)
+    h = cp.backend.asnumpy(cp._hash_range(1, 0, m)[0])     # (d, m)
     order = np.lexsort(h[::-1])
     hs = h[:, order]
     start = np.concatenate([[True], (hs[:, 1:] != hs[:, :-1]).any(axis=0)])
