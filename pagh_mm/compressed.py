@@ -112,7 +112,8 @@ class CompressedProduct:
             room = memory.available(self.backend.name)
             if size > HASH_CACHE_BYTES or (room is not None and size > room // 8):
                 return self._hashes(which, xp.arange(k0, k1, dtype=xp.int64))
-            self._hash_cache.clear()            # other parameters or buckets: not needed again
+            for other in [o for o in self._hash_cache if o[1:] != key[1:]]:
+                del self._hash_cache[other]     # other parameters or buckets: not needed again
             got = self._hash_cache[key] = (self.params,) + self._hashes(which, xp.arange(n, dtype=xp.int64))
         if k0 == 0 and k1 == n:
             return got[1], got[2]

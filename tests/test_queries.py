@@ -493,3 +493,37 @@ def test_advice_beyond_the_largest_sketch_says_the_entries_do_not_stand_out():
     assert query._advice(cp, target, 12.0, 1.0, 14.0, 100, 10, 3, 1)[3] is False
     assert query._advice(cp, SimpleNamespace(by="abs", k=None), 12.0, 1.0, 14.0, 100, 10, 3,
                          1)[3] is True
+
+
+def test_hash_range_slices_the_whole_tables_kept_on_the_product(monkeypatch):
+    """The scans' hashes of a range of rows or columns are slices (C-contiguous) of the
+    side's whole tables, the same values as hashing the range; kept per (side, parameters,
+    buckets): after the buckets change they follow them; not pickled; computed per range
+    above the cache's budget; a Gram product's columns are its rows."""
+    import pickle
+    from pagh_mm import compressed
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((40, 6)), rng.standard_normal((6, 33))
+
+    def same(sk, which, k0, k1):
+        h, s = sk._hash_range(which, k0, k1)
+        hw, sw = sk._hashes(which, np.arange(k0, k1, dtype=np.int64))
+        assert h.flags.c_contiguous and s.flags.c_contiguous
+        assert h.tobytes() == hw.tobytes() and s.tobytes() == sw.tobytes()
+
+    sk = pagh_mm.compress(A, B, buckets=256, reps=3, seed=4)
+    for which, n in ((1, 40), (2, 33)):
+        for k0, k1 in ((0, n), (3, 17), (n - 1, n), (5, 5)):
+            same(sk, which, k0, k1)
+    assert sorted(k[0] for k in sk._hash_cache) == [1, 2]    # both sides kept
+    sk.log2b += 1                                        # as a certified query's rebuild does
+    same(sk, 1, 2, 30)
+    assert list(sk._hash_cache) == [(1, id(sk.params), sk.log2b)]
+    assert pickle.loads(pickle.dumps(sk))._hash_cache == {}
+    sk.log2b -= 1
+    monkeypatch.setattr(compressed, "HASH_CACHE_BYTES", 0)
+    sk._hash_cache.clear()
+    same(sk, 2, 1, 20)
+    assert sk._hash_cache == {}
+    g = pagh_mm.compress_gram(rng.standard_normal((7, 25)), buckets=128, reps=3, seed=2)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(g._hash_range(2, 4, 9), g._hashes(1, np.arange(4, 9))))
