@@ -7,7 +7,7 @@ Times ``sk.top_k(k)`` and ``sk.top_k(k, verify=True)`` (medians of ``--repeats``
 synchronized), then runs each once under cProfile; with ``--blocking`` (set
 CUDA_LAUNCH_BLOCKING=1 in the environment too) every launch waits for its kernel, so a
 function's time includes its kernels'.  Prints the functions of most cumulative and own
-time, and the count of host synchronizations (device-to-host copies).
+time (the host's waits for the device show as ``get`` and the other synchronizing calls).
 """
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ GROWTH = 64
 #: What a rebuilt sketch's reason says when its bit sketches did not fit.
 DROPPED = " without bit sketches (they did not fit)"
 #: A query's scans slice the hashes of every row and column from whole tables kept on the
-#: product while both fit in this many bytes (and in an eighth of the memory available):
+#: product while each side's fit in this many bytes (and in an eighth of the memory available):
 #: on the GPU each chunk of a scan computed its own (H200, n = 16384, 13 repetitions: about
 #: 0.6 ms a chunk, 3 ms of an 18 ms top-k; session 40).
 HASH_CACHE_BYTES = 64 << 20
@@ -99,22 +99,27 @@ class CompressedProduct:
 
     def _hash_range(self, which: int, k0: int, k1: int):
         """:meth:`_hashes` of the row (which=1) or column (which=2) indices k0 .. k1 - 1 (C-
-        contiguous arrays), sliced from the side's whole tables, computed at the first call
-        and kept while they fit (HASH_CACHE_BYTES; else computed for the range)."""
+        contiguous arrays, read only: they may be the kept tables themselves), sliced from
+        the side's whole tables, computed at the first call and kept while they fit
+        (HASH_CACHE_BYTES; else computed for the range)."""
         xp = self.backend.xp
         if self.gram:
             which = 1
         n = self.shape[0] if which == 1 else self.shape[1]
         key = (which, id(self.params), self.log2b)
-        got = self._hash_cache.get(key)
+        cache = self.__dict__.setdefault("_hash_cache", {})     # (pickled before it existed)
+        got = cache.get(key)
         if got is None:
             size = 16 * self.reps * n
-            room = memory.available(self.backend.name)
-            if size > HASH_CACHE_BYTES or (room is not None and size > room // 8):
+            if size > HASH_CACHE_BYTES:
                 return self._hashes(which, xp.arange(k0, k1, dtype=xp.int64))
-            for other in [o for o in self._hash_cache if o[1:] != key[1:]]:
-                del self._hash_cache[other]     # other parameters or buckets: not needed again
-            got = self._hash_cache[key] = (self.params,) + self._hashes(which, xp.arange(n, dtype=xp.int64))
+            room = memory.available(self.backend.name)
+            if room is not None and size > room // 8:
+                return self._hashes(which, xp.arange(k0, k1, dtype=xp.int64))
+            for other in list(cache):
+                if other[1:] != key[1:]:
+                    cache.pop(other, None)      # other parameters or buckets: not needed again
+            got = cache[key] = (self.params,) + self._hashes(which, xp.arange(n, dtype=xp.int64))
         if k0 == 0 and k1 == n:
             return got[1], got[2]
         return (xp.ascontiguousarray(got[1][:, k0:k1]), xp.ascontiguousarray(got[2][:, k0:k1]))
@@ -255,6 +260,7 @@ class CompressedProduct:
                 from .matmul import compress
             new = None
             dropped = False
+            self.__dict__.get("_hash_cache", {}).clear()    # the old tables: not needed again
             # with the bit sketches if they fit, else without them: the scan certifies alone
             for with_bits in ((True, False) if self.bits is not None else (False,)):
                 try:

@@ -124,7 +124,9 @@ def best(key, ids, k: int, xp):
         kth = -xp.partition(-key, k - 1)[k - 1]
         above = xp.nonzero(key > kth)[0]
         tied = xp.nonzero(key == kth)[0]
-        tied = tied[xp.argsort(ids[tied])[:k - above.size]]
+        # stable on both devices (CuPy's sort is), also for equal ids
+        order = xp.argsort(ids[tied], kind="stable") if xp is np else xp.argsort(ids[tied])
+        tied = tied[order[:k - above.size]]
         sel = xp.concatenate([above, tied])
     else:
         sel = xp.arange(key.size)

@@ -301,8 +301,8 @@ class Side:
             chunk = (slow // b) * nc + kl[indptr[slow + 1] - 1] // SLOW_CHUNK
             order = xp.argsort(chunk * b + slow % b)       # distinct: any sort's order
             slow, chunk = slow[order], chunk[order]
-            cptr = xp.concatenate([xp.zeros(1, xp.int32),
-                                   xp.cumsum(xp.bincount(chunk, minlength=d * nc), dtype=xp.int32)])
+            # chunk is sorted now (CuPy 13's bincount raises on an empty array: no slow bucket)
+            cptr = xp.searchsorted(chunk, xp.arange(d * nc + 1, dtype=xp.int64)).astype(xp.int32)
             del order, chunk
             first = indptr[slow]
             count = indptr[slow + 1] - first

@@ -412,8 +412,9 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
             if kw.get("decode"):
                 assert got.bits.sketch.get().tobytes() == want.bits.sketch.tobytes()
     # the last two: one factor over the limit (by position), the other at it (key order)
+    # (40, 1): factors without a slow bucket (an empty slow list)
     for m, p in ((limit, b + 1), (b + 1, limit), (limit, limit // 4), (limit, limit + 1),
-                 (limit + 1, limit)):
+                 (limit + 1, limit), (40, 1)):
         A = rng.standard_normal((m, 6))
         B = rng.standard_normal((6, p))
         A[::3, 1] = -0.0

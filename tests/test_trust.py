@@ -560,8 +560,8 @@ def test_smaller_validation_gaps():
 
 
 def test_fused_kernel_constants_match_its_source():
-    """fused.cu's constants are the host's: the key codes' and slow lists' bits
-    (pagh_mm.sketch), RegLogVpt (kernels.FUSED_REG_LOG_VPT), and the kernels above it, whose
+    """fused.cu's constants are the host's: the key codes' and slow lists' bits and the
+    chunks of keys the slow lists are ordered by (pagh_mm.sketch), RegLogVpt (kernels.FUSED_REG_LOG_VPT), and the kernels above it, whose
     bits fixed_logb fixes at log2(values per thread) + 10, are launched with 1024 threads for
     exactly those bucket counts."""
     import re
@@ -572,6 +572,7 @@ def test_fused_kernel_constants_match_its_source():
                         ("SKEY_ZERO", sketch.SKEY_ZERO), ("SKEY_NEG", sketch.SKEY_NEG)):
         assert int(re.search(name + r" = 1u << (\d+)", src).group(1)) == value.bit_length() - 1
     assert "CODE_BUCKET = (1u << %d) - 1" % sketch.CODE_BUCKET_BITS in src
+    assert "constexpr int SLOW_CHUNK = %d;" % sketch.SLOW_CHUNK in src   # the slow lists' chunks
     assert "return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;" in src
     for name in ("float", "double"):
         reg = int(re.search(r"struct RegLogVpt<%s> \{ static constexpr int value = (\d+);" % name,
@@ -654,3 +655,5 @@ def test_fused_key_codes_rebuild_the_scatter_matrix_sketch(family, log2b, chunk,
         assert (np.isnan(got) == nan).all() and nan.any()
         assert got[~nan].tobytes() == spec[~nan].tobytes()
         assert (np.diff(indptr)[slow] >= 1).all()
+    one = sketch.Side(np.zeros((1, 1)), 1, base, log2b, be).gpu_codes()     # no slow bucket
+    assert one[1].tolist() == [0] * (base.reps + 1) and one[2].size == 0 and one[4].size == 0

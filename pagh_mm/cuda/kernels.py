@@ -675,7 +675,7 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
     dtype (any strides), in ``dtype`` (float32 or float64): see ``fused.cu``.  ``table_*``:
     the scatter tables (indptr, keys, signs) of :meth:`pagh_mm.sketch.Side.gpu_table`, the
     bucket of each of their positions (:meth:`pagh_mm.sketch.Side.gpu_positions`) and the key
-    codes (code, fptr, slow, sptr, skeys) of :meth:`pagh_mm.sketch.Side.gpu_codes` where
+    codes (code, cptr, slow, sptr, skeys) of :meth:`pagh_mm.sketch.Side.gpu_codes` where
     :func:`fused_key_order` holds (else five None)."""
     cp = cupy()
     gram = VB is None
