@@ -4,11 +4,12 @@ from __future__ import annotations
 import statistics
 
 
-def event_median(cp, f, repeats: int) -> float:
-    """Median seconds of ``repeats`` calls of ``f`` (after one call to warm up), each timed
-    alone by CUDA events on the current stream."""
+def event_median(cp, f, repeats: int, warmups: int = 1) -> float:
+    """Median seconds of ``repeats`` calls of ``f`` (after ``warmups`` calls to warm up), each
+    timed alone by CUDA events on the current stream."""
     start, stop = cp.cuda.Event(), cp.cuda.Event()
-    f()
+    for _ in range(warmups):
+        f()
     ts = []
     for _ in range(repeats):
         start.record()

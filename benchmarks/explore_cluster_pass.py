@@ -18,13 +18,17 @@ checks that the two passes give fwht_gpu's bits (both apply the stages in ascend
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import sys
 
 import cupy as cp
 import numpy as np
 
 import fwht_gpu as F
 from fwht_gpu import provenance
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _events import event_median  # noqa: E402
 
 SOURCE = r"""
 typedef long long i64;
@@ -172,16 +176,7 @@ def _name(L, G, CL, threads, rb):
 
 
 def _ms(fn, runs=10):
-    fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    out = []
-    for _ in range(runs):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, end))
-    return statistics.median(out)
+    return event_median(cp, fn, runs) * 1e3
 
 
 def main(argv=None) -> int:

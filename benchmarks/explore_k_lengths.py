@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
+import os
+import sys
 
 import cupy as cp
 import numpy as np
@@ -29,22 +30,15 @@ from fwht_gpu import gpu, hadamard, make_plan, provenance
 from fwht_gpu.bench import _timer
 from fwht_gpu.cuda import config, engine
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _events import event_median  # noqa: E402
+
 ROTATE_BYTES = 1 << 30      # inputs rotated over at least this many bytes (no L2 flattery)
 
 
 def _call_ms(fn, runs=30):
     """Median time in ms of single calls (each with its own synchronisation)."""
-    for _ in range(3):
-        fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(runs):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end))
-    return statistics.median(times)
+    return event_median(cp, fn, runs, warmups=3) * 1e3
 
 
 def inputs(rows: int, n: int, dt):
