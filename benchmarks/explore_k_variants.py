@@ -108,9 +108,51 @@ VARIANTS["halves3"] = ((), False, None, {"_k_pair_launch": _halves_three})
 
 for _n in range(2, 17):
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
+
+
+def _threads_of(count):
+    """config._k_threads giving one-block tiles ``count`` threads (within the launch bound)."""
+    def threads(cfg, tile_units, tiles):
+        return min(count, cfg.max_threads)
+    return threads
+
+
+# session 41: smaller tiles of short rows in smaller blocks, so that as many bytes as the
+# library's 48 KiB tiles stay resident per SM (the 64 registers of the bound of 1024 threads
+# allow 2048 threads), over more, independent blocks: ``tile16t64`` tiles of up to 16 KiB at
+# 64 threads, ``tile32t128`` up to 32 KiB at 128 (the library: 256 threads, four 48 KiB tiles)
+for _kib, _thr in ((16, 64), (16, 128), (32, 64), (32, 128)):
+    VARIANTS[f"tile{_kib}t{_thr}"] = ((), False, _kib << 10, {"_k_threads": _threads_of(_thr)})
+VARIANTS["tile128"] = ((), False, 1 << 17)
+VARIANTS["tile8t32"] = ((), False, 1 << 13, {"_k_threads": _threads_of(32)})
+
+
+def _fill_threads(cfg, tile_units, tiles):
+    """Threads per block that fill the SM's registers under the launch bound of one block
+    (64 registers for a bound of 1024 threads) with ``tiles`` blocks per SM, a power of two,
+    at least a warp, at most the library's choice."""
+    regs = cfg.bound_registers(config.H100)
+    fill = max(32, 1 << ((config.H100.regs_per_sm // (regs * max(1, tiles))).bit_length() - 1))
+    return min(fill, _library_config["_k_threads"](cfg, tile_units, tiles))
+
+
+for _kib in (8, 16, 32, 64):
+    VARIANTS[f"fill{_kib}"] = ((), False, _kib << 10, {"_k_threads": _fill_threads})
 _library_config = {"K_QUAD_ORDERS": config.K_QUAD_ORDERS, "K_PAIR_QS": config.K_PAIR_QS,
                    "_k_bound_blocks": config._k_bound_blocks, "_k_pair_launch": config._k_pair_launch,
-                   "_k_direct": config._k_direct}
+                   "_k_direct": config._k_direct, "_k_threads": config._k_threads,
+                   "_k_fewer_threads": config._k_fewer_threads}
+
+
+def _before41(plan, K, rows, inverse, limits=config.H100):
+    """config.k_launch as before session 41: tiles of short 4-byte-unit rows up to 64 KiB."""
+    tuned = dataclasses.replace(plan, tuning=dataclasses.replace(plan.tuning, k_tile_bytes=1 << 16))
+    return _library_k_launch(tuned, K, rows, inverse, limits)
+
+
+# the launches before session 41: tiles of up to 64 KiB, the threads of _k_threads alone
+VARIANTS["before41"] = ((), False, None, {"k_launch": _before41,
+                                          "_k_fewer_threads": lambda cfg, threads, tiles, limits: threads})
 
 
 def _tiles_of(nbytes):
@@ -162,6 +204,9 @@ def _settings(v):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--min-mb", type=float, default=0.0,
+                    help="at least this many MiB of rows (a multiple of 512 rows, so that tiles of "
+                         "up to 512 short rows divide the batch)")
     ap.add_argument("--dtypes", nargs="*", default=["fp32", "fp16", "fp64"])
     ap.add_argument("--n", type=int, nargs="*",
                     default=[12 * 256, 12 * 1024, 20 * 1024, 28 * 1024, 40 * 1024])
@@ -174,12 +219,16 @@ def main() -> None:
     library = engine.K_KERNELS
     modules = {v: library if not VARIANTS[v][0] else
                KernelModule(engine.K_SOURCE, OPTIONS + VARIANTS[v][0]) for v in args.variants}
+    def count(n: int, name: str) -> int:
+        least = -(-int(args.min_mb * 2**20) // (n * _dt.resolve(name).itemsize))
+        return max(args.rows, -(-least // 512) * 512)
+
     items = []
     for name in args.dtypes:
         for n in args.n:
             K, M = hadamard.split(n)
             items.append((make_plan(M, _dt.resolve(name), compute_dtype=args.compute, device="cuda"), K,
-                          args.rows, False))
+                          count(n, name), False))
     for v in args.variants:             # compile everything first
         _use(modules[v], False, VARIANTS[v][2], _settings(v))
         engine.precompile_k(items)
@@ -190,9 +239,10 @@ def main() -> None:
         for n in args.n:
             K, M = hadamard.split(n)
             plan = make_plan(M, dt, compute_dtype=args.compute, device="cuda")
-            x = cp.random.default_rng(2).standard_normal((args.rows, n), dtype=cp.float32).astype(dt)
+            nrows = count(n, name)
+            x = cp.random.default_rng(2).standard_normal((nrows, n), dtype=cp.float32).astype(dt)
             ref = base_route = None
-            line = f"{name:5} {K:>3} x {M:<5}"
+            line = f"{name:5} {K:>3} x {M:<5} {nrows:>6} rows"
             for v in args.variants:
                 _use(modules[v], VARIANTS[v][1], VARIANTS[v][2], _settings(v))
                 y = cp.empty_like(x)
@@ -205,7 +255,7 @@ def main() -> None:
                     if not same:        # how far a build that changes the order strays
                         dev = float(cp.abs(y.astype(cp.float64) - ref.astype(cp.float64)).max()
                                     / cp.abs(ref.astype(cp.float64)).max())
-                r = kl.case(args.rows, n, dt, args.compute)
+                r = kl.case(nrows, n, dt, args.compute)
                 r.update(variant=v, same_bits=same)
                 rows.append(r)
                 base_route = base_route or r["route"]

@@ -110,11 +110,13 @@ class Tuning:
     min_tile_bytes: int = 1 << 15
     #: ``fwht_k_rows`` groups short K * 2**k rows of 4-byte compute units (FP32, FP16/BF16
     #: pairs) into tiles of up to this many bytes (8-byte units - FP64, or a wider compute
-    #: type -: ``min_tile_bytes``). H100, 4096 rows, over a copy (session 29): 64 KiB against
-    #: 32 KiB took FP32 12 * 2**8 1.185 -> 1.145x, FP16 12 * 2**8 1.524 -> 1.449x, FP16 12 *
-    #: 2**10 1.162 -> 1.126x (BF16 the same); FP64 12 * 2**8 lost (1.109 -> 1.137x: two rows
-    #: per 256-thread tile, whose 64 registers per thread spill).
-    k_tile_bytes: int = 1 << 16
+    #: type -: ``min_tile_bytes``). H100, 4096 rows, over a copy (session 29, 256 threads per
+    #: tile): 64 KiB against 32 KiB took FP32 12 * 2**8 1.185 -> 1.145x, FP16 12 * 2**8 1.524
+    #: -> 1.449x, FP16 12 * 2**10 1.162 -> 1.126x (BF16 the same); FP64 12 * 2**8 lost (1.109
+    #: -> 1.137x: two rows per 256-thread tile, whose 64 registers per thread spill).  Since
+    #: session 41 small tiles take fewer threads (config._k_fewer_threads), and 16 KiB beat
+    #: 64 KiB (H200, 64 MiB of rows: FP16 12 * 2**8 1.49 -> 1.31x, FP32 1.30 -> 1.21x).
+    k_tile_bytes: int = 1 << 14
     #: log2 threads per block of a cluster pass (256 beat 512 in every row of the
     #: exploration's sweep; 128 and 1024 lost badly).
     cluster_log_threads: int = 8

@@ -83,7 +83,7 @@ def test_the_launcher_fuses_rows_that_fit_in_shared_memory():
 
 def test_short_rows_share_tiles_of_the_tuned_size():
     """Tiles of several short rows: up to ``Tuning.k_tile_bytes`` for 4-byte compute units
-    (64 KiB: FP32, FP16/BF16 pairs), ``min_tile_bytes`` for 8-byte ones (32 KiB: FP64, or a
+    (16 KiB: FP32, FP16/BF16 pairs), ``min_tile_bytes`` for 8-byte ones (32 KiB: FP64, or a
     wider compute type), and never more rows than divide the batch."""
     from fwht_gpu.tuning import Tuning
 
@@ -91,15 +91,41 @@ def test_short_rows_share_tiles_of_the_tuned_size():
         plan = make_plan(M, dt, device="cuda", compute_dtype=compute, tuning=Tuning(**tuning))
         return config.k_launch(plan, K, rows, False, gpu.H100).log_rows
 
-    assert log_rows(np.float32, 12, 256) == 2                    # 4 rows of 12 KiB
-    assert log_rows(np.float16, 12, 256) == 3 and log_rows(_dt.bfloat16, 12, 1024) == 1
+    assert log_rows(np.float32, 12, 256) == 0                    # a 12 KiB row per tile
+    assert log_rows(np.float16, 12, 256) == 1 and log_rows(_dt.bfloat16, 12, 1024) == 0
+    assert log_rows(np.float32, 12, 64) == 2                     # 3 KiB rows in 16 KiB
     assert log_rows(np.float64, 12, 256) == 0                    # a 24 KiB row per tile
     assert log_rows(np.float64, 12, 64) == 2                     # 6 KiB rows in 32 KiB
     assert log_rows(np.float32, 12, 256, compute="float64") == 1  # 8-byte units: 32 KiB
     assert log_rows(np.float16, 12, 256, compute="float32") == 2
     assert log_rows(np.float32, 12, 256, k_tile_bytes=1 << 15) == 1
     assert log_rows(np.float64, 12, 64, min_tile_bytes=1 << 16) == 3
-    assert log_rows(np.float32, 12, 256, rows=6) == 1 and log_rows(np.float32, 12, 256, rows=5) == 0
+    assert log_rows(np.float32, 12, 256, rows=6, k_tile_bytes=1 << 16) == 1
+    assert log_rows(np.float32, 12, 256, rows=5, k_tile_bytes=1 << 16) == 0
+
+
+def test_small_tiles_take_fewer_threads():
+    """One-block tiles of 4-byte units take the fewest threads (a power of two, at least a
+    warp) that keep as many threads resident per SM (registers of the launch bound, shared
+    memory): more, smaller blocks (session 41); FP64 and tiles whose blocks would then fill
+    the SM less keep the previous choice."""
+    def launch(dt, K, M, rows=4096, **tuning):
+        from fwht_gpu.tuning import Tuning
+        plan = make_plan(M, dt, device="cuda", tuning=Tuning(**tuning))
+        got = config.k_launch(plan, K, rows, False, gpu.H100)
+        return got.threads, got.log_rows
+
+    assert launch(np.float16, 12, 256) == (64, 1)        # 12 KiB tiles, 16 per SM
+    assert launch(np.float32, 12, 256) == (64, 0)
+    assert launch(_dt.bfloat16, 12, 1024) == (128, 0)    # 24 KiB, 8 per SM
+    assert launch(np.float16, 20, 1024) == (256, 0)      # 41 KiB, five fit, four resident
+    assert launch(np.float32, 12, 1024) == (256, 0)      # 48 KiB, four per SM
+    assert launch(np.float32, 20, 1024) == (512, 0)      # 82 KiB, two per SM
+    assert launch(np.float64, 12, 256) == (256, 0)       # FP64: the direct copies' 256
+    assert launch(np.float16, 12, 256, k_tile_bytes=1 << 16) == (256, 3)   # four 48 KiB tiles
+    for dt, K, M in ((np.float32, 12, 64), (np.float16, 12, 256), (np.float32, 12, 256)):
+        threads, _ = launch(dt, K, M)
+        assert threads >= 32 and threads & (threads - 1) == 0
 
 
 def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):

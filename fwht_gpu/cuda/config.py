@@ -792,7 +792,7 @@ def k_launch(plan: Plan, K: int, rows: int, inverse: bool, limits: Limits = H100
     tile_units = row_units << log_rows
     smem = cfg.smem_bytes(tile_units)
     tiles = _tiles_per_sm(smem, limits)
-    threads = _k_threads(cfg, tile_units, tiles)
+    threads = _k_fewer_threads(cfg, _k_threads(cfg, tile_units, tiles), tiles, limits)
     cfg = dataclasses.replace(cfg, b=_k_bound_blocks(cfg, threads, tiles), direct=_k_direct(cfg, threads))
     return KLaunch(cfg, stage, log_mu, log_rows, rows >> log_rows, threads, smem)
 
@@ -813,6 +813,31 @@ def _k_threads(cfg: KRowsConfig, tile_units: int, tiles: int) -> int:
     its SM takes every thread the launch bound allows."""
     most = 256 if tiles >= 3 else 512 if tiles == 2 else 1024
     return max(32, min(cfg.max_threads, most, 1 << max(0, (tile_units // 8).bit_length() - 1)))
+
+
+def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits) -> int:
+    """``threads`` halved while the SM keeps as many threads resident (the launch bound of one
+    block's registers, its threads, ``tiles`` blocks by shared memory), for one-block tiles of
+    4-byte units (FP32, FP16/BF16 pairs): more, smaller blocks per SM, whose loads, rounds and
+    stores overlap more.  H200, over a copy (session 41, with tiles of short rows up to 16 KiB
+    instead of 64 KiB and the first round's bank spread on every tile size; against the code
+    before, one run): 64 MiB of FP16 / BF16 12 * 2**8 rows 1.49 -> 1.31x (two rows per tile,
+    64 threads, 16 per SM, against eight rows, 256 threads, four per SM), FP32 1.30 -> 1.21x
+    (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.27x (128 threads,
+    eight per SM); rows of K = 12 .. 44 times 2**2 .. 2**10 in 64 MiB, 0.5-35% faster
+    (``session41-k-rule*``).  Not for FP64 (12 * 2**8: 128 threads 1.19x against 256 threads'
+    1.17x, the direct copies) nor where fewer would stay resident (FP16 20 * 2**10, five 41
+    KiB tiles per SM: 128 threads 1.36x against 256 threads' 1.28x, four resident)."""
+    if cfg.unit_bytes != 4 or cfg.b != 1:
+        return threads
+    regs = cfg.bound_registers(limits)
+
+    def resident(t: int) -> int:
+        return t * min(tiles, limits.regs_per_sm // (t * regs), limits.max_threads_per_sm // t)
+
+    while threads > 32 and resident(threads // 2) >= resident(threads):
+        threads //= 2
+    return threads
 
 
 def _k_pair_launch(cfg: KRowsConfig, stage: KStageConfig, log_mu: int, row_units: int, rows: int,

@@ -413,17 +413,22 @@ __device__ __forceinline__ void k_pow2_rounds(U* sm, int tile_units, int first, 
         // puts a warp's 32 items in 32 / 2^b runs of 2^pad_shift units, whose padded slots
         // share few banks (2^b-way conflicts: FP32 rows of 12 * 2^10, 10.4M conflicts for
         // 12.6M shared-memory accesses).  There the 32 items of a warp take 32 consecutive
-        // runs instead (one bank each): bits [0, 5) and [5, 5 + b) of I swapped.
-        const bool spread = b + k == pad_shift<U>() && items % (32 << b) == 0;
-        for (int item = tid; item < items; item += threads) {
-            const int R = spread ? (item & 31) | ((item >> (5 + b)) << 5) : item >> b;
-            const int lo = spread ? (item >> 5) & ((1 << b) - 1) : item & ((1 << b) - 1);
+        // runs instead (one bank each): bits [0, 5) and [5, 5 + b) of I swapped, for the items
+        // below the largest multiple of 32 << b (a bijection onto the runs R below it; the rest,
+        // whole runs above, as round_item takes them: tiles of a few short rows, e.g. FP32 20 *
+        // 2**6 in 2560 units, whose items are no multiple of 128).
+        const int spread_end = b + k == pad_shift<U>() ? items & ~((32 << b) - 1) : 0;
+        auto item_at = [&](int R, int lo) {
             const int x0 = (R << (b + k)) | lo;     // unit j: x0 + (j << b)
             if (k == 3) k_round_item<U, 3>(sm, x0, b);
             else if (k_log_e<U>() == 4 && k == 4) k_round_item<U, k_log_e<U>()>(sm, x0, b);
             else if (k == 2) k_round_item<U, 2>(sm, x0, b);
             else k_round_item<U, 1>(sm, x0, b);
-        }
+        };
+        for (int item = tid; item < spread_end; item += threads)
+            item_at((item & 31) | ((item >> (5 + b)) << 5), (item >> 5) & ((1 << b) - 1));
+        for (int item = spread_end + tid; item < items; item += threads)
+            item_at(item >> b, item & ((1 << b) - 1));
         __syncthreads();
     }
 }
