@@ -824,10 +824,11 @@ def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits)
     before, one run): 64 MiB of FP16 / BF16 12 * 2**8 rows 1.49 -> 1.31x (two rows per tile,
     64 threads, 16 per SM, against eight rows, 256 threads, four per SM), FP32 1.30 -> 1.21x
     (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.27x (128 threads,
-    eight per SM); rows of K = 12 .. 44 times 2**2 .. 2**10 in 64 MiB, 0.5-35% faster
-    (``session41-k-rule*``).  Not for FP64 (12 * 2**8: 128 threads 1.19x against 256 threads'
-    1.17x, the direct copies) nor where fewer would stay resident (FP16 20 * 2**10, five 41
-    KiB tiles per SM: 128 threads 1.36x against 256 threads' 1.28x, four resident)."""
+    eight per SM); every other launch it changes (K = 12 .. 44 times 2**2 .. 2**10, 64 MiB)
+    faster or within 1% (``session41-k-rule*``, ``session41-ab-k-rule2``).  Not for FP64 (12 *
+    2**8: 128 threads 1.19x against 256 threads' 1.17x, the direct copies) nor where fewer
+    would stay resident (FP16 20 * 2**10, five 41 KiB tiles per SM: 128 threads 1.36x against
+    256 threads' 1.28x, four resident)."""
     if cfg.unit_bytes != 4 or cfg.b != 1:
         return threads
     regs = cfg.bound_registers(limits)
