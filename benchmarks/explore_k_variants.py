@@ -106,6 +106,27 @@ def _halves_three(cfg, stage, log_mu, row_units, rows, limits):
 VARIANTS["halves3"] = ((), False, None, {"_k_pair_launch": _halves_three})
 
 
+def _halves_full(cfg, stage, log_mu, row_units, rows, limits):
+    """config._k_pair_launch, and rows of 4-byte units whose one-block tiles sit at most three
+    per SM over two blocks compiled for the bound of one block (64 registers), in the threads
+    (128, 256 or 512) that keep the most resident, the fewer on a tie (session 41)."""
+    got = _library_pair_launch(cfg, stage, log_mu, row_units, rows, limits)
+    if got is not None or cfg.unit_bytes != 4 or cfg.K % 2 or log_mu < 5 or limits.max_cluster_log < 1:
+        return got
+    if config._tiles_per_sm(cfg.smem_bytes(row_units), limits) > 3:
+        return got
+    smem = cfg.smem_bytes(row_units // 2)
+    tiles = config._tiles_per_sm(smem, limits)
+    pcfg = config.k_pair_config(cfg, 2, 1)
+    regs = pcfg.bound_registers(limits)
+    best = max((t * min(tiles, limits.regs_per_sm // (t * regs), 2048 // t), -t) for t in (128, 256, 512)
+               if t <= pcfg.max_threads)
+    return config.KLaunch(pcfg, stage, log_mu, 0, rows, -best[1], smem)
+
+
+VARIANTS["halves4"] = ((), False, None, {"_k_pair_launch": _halves_full})
+
+
 for _n in range(2, 17):
     VARIANTS[f"vif{_n}"] = ((f"-DFWHT_K_VIF={_n}",), False, None)
 
