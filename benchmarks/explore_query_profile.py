@@ -2,12 +2,15 @@
 planted product, profiled function by function.
 
     python benchmarks/explore_query_profile.py --n 8192 --n 16384 [--dtype fp32] [--blocking]
+        [--compress]
 
 Times ``sk.top_k(k)`` and ``sk.top_k(k, verify=True)`` (medians of ``--repeats``, GPU
 synchronized), then runs each once under cProfile; with ``--blocking`` (set
 CUDA_LAUNCH_BLOCKING=1 in the environment too) every launch waits for its kernel, so a
 function's time includes its kernels'.  Prints the functions of most cumulative and own
 time (the host's waits for the device show as ``get`` and the other synchronizing calls).
+``--compress``: the same for ``pagh_mm.compress(A, B, k=k)`` (with its stages' times from
+``profile=``), instead of the queries.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--lines", type=int, default=30)
+    ap.add_argument("--compress", action="store_true", help="profile the compression instead")
     a = ap.parse_args(argv)
     cp = gpu.cupy()
     dt = np.float32 if a.dtype == "fp32" else np.float64
@@ -39,8 +43,13 @@ def main(argv=None) -> int:
         data = synthetic.planted_product(n, a.k, seed=n, dtype=dt, xp=cp)
         sk = pagh_mm.compress(data.A, data.B, k=a.k, seed=1)
         print(f"n={n} {a.dtype}: buckets {sk.buckets}, reps {sk.reps}, transforms {sk.dtype}")
-        for name, fn in (("top_k", lambda: sk.top_k(a.k)),
-                         ("top_k verify", lambda: sk.top_k(a.k, verify=True))):
+        if a.compress:
+            stages = {}
+            pagh_mm.compress(data.A, data.B, k=a.k, seed=1, profile=stages)
+            print("  stages: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in stages.items()))
+        calls = ((("compress", lambda: pagh_mm.compress(data.A, data.B, k=a.k, seed=1)),) if a.compress else
+                 (("top_k", lambda: sk.top_k(a.k)), ("top_k verify", lambda: sk.top_k(a.k, verify=True))))
+        for name, fn in calls:
             ts = []
             for _ in range(a.repeats + 1):
                 cp.cuda.Device().synchronize()

