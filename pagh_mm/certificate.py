@@ -98,6 +98,7 @@ def margin(sigma: float, d: int, residual_norm2: float, tau: float, unreported: 
     return multiplier(d, entries_at_risk(residual_norm2, tau, unreported), delta, blind) * sigma
 
 
+@functools.lru_cache(maxsize=1024)
 def noise_level(d: int, entries: float, expected: float = 1.0) -> float:
     """The level x, in standard deviations of one repetition's estimate, that about
     ``expected`` of ``entries`` medians of d estimates of pure noise (Gaussian, independent
