@@ -114,8 +114,10 @@ class Tuning:
     #: tile): 64 KiB against 32 KiB took FP32 12 * 2**8 1.185 -> 1.145x, FP16 12 * 2**8 1.524
     #: -> 1.449x, FP16 12 * 2**10 1.162 -> 1.126x (BF16 the same); FP64 12 * 2**8 lost (1.109
     #: -> 1.137x: two rows per 256-thread tile, whose 64 registers per thread spill).  Since
-    #: session 41 small tiles take fewer threads (config._k_fewer_threads), and 16 KiB beat
-    #: 64 KiB (H200, 64 MiB of rows: FP16 12 * 2**8 1.49 -> 1.31x, FP32 1.30 -> 1.21x).
+    #: session 41 small tiles take fewer threads (config._k_fewer_threads), and with them 16
+    #: KiB beat 64 KiB (H200, 64 MiB of FP16 12 * 2**8 rows: 1.356 against 1.480x a copy;
+    #: with the spread of the kernel's first round on every tile size, against the code
+    #: before: FP16 1.49 -> 1.31x, FP32 1.30 -> 1.21x).
     k_tile_bytes: int = 1 << 14
     #: log2 threads per block of a cluster pass (256 beat 512 in every row of the
     #: exploration's sweep; 128 and 1024 lost badly).

@@ -4,6 +4,7 @@ compute dtype, forward and inverse, every norm, batched along any axis, NaN/Inf 
 overflow.  The GPU tests run on a GPU machine (``python -m pytest -q
 tests/test_fwht_lengths_gpu.py -m gpu``); the launcher's choices and the kernels' sign table
 are checked everywhere."""
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -123,6 +124,13 @@ def test_small_tiles_take_fewer_threads():
     assert launch(np.float32, 20, 1024) == (512, 0)      # 82 KiB, two per SM
     assert launch(np.float64, 12, 256) == (256, 0)       # FP64: the direct copies' 256
     assert launch(np.float16, 12, 256, k_tile_bytes=1 << 16) == (256, 3)   # four 48 KiB tiles
+    assert launch(np.float32, 36, 16) == (32, 2)         # a warp: a bound of 128 registers
+    assert launch(np.float32, 36, 64) == (32, 0)
+    # the blocks an SM holds bound them too: at most 8, 12 KiB FP16 tiles take 128 threads
+    plan = make_plan(256, np.float16, device="cuda")
+    assert config.k_launch(plan, 12, 4096, False, gpu.H100).threads == 64
+    few = dataclasses.replace(gpu.H100, max_blocks_per_sm=8)
+    assert config.k_launch(plan, 12, 4096, False, few).threads == 128
     for dt, K, M in ((np.float32, 12, 64), (np.float16, 12, 256), (np.float32, 12, 256)):
         threads, _ = launch(dt, K, M)
         assert threads >= 32 and threads & (threads - 1) == 0
@@ -135,7 +143,6 @@ def test_the_launcher_spreads_lone_rows_over_two_blocks(monkeypatch):
     not (one tile faster), 20 * 2**11 over four (session 35); three 256-thread blocks per SM
     compiled for that (b = 3; FP64 quarters of 28 * 2**10 too, session 36); never without
     clusters, never a kernel the CI check does not compile."""
-    import dataclasses
 
     def launch(dt, K, M, limits=gpu.H100):
         return config.k_launch(make_plan(M, dt, device="cuda"), K, 4096, False, limits)

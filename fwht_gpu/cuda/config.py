@@ -817,15 +817,18 @@ def _k_threads(cfg: KRowsConfig, tile_units: int, tiles: int) -> int:
 
 def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits) -> int:
     """``threads`` halved while the SM keeps as many threads resident (the launch bound of one
-    block's registers, its threads, ``tiles`` blocks by shared memory), for one-block tiles of
+    block's registers, its threads and blocks, ``tiles`` blocks by shared memory), for one-block tiles of
     4-byte units (FP32, FP16/BF16 pairs): more, smaller blocks per SM, whose loads, rounds and
     stores overlap more.  H200, over a copy (session 41, with tiles of short rows up to 16 KiB
     instead of 64 KiB and the first round's bank spread on every tile size; against the code
     before, one run): 64 MiB of FP16 / BF16 12 * 2**8 rows 1.49 -> 1.31x (two rows per tile,
     64 threads, 16 per SM, against eight rows, 256 threads, four per SM), FP32 1.30 -> 1.21x
-    (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.27x (128 threads,
-    eight per SM); every other launch it changes (K = 12 .. 44 times 2**2 .. 2**10, 64 MiB)
-    faster or within 1% (``session41-k-rule*``, ``session41-ab-k-rule2``).  Not for FP64 (12 *
+    (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.28 / 1.27x (128
+    threads, eight per SM).  The other launches it changes (K = 12 .. 44 times 2**2 .. 2**10,
+    64 MiB): faster by up to 1.55x (K = 36 / 44 at 32 threads), except, on the kernel before
+    the spread covered every tile size, K = 20 / 28 rows of 2**5 .. 2**8 (up to 9% slower) and
+    FP32 44 * 2**7 (1%); the K = 12 / 20 / 28 ones measured again on the final kernel all
+    faster (``session41-k-rule*``, ``session41-ab-k-rule2``).  Not for FP64 (12 *
     2**8: 128 threads 1.19x against 256 threads' 1.17x, the direct copies) nor where fewer
     would stay resident (FP16 20 * 2**10, five 41 KiB tiles per SM: 128 threads 1.36x against
     256 threads' 1.28x, four resident)."""
@@ -834,7 +837,8 @@ def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits)
     regs = cfg.bound_registers(limits)
 
     def resident(t: int) -> int:
-        return t * min(tiles, limits.regs_per_sm // (t * regs), limits.max_threads_per_sm // t)
+        return t * min(tiles, limits.regs_per_sm // (t * regs), limits.max_threads_per_sm // t,
+                       limits.max_blocks_per_sm)
 
     while threads > 32 and resident(threads // 2) >= resident(threads):
         threads //= 2

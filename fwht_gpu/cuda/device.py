@@ -69,6 +69,8 @@ class Limits:
     #: 4 on sm_90 (16 blocks, a non-portable size the kernels opt in to), 3 (the portable 8)
     #: on later cluster-capable parts (untested), 0 before sm_90.
     max_cluster_log: int = 0
+    #: Resident blocks per SM at most (32 on sm_80 and sm_90, 16 on sm_86, 24 on sm_89).
+    max_blocks_per_sm: int = 32
 
     @property
     def arch(self) -> str:
@@ -94,10 +96,15 @@ def _limits(device_id: int) -> Limits:
         cluster = bool(rt.deviceGetAttribute(getattr(rt, "cudaDevAttrClusterLaunch", 120), device_id))
     except Exception:
         cluster = int(cc) >= 90
+    try:            # cudaDevAttrMaxBlocksPerMultiprocessor (106)
+        blocks = int(rt.deviceGetAttribute(getattr(rt, "cudaDevAttrMaxBlocksPerMultiprocessor", 106),
+                                           device_id))
+    except Exception:
+        blocks = 16     # the fewest of the parts since sm_80 (a launch heuristic's input only)
     return Limits(name, attr("MultiProcessorCount"), attr("MaxSharedMemoryPerBlockOptin"),
                   attr("MaxSharedMemoryPerMultiprocessor") - attr("ReservedSharedMemoryPerBlock"),
                   attr("MaxThreadsPerMultiProcessor"), attr("MaxRegistersPerMultiprocessor"),
-                  cc, max_cluster_log(cc, cluster))
+                  cc, max_cluster_log(cc, cluster), blocks)
 
 
 def max_cluster_log(compute_capability: str, cluster_launch: bool) -> int:
