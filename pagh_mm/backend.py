@@ -75,6 +75,7 @@ def is_dask(a) -> bool:
 
 
 _FINITE_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FINITE_KERNEL = None
 
 
 def _finite_reduction(xp):
@@ -84,9 +85,6 @@ def _finite_reduction(xp):
         _FINITE_KERNEL = xp.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true",
                                             "pagh_all_finite")
     return _FINITE_KERNEL
-
-
-_FINITE_KERNEL = None
 
 
 def all_finite(data, xp, defer: bool = False):

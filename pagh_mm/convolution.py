@@ -108,8 +108,8 @@ class Accumulator:
         acc = self.sum.total() if total is _OWN else total
         if acc is None and direct is not None:      # every term added directly: the
             direct += 0.0                           # transforms of zeros are +0.0 sums (in
-            if not all_finite(direct, xp):          # place, checked in blocks: a table may
-                raise OverflowError(                # fill the device)
+            if not all_finite(direct, xp):          # place, checked without a temporary: a
+                raise OverflowError(                # table may fill the device)
                     "the sketch of the product has non-finite values")
             return direct
         if acc is None:
