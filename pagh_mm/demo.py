@@ -79,7 +79,7 @@ def cooccurrence(echo, k: int = 100, max_terms: int = 16384, lines_per_doc: int 
     t_compress = el()
     echo(f"  {sk.describe()}")
     echo(f"  compressed in {t_compress:.2f} s; noise per repetition {sk.noise():.1f} "
-         f"(estimated from the sketch)")
+         f"(measured on the sketch)")
     echo(f"querying the top {k}, verified against X and certified ...")
     _restart(progress)
     el = _clock()
@@ -130,8 +130,9 @@ def cooccurrence(echo, k: int = 100, max_terms: int = 16384, lines_per_doc: int 
          f"(sum of squared document lengths) into {C.nnz / 1e6:.0f} M distinct counts that it "
          f"stores and searches; the sketch makes ~{sk.reps / 2 * multiplies / 1e6:.0f} M bucket "
          f"updates (d / 2 per multiplication, d = {sk.reps} repetitions, adds into "
-         f"{_mib(sketch_bytes)} of tables) and verifies only "
-         f"the pairs that heavy buckets point to, not all {scan / 1e6:.0f} M (m^2 / 2).  Longer "
+         f"{_mib(sketch_bytes)} of tables), reads from them an estimate of each of the "
+         f"{m * m / 1e6:.0f} M entries (the scan the progress line counts) and computes exactly "
+         f"only the candidates that stand out, not all {scan / 1e6:.0f} M pairs.  Longer "
          "documents (more multiplications per distinct pair) favour the sketch; sparser corpora "
          "(most pairs seen once) favour the exact product.")
     echo("(`pagh-mm bench --device cpu` also runs sparse_dot_topn when installed: its per-row "
