@@ -1,6 +1,7 @@
 """Which device the inputs live on, and the matching array and sparse modules."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,16 +76,13 @@ def is_dask(a) -> bool:
 
 
 _FINITE_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_FINITE_KERNEL = None
 
 
+@functools.lru_cache(maxsize=None)
 def _finite_reduction(xp):
     """CuPy's reduction kernel of ``isfinite`` over a whole array (no temporary array)."""
-    global _FINITE_KERNEL
-    if _FINITE_KERNEL is None:
-        _FINITE_KERNEL = xp.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true",
-                                            "pagh_all_finite")
-    return _FINITE_KERNEL
+    return xp.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true",
+                              "pagh_all_finite")
 
 
 def all_finite(data, xp, defer: bool = False):

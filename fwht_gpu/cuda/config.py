@@ -832,7 +832,7 @@ def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits)
     2**8: 128 threads 1.19x against 256 threads' 1.17x, the direct copies) nor where fewer
     would stay resident (FP16 20 * 2**10, five 41 KiB tiles per SM: 128 threads 1.36x against
     256 threads' 1.28x, four resident)."""
-    if cfg.unit_bytes != 4 or cfg.b != 1:
+    if cfg.unit_bytes != 4:
         return threads
     regs = cfg.bound_registers(limits)
 
