@@ -45,6 +45,12 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   loop's keys in flight per thread: 4 in the library);
 * ``loggN`` (``logg3``): not an ablation: N levels of the tree summed in a block whose pending
   nodes are in device memory (``kernels.FUSED_GLOBAL_LOG_G``; the same bits);
+* ``keysall``: not an ablation: the sketch in key order in every kernel of one block
+  (``sketch_keys`` inlined; the host's codes at any buckets, FUSED_KEY_ORDER_MAX_LOAD keys per
+  bucket at most; the same bits);
+* ``maxgN`` (``maxg1``): not an ablation: at most N levels of the tree summed in a block
+  whose pending nodes are in shared memory (``kernels.FUSED_MAX_LOG_G``; fewer levels, less
+  shared memory, more blocks per SM; the same bits);
 * ``discard``: not an ablation: those pending nodes' lines dropped from L2 once read
   (``discard.global.L2``: no write-back of dead rows; the same bits; only the kernels of the
   most buckets per block);
@@ -260,6 +266,12 @@ PATCHES = {
     "nopipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {", "    if (false) {")],
     "pipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {",
               "    if (ONE_KEY * step == SLOW_CHUNK) {")],
+    # session 42: the sketch in key order in every kernel of one block (inlined where the
+    # kernel inlines its sketch; the host gives the codes at any buckets: use_keys)
+    "keysall": [("__device__ __noinline__ void sketch_keys(", "__device__ __forceinline__ void sketch_keys("),
+                ("    } else {\n        sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);\n    }",
+                 "    } else {\n        if (code)\n            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k, t, b);\n"
+                 "        else\n            sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);\n    }")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
@@ -299,6 +311,27 @@ def use_log_g(variant: str, default: int) -> None:
             kernels.FUSED_GLOBAL_LOG_G = int(part[4:])
 
 
+def use_max_g(variant: str, default: int) -> None:
+    """``kernels.FUSED_MAX_LOG_G`` of a ``maxgN`` variant (most levels of the tree summed in a
+    block whose pending nodes are in shared memory; else the library's ``default``)."""
+    kernels.FUSED_MAX_LOG_G = default
+    for part in variant.split("+"):
+        if part.startswith("maxg"):
+            kernels.FUSED_MAX_LOG_G = int(part[4:])
+
+
+def use_keys(variant: str, default) -> None:
+    """``kernels.fused_key_order`` of a ``keysall`` variant (key order wherever one block holds
+    the buckets and the load allows; else the library's ``default``)."""
+    kernels.fused_key_order = default
+    if "keysall" in variant.split("+"):
+        def everywhere(keys, log2b, dtype):
+            name = kernels.C_TYPES[kernels.np.dtype(dtype)]
+            return keys <= kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b) and \
+                not kernels._cluster_log(log2b, dtype)[1]
+        kernels.fused_key_order = everywhere
+
+
 def use_chunk(variant: str, default: int) -> None:
     """``sketch.SLOW_CHUNK`` of a ``chunkN`` variant (the host's order of the slow buckets
     must match the kernel's chunks; else the library's ``default``)."""
@@ -322,6 +355,9 @@ def use_shape(variant: str, cluster_log) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=16384)
+    ap.add_argument("--gram", type=int, default=0,
+                    help="time compress_gram of an N(0, 1) X of this many samples x --n "
+                         "features (C-ordered, as pagh-mm bench --gram) instead of a product")
     ap.add_argument("--case", action="append", help="dtype:log2b:reps (fp32:17:7)")
     ap.add_argument("--variants", nargs="+",
                     default=["base", "nosketch", "nogather", "norounds", "noarith", "nodsmem",
@@ -340,8 +376,18 @@ def main(argv=None) -> int:
         dt, lb, r = c.split(":")
         cases.append(({"fp32": "float32", "fp64": "float64"}[dt], int(lb), int(r)))
     rng = cp.random.default_rng(a.n)
-    A = cp.asfortranarray(rng.standard_normal((a.n, a.n)))
-    B = rng.standard_normal((a.n, a.n))
+    if a.gram:
+        X = rng.standard_normal((a.gram, a.n))
+
+        def run(rows=None, **kw):
+            return pagh_mm.compress_gram(X if rows is None else X[:rows], **kw)
+    else:
+        A = cp.asfortranarray(rng.standard_normal((a.n, a.n)))
+        B = rng.standard_normal((a.n, a.n))
+
+        def run(rows=None, **kw):
+            return pagh_mm.compress(A if rows is None else A[:, :rows],
+                                    B if rows is None else B[:rows], **kw)
     modules = {v: module_for(v) for v in a.variants}
     # the kernels each case launches, compiled for every variant at once (NVRTC in threads)
     names = set()
@@ -350,7 +396,7 @@ def main(argv=None) -> int:
     for v in ["base"] + [v for v in a.variants if "shape" in v]:
         use_shape(v, cluster_log)
         for dt, lb, r in cases:
-            pagh_mm.compress(A[:, :64], B[:64], buckets=1 << lb, reps=r, seed=1, dtype=dt)
+            run(64, buckets=1 << lb, reps=r, seed=1, dtype=dt)
             names |= {nm for (_, nm) in library._functions}
     kernels._cluster_log = cluster_log
     t0 = time.perf_counter()
@@ -364,6 +410,8 @@ def main(argv=None) -> int:
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
     default_log_g = kernels.FUSED_GLOBAL_LOG_G
+    default_max_g = kernels.FUSED_MAX_LOG_G
+    default_keys = kernels.fused_key_order
     default_chunk = getattr(sketch, "SLOW_CHUNK", 0)          # (older code: none)
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
     for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
@@ -375,15 +423,16 @@ def main(argv=None) -> int:
             kernels.FUSED = modules[v]
             use_shape(v, cluster_log)
             use_log_g(v, default_log_g)
+            use_max_g(v, default_max_g)
             use_chunk(v, default_chunk)
+            use_keys(v, default_keys)
             ts, tot, acc = [], [], []
             out = None
             for i in range(a.repeats + 1):
                 prof = {}
                 t1 = time.perf_counter()
                 try:
-                    out = pagh_mm.compress(A, B, buckets=1 << lb, reps=r, seed=1, dtype=dt,
-                                           profile=prof).sketch
+                    out = run(buckets=1 << lb, reps=r, seed=1, dtype=dt, profile=prof).sketch
                 except OverflowError:           # an ablated kernel's values may overflow:
                     out = None                  # its fused stage was timed before the check
                 cp.cuda.Device().synchronize()
@@ -398,14 +447,14 @@ def main(argv=None) -> int:
             same = out is not None and ref is not None and out.shape == ref.shape and \
                 bool(cp.array_equal(out.view(cp.uint8), ref.view(cp.uint8)))     # bits
             rel = f"  {t / base:5.2f}x base, saves {base - t:7.4f} s" if base else ""
-            print(f"n={a.n} {dt} b=2^{lb} d={r} load {load}: "
+            print(f"{'gram ' + str(a.gram) + ' x ' if a.gram else ''}n={a.n} {dt} b=2^{lb} d={r} load {load}: "
                   f"{v:28} fused {t:8.4f} s  accumulate {statistics.median(acc):7.4f} s  total "
                   f"{statistics.median(tot):8.4f} s{rel}  same bits as base {same}", flush=True)
             fused = {nm: sm for nm, sm in modules[v].launched.items() if "terms" in nm}
             print("    launched: " + ", ".join(f"{nm} ({sm} bytes of shared memory)"
                                             for nm, sm in fused.items()), flush=True)
             modules[v].launched.clear()
-            rows.append({"n": a.n, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
+            rows.append({"n": a.n, "gram_samples": a.gram, "dtype": dt, "log2b": lb, "reps": r, "variant": v,
                          "launched": fused,
                          "key_order_max_load": kernels.FUSED_KEY_ORDER_MAX_LOAD,
                          "fused_s": t, "fused_runs_s": ts,
@@ -414,13 +463,16 @@ def main(argv=None) -> int:
             cp.get_default_memory_pool().free_all_blocks()
     kernels.FUSED = library
     kernels.FUSED_GLOBAL_LOG_G = default_log_g
+    kernels.FUSED_MAX_LOG_G = default_max_g
+    kernels.fused_key_order = default_keys
     sketch.SLOW_CHUNK = default_chunk
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load
     kernels._cluster_log = cluster_log
     if a.json:
-        settings = {"n": a.n, "cases": a.case, "variants": a.variants, "repeats": a.repeats,
+        settings = {"n": a.n, "gram_samples": a.gram, "cases": a.case, "variants": a.variants, "repeats": a.repeats,
                     "key_order_load": a.key_order_load,
-                    "layout": "A F-order, B C-order, N(0, 1)"}
+                    "layout": "X C-order, N(0, 1) (Gram)" if a.gram else
+                    "A F-order, B C-order, N(0, 1)"}
         provenance.write(provenance.record("pagh-fused-parts", rows, settings, device="gpu"),
                          a.json)
     return 0

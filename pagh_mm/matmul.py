@@ -320,7 +320,8 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
                   kernels.transposed(V).T for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
     tables = [(*s.gpu_table(), s.gpu_positions(),
-               *(s.gpu_codes() if kernels.fused_key_order(s.keys, log2b, acc.dtype) else
+               *(s.gpu_codes() if kernels.fused_key_order(s.keys, log2b, acc.dtype,
+                                                          gram=len(sides) == 1) else
                  (None,) * 5)) for s in sides]
     return kernels.fused_terms(VA, tables[0], VB, None if VB is None else tables[1],
                                acc.reps, log2b, acc.dtype,

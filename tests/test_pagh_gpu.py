@@ -457,6 +457,42 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
         both(pagh_mm.compress_gram, (x,), dict(buckets=b, reps=3, seed=9, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bits(dtype,
+                                                                                  monkeypatch):
+    """The Gram kernels of fewer buckets than the most per block sketch in key order (inlined)
+    at up to FUSED_KEY_ORDER_MAX_LOAD keys per bucket, products of two factors by position:
+    at the load limit and over it, -0.0 columns, integer columns, both layouts, several
+    chunks of keys (SLOW_CHUNK): the CPU's bits, and the bits of the sketch by position (the
+    load set to 0)."""
+    cp = _cp()
+    from pagh_mm.cuda import kernels
+    name = "float" if dtype == "float32" else "double"
+    top = kernels.FUSED_MAX_LOG2B[name]
+    rng = np.random.default_rng(17)
+    positional = {"float": 0.0, "double": 0.0}
+    for lb in (3, 10, top - 2):
+        b = 1 << lb
+        limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * b)
+        assert kernels.fused_key_order(limit, lb, dtype, gram=True)
+        assert not kernels.fused_key_order(limit + 1, lb, dtype, gram=True)
+        assert not kernels.fused_key_order(limit, lb, dtype)          # products: by position
+        for m in (limit, limit + 1, b // 2 + 3):
+            X = rng.standard_normal((7, m))
+            X[1] = -0.0
+            X[:, ::5] = -0.0
+            X[4] = np.round(X[4] * 8)
+            for x in (X, np.asfortranarray(X)):
+                kw = dict(buckets=b, reps=3, seed=9, dtype=dtype)
+                want = pagh_mm.compress_gram(x, **kw).sketch.tobytes()
+                for load in (kernels.FUSED_KEY_ORDER_MAX_LOAD, positional):
+                    monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
+                    prof = {}
+                    got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
+                    assert got.gram and "fused" in prof
+                    assert got.sketch.get().tobytes() == want, (lb, m, load)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_fused_cluster_kernel_gives_the_cpu_bits_beyond_one_block(dtype):
     """Buckets beyond one block's shared memory (thread-block clusters of 4, 8 and 16 blocks,

@@ -220,14 +220,14 @@ constexpr int SLOW_CHUNK = 4096;
 // 0.260-0.270 s (0.255-0.260 s with them); n = 16384 within the spread.  The same values as
 // sketch().
 template <typename T, typename S>
-__device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
-                                            i64 s_vec, int n_keys,
-                                            const unsigned* __restrict__ code,
-                                            const int* __restrict__ cptr,
-                                            const int* __restrict__ slow,
-                                            const int* __restrict__ sptr,
-                                            const unsigned* __restrict__ skey, i64 k, int t,
-                                            int b)
+__device__ __forceinline__ void sketch_keys_inline(T* buf, const S* __restrict__ X, i64 s_key,
+                                                   i64 s_vec, int n_keys,
+                                                   const unsigned* __restrict__ code,
+                                                   const int* __restrict__ cptr,
+                                                   const int* __restrict__ slow,
+                                                   const int* __restrict__ sptr,
+                                                   const unsigned* __restrict__ skey, i64 k,
+                                                   int t, int b)
 {
     const S* x = X + k * s_vec;
     const int step = blockDim.x, tid = threadIdx.x;
@@ -258,6 +258,21 @@ __device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_
     }
 }
 
+// sketch_keys_inline as a call (not inlined; see sketch_all).
+template <typename T, typename S>
+__device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
+                                            i64 s_vec, int n_keys,
+                                            const unsigned* __restrict__ code,
+                                            const int* __restrict__ cptr,
+                                            const int* __restrict__ slow,
+                                            const int* __restrict__ sptr,
+                                            const unsigned* __restrict__ skey, i64 k, int t,
+                                            int b)
+{
+    sketch_keys_inline<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k, t,
+                             b);
+}
+
 // sketch() of all b buckets as a call (not inlined; see sketch_all).
 template <typename T, typename S>
 __device__ __noinline__ void sketch_call(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
@@ -272,10 +287,12 @@ __device__ __noinline__ void sketch_call(T* buf, Stage st, const S* __restrict__
 // buf := the sketch of vector k for repetition t (all b buckets).  CALLS (the kernels of the
 // most buckets per block, FP32 2^15 and FP64 2^14, whose threads hold 16-32 values): in key
 // order where the factor's codes are given (few keys per bucket: the host's choice), else by
-// position, both out of line (the kernel spills far less).  The other kernels: by position,
-// inlined (there a call in the kernel, even one not taken, cost 13-31%: H100, FP32 2^12 and
-// 2^14 buckets), and the host gives no codes.
-template <typename T, typename S, bool CALLS>
+// position, both out of line (the kernel spills far less).  The other kernels: inlined (there
+// a call in the kernel, even one not taken, cost 13-31%: H100, FP32 2^12 and 2^14 buckets);
+// KEYS (their Gram kernels): in key order where the codes are given, else by position; the
+// others by position, and the host gives no codes (inlined, key order spills the products'
+// kernels and made them 1.08-1.36x slower: H200, n = 8192, FP32 2^12-2^14, FP64 2^13).
+template <typename T, typename S, bool CALLS, bool KEYS = false>
 __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
                                            i64 s_vec, int n_keys, const i64* __restrict__ indptr,
                                            const i64* __restrict__ keys,
@@ -294,6 +311,9 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
                               b);
         else
             sketch_call<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b);
+    } else if (KEYS && code) {
+        sketch_keys_inline<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k,
+                                 t, b);
     } else {
         sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);
     }
@@ -414,8 +434,8 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
     if constexpr (LOGB > 0) logb = LOGB;
     const int b = 1 << logb, threads = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : (int)blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
-    sketch_all<T, S, SPILL>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, cpa, sla, spa,
-                            ska, k, t, b);
+    sketch_all<T, S, SPILL, GRAM>(buf, st, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca, cpa, sla,
+                                  spa, ska, k, t, b);
     transform<T, LOG_VPT, LOGB>(buf, v, logb, threads);
     if (GRAM) {
 #pragma unroll

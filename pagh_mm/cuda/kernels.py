@@ -125,8 +125,17 @@ def _cluster_a_fits(log_bl: int, name: str, smem: int = FUSED_A_SHARED_SMEM) -> 
     return _cluster_a_smem(log_bl, name) <= min(smem, FUSED_A_SHARED_SMEM)
 
 
-#: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block).
-FUSED_MAX_LOG_G = 2
+#: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block),
+#: their pending nodes in shared memory beside the buffer.  One: a second level's node
+#: costs the kernels of 2^12-2^14 buckets a resident block per SM (FP32 2^13: 126 KiB, one
+#: block of 512 threads, 25% occupancy, against 92 KiB and two) or the L1 the sketch's gathers
+#: use, more than the tree above the kernel saves (H200, fused stage + accumulate, the same
+#: bits; ``benchmarks/explore_fused_parts.py`` variant ``maxg1``,
+#: ``results/h200/session42-parts2g.*``, ``-parts3d.*``): covariance screen 2^18 x 4096, 9
+#: repetitions, FP32 2^12 / 2^13 / 2^14 buckets 0.93x / 0.77-0.81x / 0.96-0.97x (two runs),
+#: FP64 2^12 0.78x, 2^13 the same; products n = 8192, 5 repetitions, FP32 2^12 / 2^13 / 2^14
+#: 0.88x / 0.82x / 0.83x, FP64 2^13 the same.
+FUSED_MAX_LOG_G = 1
 
 #: Most levels of the tree summed inside a block when its pending nodes are in device memory
 #: (the largest b; more levels spill registers: 248 bytes at 1, 1140 at 2, FP32 Gram, sm_90).
@@ -646,17 +655,23 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 FUSED_KEY_ORDER_MAX_LOAD = {"float": 8.0, "double": 4.0}
 
 
-def fused_key_order(keys: int, log2b: int, dtype) -> bool:
+def fused_key_order(keys: int, log2b: int, dtype, gram: bool = False) -> bool:
     """Whether ``fused_terms`` sketches a factor of ``keys`` keys into 2^log2b buckets in key
     order (its codes, :meth:`pagh_mm.sketch.Side.gpu_codes`, are then needed): at most
-    FUSED_KEY_ORDER_MAX_LOAD keys per bucket, in one block of the most buckets per block
-    (FUSED_MAX_LOG2B) per inner index (not in clusters: measured slower there, session 31)."""
+    FUSED_KEY_ORDER_MAX_LOAD keys per bucket, in one block per inner index (not in clusters:
+    measured slower there, session 31), of the most buckets per block (FUSED_MAX_LOG2B) or
+    (``gram``) of any buckets: the Gram kernels of fewer buckets (fused.cu's sketch_all,
+    KEYS).  Covariance screen 2^18 x 4096, 9 repetitions, the fused stage + accumulate,
+    against the sketch by position (H200, ``benchmarks/explore_fused_parts.py --gram``,
+    ``results/h200/session42-parts3g.*``): FP32 transforms 2^12 / 2^13 / 2^14 buckets 0.69x /
+    0.76x / 0.86x (0.135 against 0.177 s at 2^13 with FUSED_MAX_LOG_G = 1), FP64 2^12 / 2^13
+    0.82x / 0.89x."""
     name = C_TYPES[np.dtype(dtype)]
     if keys > FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b):
         return False
     if _cluster_log(log2b, dtype)[1]:
         return False
-    return log2b == FUSED_MAX_LOG2B[name]
+    return log2b == FUSED_MAX_LOG2B[name] or (gram and fused_supported(log2b, dtype))
 
 
 def fused_log_vpt(log2b: int, name: str) -> int:
