@@ -45,9 +45,6 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   loop's keys in flight per thread: 4 in the library);
 * ``loggN`` (``logg3``): not an ablation: N levels of the tree summed in a block whose pending
   nodes are in device memory (``kernels.FUSED_GLOBAL_LOG_G``; the same bits);
-* ``fixedN`` (``fixed13``): not an ablation: the kernels of RegLogVpt values per thread
-  (FP32 2^4 .. 2^14, FP64 2^3 .. 2^13 buckets) compiled for 2^N buckets, their rounds
-  unrolled (fused.cu's fixed_logb; only for cases of 2^N buckets);
 * ``keysall``: not an ablation: the sketch in key order in every kernel of one block
   (``sketch_keys`` inlined; the host's codes at any buckets, FUSED_KEY_ORDER_MAX_LOAD keys per
   bucket at most; the same bits);
@@ -269,12 +266,6 @@ PATCHES = {
     "nopipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {", "    if (false) {")],
     "pipe": [("    if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {",
               "    if (ONE_KEY * step == SLOW_CHUNK) {")],
-    # session 42: the rounds of the kernels of RegLogVpt values per thread unrolled for 2^N
-    # buckets (fixed_logb; only for runs at 2^N buckets: the others' bits are wrong)
-    **{f"fixed{n}": [("return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;",
-                      f"return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : "
-                      f"(LOG_VPT == RegLogVpt<T>::value ? {n} : 0);")]
-       for n in range(10, 15)},
     # session 42: the sketch in key order in every kernel of one block (inlined where the
     # kernel inlines its sketch; the host gives the codes at any buckets: use_keys)
     "keysall": [("__device__ __noinline__ void sketch_keys(", "__device__ __forceinline__ void sketch_keys("),

@@ -561,9 +561,10 @@ def test_smaller_validation_gaps():
 
 def test_fused_kernel_constants_match_its_source():
     """fused.cu's constants are the host's: the key codes' and slow lists' bits and the
-    chunks of keys the slow lists are ordered by (pagh_mm.sketch), RegLogVpt (kernels.FUSED_REG_LOG_VPT), and the kernels above it, whose
-    bits fixed_logb fixes at log2(values per thread) + 10, are launched with 1024 threads for
-    exactly those bucket counts."""
+    chunks of keys the slow lists are ordered by (pagh_mm.sketch), RegLogVpt
+    (kernels.FUSED_REG_LOG_VPT), the kernels above it, whose bits fixed_logb fixes at
+    log2(values per thread) + 10, are launched with 1024 threads for exactly those bucket
+    counts, and those compiled for one bucket count (FIXED) only at it."""
     import re
     from pagh_mm import sketch
     from pagh_mm.cuda import kernels
@@ -573,7 +574,7 @@ def test_fused_kernel_constants_match_its_source():
         assert int(re.search(name + r" = 1u << (\d+)", src).group(1)) == value.bit_length() - 1
     assert "CODE_BUCKET = (1u << %d) - 1" % sketch.CODE_BUCKET_BITS in src
     assert "constexpr int SLOW_CHUNK = %d;" % sketch.SLOW_CHUNK in src   # the slow lists' chunks
-    assert "return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;" in src
+    assert "return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : FIXED;" in src
     for name in ("float", "double"):
         reg = int(re.search(r"struct RegLogVpt<%s> \{ static constexpr int value = (\d+);" % name,
                             src).group(1))
@@ -586,6 +587,18 @@ def test_fused_kernel_constants_match_its_source():
                 assert log2b == v + 10 and (1 << log2b) >> v == 1024
                 top += 1
         assert top == kernels.FUSED_LOG_VPT[name] - reg   # the largest kernels exist
+        # the kernels compiled for one size (FIXED): launched at exactly that size, with the
+        # RegLogVpt values per thread fixed_logb asserts, and compiled
+        names = {nm for nm, t, _ in kernels.fused_names() if t == name}
+        for log2b in range(1, kernels.FUSED_MAX_LOG2B[name] + 1):
+            v = kernels.fused_log_vpt(log2b, name)
+            fixed = kernels._fixed(log2b, v, name)
+            assert fixed in (0, log2b)
+            assert (fixed == log2b) == (log2b in kernels.FUSED_FIXED_LOG2B[name])
+            for s in ("float", "double"):
+                assert f"fused_dense_terms<{name},{s},{v},true,1,{fixed}>" in names
+        for log2b in kernels.FUSED_FIXED_LOG2B[name]:
+            assert kernels.fused_log_vpt(log2b, name) == reg and 0 < log2b - reg <= 10
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # 0 x inf

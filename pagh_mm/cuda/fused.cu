@@ -401,16 +401,22 @@ template <> struct RegLogVpt<double> { static constexpr int value = 3; };
 
 // log2 of the buckets of the kernels above RegLogVpt (their values wait in the output row):
 // 1024 threads of 2^LOG_VPT values, always (kernels.fused_terms: the most buckets per block,
-// FP32 2^15 and FP64 2^14); 0 for the others (any b).  Known at compile time, it unrolls
-// their transform's rounds (transform's LOGB).
-template <typename T, int LOG_VPT>
+// FP32 2^15 and FP64 2^14); FIXED (kernels.FUSED_FIXED_LOG2B: a kernel of RegLogVpt values per
+// thread compiled for 2^FIXED buckets, 2^(FIXED - LOG_VPT) threads) or 0 (any b) for the
+// others.  Known at compile time, it unrolls their transform's rounds (transform's LOGB):
+// H200, 2^13 buckets, the fused stage against the same kernel for any b (session 42): FP32
+// covariance screen 2^18 x 4096, 9 repetitions 0.79x, FP64 0.89x, FP32 2^12 0.91x; a product
+// n = 8192, 5 repetitions, FP32 2^13 0.92x.
+template <typename T, int LOG_VPT, int FIXED = 0>
 __host__ __device__ constexpr int fixed_logb() {
-    return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : 0;
+    static_assert(FIXED == 0 || (LOG_VPT == RegLogVpt<T>::value && FIXED > LOG_VPT &&
+                                 FIXED - LOG_VPT <= 10), "FIXED: RegLogVpt values per thread");
+    return LOG_VPT > RegLogVpt<T>::value ? LOG_VPT + 10 : FIXED;
 }
 
 // The term of inner index k for repetition t into v (the last round's registers); ``o``: the
 // block's output row, scratch for A's last round when it does not stay in registers.
-template <typename T, typename S, int LOG_VPT, bool GRAM>
+template <typename T, typename S, int LOG_VPT, bool GRAM, int FIXED>
 __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __restrict__ A, i64 sa_key,
                                      i64 sa_vec, int n_a, const i64* __restrict__ ia,
                                      const i64* __restrict__ ka, const double* __restrict__ ga,
@@ -430,7 +436,7 @@ __device__ __forceinline__ void term(T* buf, Stage st, T* v, T* o, const S* __re
 {
     constexpr int VPT = 1 << LOG_VPT;
     constexpr bool SPILL = LOG_VPT > RegLogVpt<T>::value;
-    constexpr int LOGB = fixed_logb<T, LOG_VPT>();
+    constexpr int LOGB = fixed_logb<T, LOG_VPT, FIXED>();
     if constexpr (LOGB > 0) logb = LOGB;
     const int b = 1 << logb, threads = LOGB > 0 ? 1 << (LOGB - LOG_VPT) : (int)blockDim.x;
     __syncthreads();                                      // the buffer's last reads are done
@@ -501,10 +507,10 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // out[(g * d + t) * b + i]: the pairwise tree sum (pagh_mm.reduction's order) of the terms
 // of the inner indices g 2^LOG_G .. + 2^LOG_G - 1 (those below nb; the others are absent
 // nodes of the tree) for repetition t, in T; blockIdx.x = g * d + t, blockDim.x = b / VPT
-// (at most 1024; exactly 1024 above RegLogVpt: fixed_logb).  The tree's pending nodes wait
-// in shared memory after the buffer, each thread keeping the values it owns (no
-// synchronization), or, when ``slots`` is given (the largest b, whose buffer leaves no
-// room), in the block's LOG_G rows of ``slots``
+// (at most 1024; exactly 1024 above RegLogVpt; b = 2^FIXED where FIXED > 0: fixed_logb).
+// The tree's pending nodes wait in shared memory after the buffer, each thread keeping the
+// values it owns (no synchronization), or, when ``slots`` is given (the largest b, whose
+// buffer leaves no room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
 // then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
@@ -512,7 +518,7 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // order, its key count n_a and codes ca (Side.gpu_codes: codes, the slow buckets' bounds per
 // chunk of keys cpa, slow buckets sla, their key lists' bounds spa and entries ska; null, and
 // n_a 0: the sketch by position); the same for B.
-template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G>
+template <typename T, typename S, int LOG_VPT, bool GRAM, int LOG_G, int FIXED>
 __global__ void __launch_bounds__(1024)
 fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, const i64* __restrict__ ia,
                   const i64* __restrict__ ka, const double* __restrict__ ga,
@@ -528,7 +534,7 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
                   int d, int logb, i64 nb, T* __restrict__ out, T* __restrict__ slots)
 {
     constexpr int VPT = 1 << LOG_VPT, G = 1 << LOG_G;
-    constexpr int LOGB = fixed_logb<T, LOG_VPT>();
+    constexpr int LOGB = fixed_logb<T, LOG_VPT, FIXED>();
     if constexpr (LOGB > 0) logb = LOGB;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* buf = reinterpret_cast<T*>(smem_raw);
@@ -555,7 +561,7 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
     group_tree<T, VPT, LOG_G>(
         v, count,
         [&](int i) {
-            term<T, S, LOG_VPT, GRAM>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
+            term<T, S, LOG_VPT, GRAM, FIXED>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
                                       cpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
                                       cb, cpb, slb, spb, skb, first + i, t, logb);
         },

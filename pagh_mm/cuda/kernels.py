@@ -60,6 +60,11 @@ FUSED_REG_LOG_VPT = {"float": 4, "double": 3}
 FUSED_LOG_VPT = {"float": 5, "double": 4}
 #: Largest log2 of the buckets of the fused dense kernel per transform dtype.
 FUSED_MAX_LOG2B = {t: v + 10 for t, v in FUSED_LOG_VPT.items()}
+#: log2 of the buckets for which the fused dense kernels of FUSED_REG_LOG_VPT values per
+#: thread are also compiled for that size alone (fused.cu's FIXED: the transform's rounds
+#: unrolled; H200, 2^13 buckets: FP32 covariance screen 0.79x the fused stage, FP64 0.89x,
+#: FP32 2^12 0.91x, a product's 0.92x; ``results/h200/session42-fixed-logb.txt``).
+FUSED_FIXED_LOG2B = {"float": (11, 12, 13, 14), "double": (11, 12, 13)}
 #: log2 of the largest thread-block cluster of the fused cluster kernel (16 blocks, not
 #: portable: sm_90 only; 8 elsewhere, see fwht_gpu's Limits.max_cluster_log).
 FUSED_CLUSTER_MAX_LOG_CL = 4
@@ -162,10 +167,18 @@ def names():
 
 def fused_names():
     """Every template instantiation of ``fused.cu``: ``(name, T, S)``."""
-    return [(f"fused_dense_terms<{t},{s},{v},{g},{c}>", t, s)
+    return [(f"fused_dense_terms<{t},{s},{v},{g},{c},{f}>", t, s)
             for t in ("float", "double") for s in ("double", "float")
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
-            for c in range(FUSED_MAX_LOG_G + 1)]
+            for c in range(FUSED_MAX_LOG_G + 1)
+            for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())]
+
+
+def _fixed(log2b: int, log_vpt: int, name: str) -> int:
+    """fused_dense_terms' FIXED for 2^log2b buckets of C type ``name`` at 2^log_vpt values per
+    thread: log2b where that size has a kernel of its own, else 0."""
+    return log2b if log_vpt == FUSED_REG_LOG_VPT[name] and log2b in FUSED_FIXED_LOG2B[name] \
+        else 0
 
 
 def fused_cluster_names(most: int | None = None):
@@ -715,7 +728,8 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         shared = _slots_shared(log2b, dtype, log_g)
         smem = _fused_smem(log2b, t_name, log_g if shared else 0)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
-                            f"{'true' if gram else 'false'},{log_g}>", smem)
+                            f"{'true' if gram else 'false'},{log_g},"
+                            f"{_fixed(log2b, log_vpt, t_name)}>", smem)
     slots = None if shared or log_g == 0 else cp.empty((groups * d, log_g, b), dtype=dtype)
     if gram:
         VB, table_b = VA, table_a
