@@ -302,22 +302,15 @@ def module_for(variant: str) -> KernelModule:
     return mod
 
 
-def use_log_g(variant: str, default: int) -> None:
-    """``kernels.FUSED_GLOBAL_LOG_G`` of a ``loggN`` variant (levels of the tree summed in a
-    block whose pending nodes are in device memory; else the library's ``default``)."""
-    kernels.FUSED_GLOBAL_LOG_G = default
+def use_level(variant: str, prefix: str, name: str, default: int) -> None:
+    """``kernels.<name>`` of a ``<prefix>N`` variant (``loggN``: FUSED_GLOBAL_LOG_G, levels of
+    the tree summed in a block whose pending nodes are in device memory; ``maxgN``:
+    FUSED_MAX_LOG_G, the most levels summed in a block whose pending nodes are in shared
+    memory); else the library's ``default``."""
+    setattr(kernels, name, default)
     for part in variant.split("+"):
-        if part.startswith("logg"):
-            kernels.FUSED_GLOBAL_LOG_G = int(part[4:])
-
-
-def use_max_g(variant: str, default: int) -> None:
-    """``kernels.FUSED_MAX_LOG_G`` of a ``maxgN`` variant (most levels of the tree summed in a
-    block whose pending nodes are in shared memory; else the library's ``default``)."""
-    kernels.FUSED_MAX_LOG_G = default
-    for part in variant.split("+"):
-        if part.startswith("maxg"):
-            kernels.FUSED_MAX_LOG_G = int(part[4:])
+        if part.startswith(prefix):
+            setattr(kernels, name, int(part[len(prefix):]))
 
 
 def use_keys(variant: str, default) -> None:
@@ -422,8 +415,8 @@ def main(argv=None) -> int:
         for v in a.variants:
             kernels.FUSED = modules[v]
             use_shape(v, cluster_log)
-            use_log_g(v, default_log_g)
-            use_max_g(v, default_max_g)
+            use_level(v, "logg", "FUSED_GLOBAL_LOG_G", default_log_g)
+            use_level(v, "maxg", "FUSED_MAX_LOG_G", default_max_g)
             use_chunk(v, default_chunk)
             use_keys(v, default_keys)
             ts, tot, acc = [], [], []

@@ -258,19 +258,11 @@ __device__ __forceinline__ void sketch_keys_inline(T* buf, const S* __restrict__
     }
 }
 
-// sketch_keys_inline as a call (not inlined; see sketch_all).
-template <typename T, typename S>
-__device__ __noinline__ void sketch_keys(T* buf, const S* __restrict__ X, i64 s_key,
-                                            i64 s_vec, int n_keys,
-                                            const unsigned* __restrict__ code,
-                                            const int* __restrict__ cptr,
-                                            const int* __restrict__ slow,
-                                            const int* __restrict__ sptr,
-                                            const unsigned* __restrict__ skey, i64 k, int t,
-                                            int b)
+// sketch_keys_inline as a call (not inlined; see sketch_all), its arguments forwarded.
+template <typename T, typename S, typename... Args>
+__device__ __noinline__ void sketch_keys(Args... args)
 {
-    sketch_keys_inline<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k, t,
-                             b);
+    sketch_keys_inline<T, S>(args...);
 }
 
 // sketch() of all b buckets as a call (not inlined; see sketch_all).
