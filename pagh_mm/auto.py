@@ -280,6 +280,9 @@ class Choice:
     cut: float | None = None             # the cut the buckets were sized for
     reason: str = "given"
     narrowed: bool = False               # float64 data's transforms chosen in float32
+    #: Read from a sketch file (:meth:`CompressedProduct.load`): only the reason is known, and
+    #: a certified query never rebuilds the sketch from factors attached later.
+    loaded: bool = False
 
     def describe(self) -> str:
         return f"buckets={self.buckets}, reps={self.reps} ({self.reason})"

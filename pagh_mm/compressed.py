@@ -246,7 +246,7 @@ class CompressedProduct:
             kind = advice[0] if advice is not None else None
             wider = kind == "dtype" and self.chosen is not None and self.chosen.narrowed
             if ok or not (wider or (kind == "buckets" and advice[2] > self.buckets)) or \
-                    len(self.factors) != 1 or self.chosen is None or \
+                    len(self.factors) != 1 or self.chosen is None or self.chosen.loaded or \
                     not self.chosen.reason.startswith("auto"):
                 return out
             A, B = self.factors[0]
@@ -734,8 +734,9 @@ class CompressedProduct:
                                  diagonal, bits)
 
     def save(self, path) -> None:
-        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 4: every hash
-        parameter, the bit sketches, a checksum), atomically."""
+        """Write a sketch file (:mod:`pagh_mm.sketchfile`, format version 5: every hash
+        parameter, the bit sketches, why ``buckets="auto"`` chose the size, a checksum),
+        atomically."""
         sketchfile.write(path, {"sketch": self.backend.asnumpy(self.sketch), "shape": self.shape,
                                 "log2b": self.log2b, "method": self.method, "dtype": self.dtype,
                                 "algorithm": self.algorithm, "stabilizer": self.stabilizer,
@@ -744,12 +745,16 @@ class CompressedProduct:
                                 self.backend.asnumpy(self.diagonal),
                                 "decode_reps": 0 if self.bits is None else self.bits.reps,
                                 "decode_sketch": None if self.bits is None else
-                                self.backend.asnumpy(self.bits.sketch)})
+                                self.backend.asnumpy(self.bits.sketch),
+                                "chosen": self.chosen.reason if self.chosen is not None and
+                                self.chosen.reason.startswith("auto") else None})
 
     @staticmethod
     def load(path, device: str = "cpu") -> "CompressedProduct":
         """Read and check a sketch file onto 'cpu' or 'gpu' (a one-line ValueError naming the
-        file and the problem otherwise; a LegacyHashWarning for multiply-shift sketches)."""
+        file and the problem otherwise; a LegacyHashWarning for multiply-shift sketches).
+        ``chosen`` holds the automatic rule's reason where the file does (``loaded``: a
+        certified query never rebuilds it from factors attached later)."""
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device={device!r}; choose 'cpu' or 'gpu'")
         f = sketchfile.read(path)
@@ -757,6 +762,10 @@ class CompressedProduct:
         diagonal = None if f["diagonal"] is None else be.xp.asarray(f["diagonal"])
         bits = None if f["decode_sketch"] is None else decode.BitSketch(
             f["decode_reps"], decode.row_bits(f["shape"][0]), be.xp.asarray(f["decode_sketch"]))
+        chosen = None
+        if f["chosen"]:
+            from .auto import Choice
+            chosen = Choice(1 << f["log2b"], f["hash"].reps, reason=f["chosen"], loaded=True)
         return CompressedProduct(be.xp.asarray(f["sketch"]), f["hash"], tuple(f["shape"]), f["log2b"],
                                  f["method"], f["dtype"], f["algorithm"], f["stabilizer"], be,
-                                 diagonal=diagonal, bits=bits)
+                                 chosen=chosen, diagonal=diagonal, bits=bits)

@@ -8,8 +8,10 @@ seed as decimal text (seeds may be any non-negative integer).  Version 3 (writte
 adds ``gram`` (1 for a Gram sketch, :func:`pagh_mm.compress_gram`, which then holds its
 exact ``diagonal``) and the ``hash_coefficients`` of the polynomial family.  Version 4
 (written now) adds ``decode_reps`` and, when it is at least 1, ``decode_sketch``: the bit
-sketches of :mod:`pagh_mm.decode` (``decode_reps`` x bit_length(m - 1) rows of b).  Files
-of versions 1 (no checksum, the seed as int64), 2 and 3 still load.
+sketches of :mod:`pagh_mm.decode` (``decode_reps`` x bit_length(m - 1) rows of b).  Version 5
+(written now) adds ``chosen``: how ``buckets="auto"`` chose the sketch's size (the reason
+:meth:`pagh_mm.CompressedProduct.describe` shows; '' when the caller gave it).  Files of
+versions 1 (no checksum, the seed as int64), 2, 3 and 4 still load.
 
 :func:`read` checks everything it can before anything is used: that the file is a
 readable archive whose array headers match their bytes, the format name and version,
@@ -36,7 +38,9 @@ from . import hashing
 from .convolution import METHODS
 
 FORMAT = "pagh_mm.CompressedProduct"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
+#: Longest ``chosen`` text a file may hold (the automatic rule's reasons are a few hundred).
+MAX_CHOSEN = 4096
 #: The transform dtypes a sketch records, by their short names.
 DTYPES = ("fp64", "fp32", "fp16", "bf16")
 #: Largest log2(buckets) a file may hold (2**40 buckets: 8 TiB per repetition).
@@ -66,7 +70,7 @@ class Field(NamedTuple):
     dtype: str
     shape: tuple
     values: tuple | None
-    present: str            # "always", "v2"/"v3"/"v4" (version >= 2/3/4),
+    present: str            # "always", "v2"/"v3"/"v4"/"v5" (version >= 2/3/4/5),
                             # "tabulation"/"polynomial" (iff hash_family is), "gram" (iff gram
                             # is 1), "decode" (iff decode_reps >= 1)
     doc: str
@@ -75,7 +79,7 @@ class Field(NamedTuple):
 #: The format, one array per entry, in the order they are checked.
 SCHEMA: dict[str, Field] = {
     "format": Field("text", (), (FORMAT,), "always", "the format's name"),
-    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1, 2, 3 or 4"),
+    "format_version": Field("int", (), (1, FORMAT_VERSION), "always", "1 .. 5"),
     "checksum": Field("text", (), None, "v2", "SHA-256 hex digest of the other arrays"),
     "log2b": Field("int", (), (1, MAX_LOG2B), "always", "log2 of the buckets b"),
     "sketch": Field("float64", ("d", "b"), None, "always", "the d sketches c_t, all finite"),
@@ -100,6 +104,9 @@ SCHEMA: dict[str, Field] = {
     "decode_sketch": Field("float64", ("e", "b"), None, "decode",
                            "bit sketches: row t * L + l is repetition t's sketch with the rows "
                            "whose bit l is 0 left out (L = bit_length(m - 1))"),
+    "chosen": Field("text", (), None, "v5",
+                    "how buckets='auto' chose the size ('' when given), one line of at most "
+                    f"{MAX_CHOSEN} characters"),
 }
 #: When a conditional array is present, and what to say when it is missing.
 _WHEN = {"tabulation": "hash_family 'tabulation' needs it",
@@ -209,7 +216,7 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
         int(r) >= 1
     for name, field in SCHEMA.items():
         needed = {"always": True, "v2": version >= 2, "v3": version >= 3, "v4": version >= 4,
-                  "tabulation": tabulation, "polynomial": family == "polynomial",
+                  "v5": version >= 5, "tabulation": tabulation, "polynomial": family == "polynomial",
                   "gram": gram, "decode": decoding}[field.present]
         if needed and name not in arrays:
             why = f" ({_WHEN[field.present]})" if field.present in _WHEN else ""
@@ -274,6 +281,11 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
         if bad:
             return bad
 
+    if "chosen" in arrays:
+        why = _text(arrays["chosen"])
+        if len(why) > MAX_CHOSEN or not why.isprintable():
+            return (f"array 'chosen' is not one printable line of at most {MAX_CHOSEN} "
+                    f"characters ({len(why)} characters)")
     sketch = arrays["sketch"]
     bad_values = int(sketch.size - np.count_nonzero(np.isfinite(sketch)))
     if bad_values:
@@ -318,7 +330,7 @@ def _arrays(fields: Mapping) -> dict:
     keys = ("sketch", "shape", "log2b", "method", "dtype", "algorithm", "stabilizer", "hash")
     missing = [k for k in keys if k not in fields]
     extra = [k for k in fields if k not in keys and
-             k not in ("format_version", "diagonal", "decode_reps", "decode_sketch")]
+             k not in ("format_version", "diagonal", "decode_reps", "decode_sketch", "chosen")]
     if missing or extra:
         raise TypeError(f"sketch fields: missing {missing}, unknown {extra}; expected {list(keys)}")
     params = fields["hash"]
@@ -353,18 +365,20 @@ def _arrays(fields: Mapping) -> dict:
         if hasattr(bits, "get") and not isinstance(bits, np.ndarray):
             bits = bits.get()
         arrays["decode_sketch"] = np.ascontiguousarray(bits, dtype=np.float64)
+    arrays["chosen"] = np.array(str(fields.get("chosen") or ""))
     arrays["checksum"] = np.array(checksum(arrays))
     return arrays
 
 
 def write(path, fields: Mapping) -> None:
-    """Write a sketch file (format version 4) atomically, replacing ``path`` if it exists.
+    """Write a sketch file (format version 5) atomically, replacing ``path`` if it exists.
 
     ``fields``: ``sketch`` (d, b) float64 array, ``shape`` (m, p), ``log2b``, ``method``,
     ``dtype`` ('fp64', 'fp32', 'fp16' or 'bf16'), ``algorithm``, ``stabilizer`` (str or
     None), ``hash`` (:class:`pagh_mm.hashing.HashParams`), for a Gram sketch only,
     ``diagonal`` (its exact diagonal), and optionally ``decode_reps`` with
-    ``decode_sketch`` (the bit sketches; None or 0 for none).  The arrays are checked
+    ``decode_sketch`` (the bit sketches; None or 0 for none), and ``chosen`` (why
+    ``buckets="auto"`` chose the size; None or '' when given).  The arrays are checked
     exactly as :func:`read` checks them, so a file that would not load is never written:
     ``ValueError`` (``path: problem``) instead."""
     path = os.fspath(path)
@@ -376,11 +390,11 @@ def write(path, fields: Mapping) -> None:
 
 
 def read(path) -> dict:
-    """Read and check a sketch file (format version 1, 2, 3 or 4).
+    """Read and check a sketch file (format version 1 .. 5).
 
     Returns the fields :func:`write` takes (``sketch`` as a float64 NumPy array, ``shape``
     a tuple of ints, ``stabilizer`` None or a name, ``hash`` a HashParams) plus
-    ``format_version``.  Raises ``ValueError`` (:class:`SketchFileError`) with one line
+    ``format_version`` (``chosen`` None where the file holds none, or '').  Raises ``ValueError`` (:class:`SketchFileError`) with one line
     ``path: problem`` for anything wrong with the file, OSError when it cannot be opened,
     and warns :class:`LegacyHashWarning` when it uses the multiply-shift family."""
     path = os.fspath(path)
@@ -407,4 +421,5 @@ def read(path) -> dict:
         "diagonal": arrays["diagonal"] if "diagonal" in arrays else None,
         "decode_reps": int(arrays["decode_reps"][()]) if "decode_reps" in arrays else 0,
         "decode_sketch": arrays.get("decode_sketch"),
+        "chosen": _text(arrays["chosen"]) or None if "chosen" in arrays else None,
     }

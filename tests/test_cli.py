@@ -541,11 +541,11 @@ def test_legacy_sketch_prints_one_warning_line(tmp_path):
         assert "UserWarning" not in err and "LegacyHashWarning" not in err
 
 
-def test_compress_writes_a_version4_sketch(sketch):
+def test_compress_writes_a_version5_sketch(sketch):
     """Needs CompressedProduct.save wired to pagh_mm.sketchfile."""
     from pagh_mm import sketchfile
     f = sketchfile.read(sketch)
-    assert f["format_version"] == 4 and f["hash"].family == "multiply-add-shift"
+    assert f["format_version"] == 5 and f["hash"].family == "multiply-add-shift"
 
 
 SIGTERM_CLI = """

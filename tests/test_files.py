@@ -66,7 +66,7 @@ def valid(tmp_path):
 def test_round_trip_and_layout(valid):
     path, arrays = valid
     got = sketchfile.read(path)
-    assert same(got, fields()) and got["format_version"] == 4 and got["stabilizer"] is None
+    assert same(got, fields()) and got["format_version"] == 5 and got["stabilizer"] is None
     assert got["decode_reps"] == 0 and got["decode_sketch"] is None
     assert set(arrays) == set(sketchfile.SCHEMA) - {"hash_tables", "hash_coefficients", "diagonal",
                                                     "decode_sketch"}
@@ -74,6 +74,23 @@ def test_round_trip_and_layout(valid):
     assert str(arrays["hash_seed"]) == "3" and arrays["hash_seed"].dtype.kind == "U"
     assert str(arrays["checksum"]) == sketchfile.checksum(arrays)
     assert len(str(arrays["checksum"])) == 64
+
+
+def test_the_automatic_rules_reason_round_trips_and_version4_files_load(tmp_path, valid):
+    """Version 5 keeps why buckets="auto" chose the size ('' when given: None on reading);
+    a version-4 file (no 'chosen') loads with None."""
+    why = "auto: one-scan certificate for top-300 at ||AB||_F ~ 2.576e+04 (estimated before compressing)"
+    sketchfile.write(tmp_path / "auto.npz", fields(chosen=why))
+    assert sketchfile.read(tmp_path / "auto.npz")["chosen"] == why
+    assert sketchfile.read(valid[0])["chosen"] is None
+    v4 = {k: v for k, v in valid[1].items() if k != "chosen"}
+    v4["format_version"] = np.array(4)
+    save_arrays(tmp_path / "v4.npz", v4)
+    got = sketchfile.read(tmp_path / "v4.npz")
+    assert got["format_version"] == 4 and got["chosen"] is None and same(got, fields())
+    with pytest.raises(ValueError, match="not one printable line"):
+        sketchfile.write(tmp_path / "bad.npz", fields(chosen="a\nb"))
+    assert not (tmp_path / "bad.npz").exists()
 
 
 @pytest.mark.parametrize("family,seed", [("tabulation", 0), ("multiply-add-shift", 2**64 + 5),
@@ -87,12 +104,13 @@ def test_round_trip_families_and_huge_seeds(tmp_path, family, seed):
 
 def test_version1_files_load_with_identical_contents(tmp_path, valid):
     _, arrays = valid
-    v1 = {k: v for k, v in arrays.items() if k not in ("checksum", "gram", "decode_reps")}
+    v1 = {k: v for k, v in arrays.items()
+          if k not in ("checksum", "gram", "decode_reps", "chosen")}
     v1["format_version"] = np.array(1)
     v1["hash_seed"] = np.array(3, np.int64)
     save_arrays(tmp_path / "v1.npz", v1)
     a, b = sketchfile.read(tmp_path / "v1.npz"), sketchfile.read(valid[0])
-    assert a["format_version"] == 1 and b["format_version"] == 4 and same(a, b)
+    assert a["format_version"] == 1 and b["format_version"] == 5 and same(a, b)
     v1["hash_seed"] = np.array(-3, np.int64)                  # negative seeds never were valid
     save_arrays(tmp_path / "neg.npz", v1)
     assert "non-negative" in one_error(tmp_path / "neg.npz")
@@ -152,7 +170,7 @@ EDITS = [(f"missing-{n}", _drop(n), f"array '{n}' is missing")
                       "decode_sketch")] + [
     ("missing-format", _drop("format"), "not a pagh_mm sketch file"),
     ("format-other", _set("format", "numpy.savez"), "not a pagh_mm sketch file"),
-    ("newer-version", _set("format_version", 5), "upgrade pagh_mm"),
+    ("newer-version", _set("format_version", 6), "upgrade pagh_mm"),
     ("version-0", _set("format_version", 0), "'format_version' is 0"),
     ("version-text", _set("format_version", "2"), "'format_version' has dtype text"),
     ("sketch-float32", lambda a: {**a, "sketch": a["sketch"].astype(np.float32)},
@@ -203,6 +221,11 @@ EDITS = [(f"missing-{n}", _drop(n), f"array '{n}' is missing")
     ("extra-array", _set("comment", "hello"), "unknown array 'comment'"),
     ("checksum-in-v1", lambda a: {**a, "format_version": np.array(1)},
      "'checksum' does not belong in format version 1"),
+    ("chosen-in-v4", _set("format_version", 4), "'chosen' does not belong in format version 4"),
+    ("chosen-int", _set("chosen", 3), "array 'chosen' has dtype int64, expected a text string"),
+    ("chosen-two-lines", _set("chosen", "auto: one\ntwo"),
+     "array 'chosen' is not one printable line of at most 4096 characters (13 characters)"),
+    ("chosen-too-long", _set("chosen", "a" * 4097), "(4097 characters)"),
 ]
 
 
@@ -282,7 +305,9 @@ def test_bit_flips_anywhere_never_pass_silently(tmp_path, valid):
             else:        # a flip in zip metadata nobody reads (timestamps, attributes...)
                 assert same(got, want)
                 loads += 1
-    assert errors > 8 * loads
+    # (each array's zip entry has fields nobody reads: version 5's 'chosen' took the share of
+    # silent loads from below a ninth to 11.5%)
+    assert errors > 7 * loads
 
 
 def test_unreadable_files(tmp_path, valid):

@@ -358,6 +358,27 @@ def test_an_auto_sketch_grows_when_a_verified_query_needs_it():
     assert fixed.buckets == first
 
 
+def test_a_loaded_auto_sketch_tells_its_reason_and_never_regrows(tmp_path):
+    """A sketch file keeps why buckets="auto" chose the size: describe() shows it after
+    load; a certified query on the loaded sketch with factors attached later never rebuilds
+    it (the file may hold a sum of sketches), and a given size saves no reason."""
+    A, B = heavy_product(7)
+    sk = pagh_mm.compress(A, B, k=5, seed=3)
+    assert sk.chosen.reason.startswith("auto: one-scan certificate")
+    sk.save(tmp_path / "auto.npz")
+    back = pagh_mm.CompressedProduct.load(tmp_path / "auto.npz")
+    assert back.chosen.loaded and back.chosen.reason == sk.chosen.reason
+    assert f"({sk.chosen.reason})" in back.describe() and back.describe() == sk.describe()
+    back.attach(A, B)
+    first = back.buckets
+    run = lambda: ([], False, 0.0, 1.0, ("buckets", "more", 2 * back.buckets))  # noqa: E731
+    assert not back._certified(run)[1] and back.buckets == first
+    assert not sk._certified(run)[1] and sk.buckets > first         # in session it regrows
+    fixed = pagh_mm.compress(A, B, buckets=first, reps=5, seed=3)
+    fixed.save(tmp_path / "given.npz")
+    assert pagh_mm.CompressedProduct.load(tmp_path / "given.npz").chosen is None
+
+
 def test_an_auto_sketch_grows_again_while_its_searches_ask(monkeypatch):
     """A search on too small a sketch may name too few buckets: the query rebuilds it again
     (at most REGROWTHS times, only upwards, the original reason kept)."""
