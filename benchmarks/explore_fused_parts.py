@@ -318,7 +318,7 @@ def use_keys(variant: str, default) -> None:
     the buckets and the load allows; else the library's ``default``)."""
     kernels.fused_key_order = default
     if "keysall" in variant.split("+"):
-        def everywhere(keys, log2b, dtype):
+        def everywhere(keys, log2b, dtype, gram=False):
             name = kernels.C_TYPES[kernels.np.dtype(dtype)]
             return keys <= kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * (1 << log2b) and \
                 not kernels._cluster_log(log2b, dtype)[1]

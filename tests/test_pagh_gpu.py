@@ -393,11 +393,13 @@ def test_fused_kernel_gives_the_cpu_bits_for_every_size_layout_family_and_gram(d
     top = kernels.FUSED_MAX_LOG2B["float" if dtype == "float32" else "double"]
     A0, B0, inputs = _fused_inputs(rng, 70)
     regs = kernels.FUSED_REG_LOG_VPT["float" if dtype == "float32" else "double"] + 10
-    for log2b in (1, 2, 3, 4, 5, 9, regs, top):     # top: A's values wait in the output row
+    fixed = kernels.FUSED_FIXED_LOG2B["float" if dtype == "float32" else "double"]
+    # top: A's values wait in the output row; fixed: kernels compiled for that size alone
+    for log2b in sorted({1, 2, 3, 4, 5, 9, regs, top, *fixed}):
         products = [(f, A, B) for f in FAMILIES
                     for A, B in (inputs if log2b in (3, regs, top) else inputs[:1])]
-        # blocks of the inner dimension (70) from 1 to 128 inner indices: groups of 1, 2 and
-        # 4 summed in the kernel, the last one partial
+        # blocks of the inner dimension (70) from 1 to 128 inner indices: groups of 1 and 2
+        # summed in the kernel, the last one partial
         _assert_fused_bits(cp, log2b, dtype, products,
                            (1 << 20,) if log2b <= 9 else (None, 8 << 20, 16 << 20),
                            rng.standard_normal((150, 60)))
@@ -455,6 +457,14 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
     X[1] = -0.0
     for x in (X, np.asfortranarray(X)):
         both(pagh_mm.compress_gram, (x,), dict(buckets=b, reps=3, seed=9, dtype=dtype))
+    A, B = rng.standard_normal((b, 6)), rng.standard_normal((6, 50))   # A in key order
+    kw = dict(buckets=b, reps=3, seed=5, dtype=dtype)
+    want = pagh_mm.compress(A, B, **kw).sketch.tobytes()
+    _poison_one_key_code(monkeypatch, cp)
+    for load, same in ((kernels.FUSED_KEY_ORDER_MAX_LOAD, False), (positional, True)):
+        monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
+        got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), **kw).sketch.get().tobytes()
+        assert (got == want) == same, load
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -463,15 +473,16 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     """The Gram kernels of fewer buckets than the most per block sketch in key order (inlined)
     at up to FUSED_KEY_ORDER_MAX_LOAD keys per bucket, products of two factors by position:
     at the load limit and over it, -0.0 columns, integer columns, both layouts, several
-    chunks of keys (SLOW_CHUNK): the CPU's bits, and the bits of the sketch by position (the
-    load set to 0)."""
+    chunks of keys (SLOW_CHUNK; 1024 threads at RegLogVpt + 10: the next chunk's loads ahead):
+    the CPU's bits, and the bits of the sketch by position (the load set to 0); with one key's
+    code poisoned the kernel's sketch changes (it reads the codes) unless the load is 0."""
     cp = _cp()
     from pagh_mm.cuda import kernels
     name = "float" if dtype == "float32" else "double"
     top = kernels.FUSED_MAX_LOG2B[name]
     rng = np.random.default_rng(17)
     positional = {"float": 0.0, "double": 0.0}
-    for lb in (3, 10, top - 2):
+    for lb in (3, 10, top - 2, kernels.FUSED_REG_LOG_VPT[name] + 10):
         b = 1 << lb
         limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * b)
         assert kernels.fused_key_order(limit, lb, dtype, gram=True)
@@ -491,6 +502,29 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
                     got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
                     assert got.gram and "fused" in prof
                     assert got.sketch.get().tobytes() == want, (lb, m, load)
+    X = rng.standard_normal((5, 3000))
+    kw = dict(buckets=1 << 10, reps=3, seed=9, dtype=dtype)
+    want = pagh_mm.compress_gram(X, **kw).sketch.tobytes()
+    _poison_one_key_code(monkeypatch, cp)
+    for load, same in ((kernels.FUSED_KEY_ORDER_MAX_LOAD, False), (positional, True)):
+        monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
+        got = pagh_mm.compress_gram(cp.asarray(X), **kw).sketch.get().tobytes()
+        assert (got == want) == same, load
+
+
+def _poison_one_key_code(monkeypatch, cp) -> None:
+    """Side.gpu_codes with the sign of repetition 0's first one-key code flipped (a negative
+    control: a kernel that sketches in key order then differs from the CPU)."""
+    from pagh_mm import sketch
+    real = sketch.Side.gpu_codes
+
+    def poisoned(self):
+        code, *rest = real(self)
+        code = code.copy()
+        first = int(cp.nonzero((code[0] & np.uint32(sketch.CODE_SLOW)) == 0)[0][0])
+        code[0, first] ^= np.uint32(sketch.CODE_NEG)
+        return (code, *rest)
+    monkeypatch.setattr(sketch.Side, "gpu_codes", poisoned)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -283,7 +283,8 @@ __device__ __noinline__ void sketch_call(T* buf, Stage st, const S* __restrict__
 // a call in the kernel, even one not taken, cost 13-31%: H100, FP32 2^12 and 2^14 buckets);
 // KEYS (their Gram kernels): in key order where the codes are given, else by position; the
 // others by position, and the host gives no codes (inlined, key order spills the products'
-// kernels and made them 1.08-1.36x slower: H200, n = 8192, FP32 2^12-2^14, FP64 2^13).
+// kernels and made them 1.23-1.42x slower: H200, n = 8192, FP32 2^12-2^14, FP64 2^13, one
+// tree level in the block).
 template <typename T, typename S, bool CALLS, bool KEYS = false>
 __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict__ X, i64 s_key,
                                            i64 s_vec, int n_keys, const i64* __restrict__ indptr,

@@ -132,8 +132,8 @@ def _cluster_a_fits(log_bl: int, name: str, smem: int = FUSED_A_SHARED_SMEM) -> 
 
 #: Most levels of the pairwise tree summed inside a block (2^LOG_G inner indices per block),
 #: their pending nodes in shared memory beside the buffer.  One: a second level's node
-#: costs the kernels of 2^12-2^14 buckets a resident block per SM (FP32 2^13: 126 KiB, one
-#: block of 512 threads, 25% occupancy, against 92 KiB and two) or the L1 the sketch's gathers
+#: costs the kernels of 2^12-2^14 buckets a resident block per SM (FP32 2^13: 123 KiB, one
+#: block of 512 threads, 25% occupancy, against 90 KiB and two) or the L1 the sketch's gathers
 #: use, more than the tree above the kernel saves (H200, fused stage + accumulate, the same
 #: bits; ``benchmarks/explore_fused_parts.py`` variant ``maxg1``,
 #: ``results/h200/session42-parts2g.*``, ``-parts3d.*``): covariance screen 2^18 x 4096, 9
@@ -170,7 +170,7 @@ def fused_names():
     return [(f"fused_dense_terms<{t},{s},{v},{g},{c},{f}>", t, s)
             for t in ("float", "double") for s in ("double", "float")
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
-            for c in range(FUSED_MAX_LOG_G + 1)
+            for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G) + 1)
             for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())]
 
 
@@ -650,9 +650,9 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 
 #: Most keys per bucket, per C type, of a factor whose fused sketch walks its keys in order
 #: (``fused_dense_terms``' sketch_keys: buckets of one key written as the keys are read, the
-#: others summed from their lists) instead of its bucket lists by position; only in the
-#: kernels of the most buckets per block (FP32 2^15, FP64 2^14; in the others the call cost
-#: more than it saved).  H100, d = 5, kernel time against the sketch by position in the same
+#: others summed from their lists) instead of its bucket lists by position: in the kernels of
+#: the most buckets per block (FP32 2^15, FP64 2^14) and in the Gram kernels of fewer
+#: buckets (:func:`fused_key_order`; the products' kernels of fewer spill with it).  H100, d = 5, kernel time against the sketch by position in the same
 #: build (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and
 #: 0.5 keys per bucket 1.32x and 1.59x faster; FP64 2^14, 0.5 and 1 key per bucket 1.35x and
 #: 1.33x; FP32 2^15 at 1 key per bucket (n = 32768, d = 13) 1.51x (0.385 against 0.580 s,
