@@ -426,10 +426,11 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
     assert kernels.fused_key_order(limit, lb, dtype) and not kernels.fused_key_order(limit + 1, lb, dtype)
     rng = np.random.default_rng(13)
     positional = {"float": 0.0, "double": 0.0}
+    library = kernels.FUSED_KEY_ORDER_MAX_LOAD
 
     def both(f, args, kw):
         want = f(*args, **kw)
-        for load in (kernels.FUSED_KEY_ORDER_MAX_LOAD, positional):
+        for load in (library, positional):
             monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
             prof = {}
             got = f(*(cp.asarray(x) for x in args), profile=prof, **kw)
@@ -461,7 +462,7 @@ def test_fused_key_order_sketch_gives_the_cpu_bits_at_its_load_limit(dtype, monk
     kw = dict(buckets=b, reps=3, seed=5, dtype=dtype)
     want = pagh_mm.compress(A, B, **kw).sketch.tobytes()
     _poison_one_key_code(monkeypatch, cp)
-    for load, same in ((kernels.FUSED_KEY_ORDER_MAX_LOAD, False), (positional, True)):
+    for load, same in ((library, False), (positional, True)):
         monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
         got = pagh_mm.compress(cp.asarray(A), cp.asarray(B), **kw).sketch.get().tobytes()
         assert (got == want) == same, load
@@ -482,6 +483,7 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     top = kernels.FUSED_MAX_LOG2B[name]
     rng = np.random.default_rng(17)
     positional = {"float": 0.0, "double": 0.0}
+    library = kernels.FUSED_KEY_ORDER_MAX_LOAD
     for lb in (3, 10, top - 2, kernels.FUSED_REG_LOG_VPT[name] + 10):
         b = 1 << lb
         limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * b)
@@ -496,7 +498,7 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
             for x in (X, np.asfortranarray(X)):
                 kw = dict(buckets=b, reps=3, seed=9, dtype=dtype)
                 want = pagh_mm.compress_gram(x, **kw).sketch.tobytes()
-                for load in (kernels.FUSED_KEY_ORDER_MAX_LOAD, positional):
+                for load in (library, positional):
                     monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
                     prof = {}
                     got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
@@ -506,7 +508,7 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     kw = dict(buckets=1 << 10, reps=3, seed=9, dtype=dtype)
     want = pagh_mm.compress_gram(X, **kw).sketch.tobytes()
     _poison_one_key_code(monkeypatch, cp)
-    for load, same in ((kernels.FUSED_KEY_ORDER_MAX_LOAD, False), (positional, True)):
+    for load, same in ((library, False), (positional, True)):
         monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
         got = pagh_mm.compress_gram(cp.asarray(X), **kw).sketch.get().tobytes()
         assert (got == want) == same, load
