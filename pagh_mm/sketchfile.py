@@ -216,8 +216,9 @@ def _problem(arrays: Mapping[str, np.ndarray]) -> str | None:
         int(r) >= 1
     for name, field in SCHEMA.items():
         needed = {"always": True, "v2": version >= 2, "v3": version >= 3, "v4": version >= 4,
-                  "v5": version >= 5, "tabulation": tabulation, "polynomial": family == "polynomial",
-                  "gram": gram, "decode": decoding}[field.present]
+                  "v5": version >= 5, "tabulation": tabulation,
+                  "polynomial": family == "polynomial", "gram": gram,
+                  "decode": decoding}[field.present]
         if needed and name not in arrays:
             why = f" ({_WHEN[field.present]})" if field.present in _WHEN else ""
             return f"array '{name}' is missing{why}"
@@ -394,9 +395,10 @@ def read(path) -> dict:
 
     Returns the fields :func:`write` takes (``sketch`` as a float64 NumPy array, ``shape``
     a tuple of ints, ``stabilizer`` None or a name, ``hash`` a HashParams) plus
-    ``format_version`` (``chosen`` None where the file holds none, or '').  Raises ``ValueError`` (:class:`SketchFileError`) with one line
-    ``path: problem`` for anything wrong with the file, OSError when it cannot be opened,
-    and warns :class:`LegacyHashWarning` when it uses the multiply-shift family."""
+    ``format_version`` (``chosen`` None where the file holds none, or '').  Raises
+    ``ValueError`` (:class:`SketchFileError`) with one line ``path: problem`` for anything
+    wrong with the file, OSError when it cannot be opened, and warns
+    :class:`LegacyHashWarning` when it uses the multiply-shift family."""
     path = os.fspath(path)
     try:
         arrays = read_npz_arrays(path)

@@ -79,7 +79,8 @@ def test_round_trip_and_layout(valid):
 def test_the_automatic_rules_reason_round_trips_and_version4_files_load(tmp_path, valid):
     """Version 5 keeps why buckets="auto" chose the size ('' when given: None on reading);
     a version-4 file (no 'chosen') loads with None."""
-    why = "auto: one-scan certificate for top-300 at ||AB||_F ~ 2.576e+04 (estimated before compressing)"
+    why = ("auto: one-scan certificate for top-300 at ||AB||_F ~ 2.576e+04 (estimated before "
+           "compressing)")
     sketchfile.write(tmp_path / "auto.npz", fields(chosen=why))
     assert sketchfile.read(tmp_path / "auto.npz")["chosen"] == why
     assert sketchfile.read(valid[0])["chosen"] is None

@@ -554,9 +554,10 @@ fused_dense_terms(const S* __restrict__ A, i64 sa_key, i64 sa_vec, int n_a, cons
     group_tree<T, VPT, LOG_G>(
         v, count,
         [&](int i) {
-            term<T, S, LOG_VPT, GRAM, FIXED>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga, pa, ca,
-                                      cpa, sla, spa, ska, B, sb_key, sb_vec, n_b, ib, kb, gb, pb,
-                                      cb, cpb, slb, spb, skb, first + i, t, logb);
+            term<T, S, LOG_VPT, GRAM, FIXED>(buf, st, v, o, A, sa_key, sa_vec, n_a, ia, ka, ga,
+                                             pa, ca, cpa, sla, spa, ska, B, sb_key, sb_vec,
+                                             n_b, ib, kb, gb, pb, cb, cpb, slb, spb, skb,
+                                             first + i, t, logb);
         },
         [&](int q) { return round_index<VPT>(q, last, rl, threads); }, slot);
 #pragma unroll

@@ -652,9 +652,10 @@ def fused_group(log2b: int, dtype, block: int) -> int:
 #: (``fused_dense_terms``' sketch_keys: buckets of one key written as the keys are read, the
 #: others summed from their lists) instead of its bucket lists by position: in the kernels of
 #: the most buckets per block (FP32 2^15, FP64 2^14) and in the Gram kernels of fewer
-#: buckets (:func:`fused_key_order`; the products' kernels of fewer spill with it).  H100, d = 5, kernel time against the sketch by position in the same
-#: build (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and
-#: 0.5 keys per bucket 1.32x and 1.59x faster; FP64 2^14, 0.5 and 1 key per bucket 1.35x and
+#: buckets (:func:`fused_key_order`; the products' kernels of fewer spill with it).  H100,
+#: d = 5, kernel time against the sketch by position in the same build
+#: (``benchmarks/explore_fused_parts.py --key-order-load``): FP32 2^15 buckets, 0.25 and 0.5
+#: keys per bucket 1.32x and 1.59x faster; FP64 2^14, 0.5 and 1 key per bucket 1.35x and
 #: 1.33x; FP32 2^15 at 1 key per bucket (n = 32768, d = 13) 1.51x (0.385 against 0.580 s,
 #: ``results/h100/session31-fused-load32768.json``), at 1.5 and 2 (n = 49152 and 65536, d =
 #: 13, the fused stage) 1.47x and 1.40x (0.83 against 1.22 s, 1.54 against 2.16 s,
