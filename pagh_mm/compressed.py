@@ -246,8 +246,7 @@ class CompressedProduct:
             kind = advice[0] if advice is not None else None
             wider = kind == "dtype" and self.chosen is not None and self.chosen.narrowed
             if ok or not (wider or (kind == "buckets" and advice[2] > self.buckets)) or \
-                    len(self.factors) != 1 or self.chosen is None or self.chosen.loaded or \
-                    not self.chosen.reason.startswith("auto"):
+                    len(self.factors) != 1 or self._auto_reason() is None or self.chosen.loaded:
                 return out
             A, B = self.factors[0]
             grow = self.buckets if wider else advice[2] if len(advice) > 3 and advice[3] else \
@@ -670,11 +669,15 @@ class CompressedProduct:
         scale = 2.0 if self.gram else 1.0
         return float(xp.median(norms)) / np.sqrt(scale * self.buckets)
 
+    def _auto_reason(self) -> str | None:
+        """Why ``buckets="auto"`` chose this sketch's size (None when the caller gave it)."""
+        chosen = self.chosen
+        return chosen.reason if chosen is not None and chosen.reason.startswith("auto") else None
+
     def describe(self) -> str:
         """One line: the shape, buckets and reps (and why, when chosen automatically), and
         the expected error of one repetition's estimate of an entry."""
-        why = f" ({self.chosen.reason})" if self.chosen is not None and \
-            self.chosen.reason.startswith("auto") else ""
+        why = f" ({self._auto_reason()})" if self._auto_reason() else ""
         if self.gram:
             return (f"{self.shape[0]} x {self.shape[1]} Gram product, buckets={self.buckets}, "
                     f"reps={self.reps}{why}; diagonal exact; off-diagonal error per entry and "
@@ -746,8 +749,7 @@ class CompressedProduct:
                                 "decode_reps": 0 if self.bits is None else self.bits.reps,
                                 "decode_sketch": None if self.bits is None else
                                 self.backend.asnumpy(self.bits.sketch),
-                                "chosen": self.chosen.reason if self.chosen is not None and
-                                self.chosen.reason.startswith("auto") else None})
+                                "chosen": self._auto_reason()})
 
     @staticmethod
     def load(path, device: str = "cpu") -> "CompressedProduct":
