@@ -51,6 +51,11 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``maxgN`` (``maxg1``): not an ablation: at most N levels of the tree summed in a block
   whose pending nodes are in shared memory (``kernels.FUSED_MAX_LOG_G``; fewer levels, less
   shared memory, more blocks per SM; the same bits);
+* ``keysgN`` (``keysg1``): not an ablation: at most N levels of the tree summed in the block
+  of a Gram kernel that sketches in key order, whose shared memory holds no sketch stage
+  (``kernels.FUSED_KEYS_MAX_LOG_G``; 0: the ``maxgN`` levels without the stage; the same
+  bits); ``withstage``: those kernels with the stage and the ``maxgN`` levels (the code
+  before session 43);
 * ``discard``: not an ablation: those pending nodes' lines dropped from L2 once read
   (``discard.global.L2``: no write-back of dead rows; the same bits; only the kernels of the
   most buckets per block);
@@ -325,6 +330,14 @@ def use_keys(variant: str, default) -> None:
         kernels.fused_key_order = everywhere
 
 
+def use_stage(variant: str, default) -> None:
+    """``kernels._stageless`` of a ``withstage`` variant (never: every block with its stage);
+    else the library's ``default``."""
+    kernels._stageless = default
+    if "withstage" in variant.split("+"):
+        kernels._stageless = lambda *args: False
+
+
 def use_chunk(variant: str, default: int) -> None:
     """``sketch.SLOW_CHUNK`` of a ``chunkN`` variant (the host's order of the slow buckets
     must match the kernel's chunks; else the library's ``default``)."""
@@ -405,6 +418,8 @@ def main(argv=None) -> int:
     default_log_g = kernels.FUSED_GLOBAL_LOG_G
     default_max_g = kernels.FUSED_MAX_LOG_G
     default_keys = kernels.fused_key_order
+    default_keys_g = getattr(kernels, "FUSED_KEYS_MAX_LOG_G", 0)     # (older code: none)
+    default_stageless = getattr(kernels, "_stageless", None)
     default_chunk = getattr(sketch, "SLOW_CHUNK", 0)          # (older code: none)
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
     for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
@@ -417,6 +432,8 @@ def main(argv=None) -> int:
             use_shape(v, cluster_log)
             use_level(v, "logg", "FUSED_GLOBAL_LOG_G", default_log_g)
             use_level(v, "maxg", "FUSED_MAX_LOG_G", default_max_g)
+            use_level(v, "keysg", "FUSED_KEYS_MAX_LOG_G", default_keys_g)
+            use_stage(v, default_stageless)
             use_chunk(v, default_chunk)
             use_keys(v, default_keys)
             ts, tot, acc = [], [], []
@@ -457,6 +474,8 @@ def main(argv=None) -> int:
     kernels.FUSED = library
     kernels.FUSED_GLOBAL_LOG_G = default_log_g
     kernels.FUSED_MAX_LOG_G = default_max_g
+    kernels.FUSED_KEYS_MAX_LOG_G = default_keys_g
+    kernels._stageless = default_stageless
     kernels.fused_key_order = default_keys
     sketch.SLOW_CHUNK = default_chunk
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load

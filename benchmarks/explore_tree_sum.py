@@ -13,7 +13,11 @@ Variants (each the same additions in the same order, so the same bits; checked):
   (``__launch_bounds__(256, B)``: fewer registers, spills where 32 loads of V do not fit);
 * ``halfH``: H of the 32 loads in flight before the sums start (the rest as the sums take
   them, in the loop over a vector's columns: for V > 1 issued per column unless the compiler
-  merges them; fewer registers).
+  merges them; fewer registers);
+* ``pitchP``: the first level of the tree (32 nodes into one) over nodes whose rows are P
+  values longer than a node (a node's row pitch off the powers of two), against the same
+  launch at the nodes' own stride (``pitch0``): whether the strided reads of the 32 nodes
+  meet in the same DRAM channels (timing only; the same kernel).
 
 Session 39 (H100, ``results/h100/session39-tree-sum*``): the library's ``v4`` 0.300 ms (1.45
 TB/s, 1.13x CuPy's own sum over axis 0 of the same nodes, 1.64 TB/s; a copy 2.74 TB/s read +
@@ -60,6 +64,24 @@ def module_for(variant: str) -> KernelModule:
     return mod
 
 
+def pitched_level(cp, nodes, pitch: int, timed) -> float:
+    """Seconds of tree_sum_32's first level over ``nodes`` stored at a row pitch of
+    ``pitch`` values more than a node (the library's vector width)."""
+    import numpy as np
+    count, stride = nodes.shape[0], nodes[0].size
+    t_name = kernels.C_TYPES[nodes.dtype]
+    v = kernels.TREE_VECTOR[t_name]
+    assert (stride + pitch) % v == 0
+    big = cp.zeros((count, stride + pitch), dtype=nodes.dtype)
+    big[:, :stride] = nodes.reshape(count, stride)
+    groups = -(-count // 32)
+    out = cp.empty((groups, stride + pitch), dtype=nodes.dtype)
+    fn = kernels.FUSED.function(f"tree_sum_32<{t_name},{v}>")
+    launch = lambda: fn((kernels._grid(groups * (stride + pitch) // v),), (kernels.THREADS,),
+                        (big, np.int64(count), np.int64(stride + pitch), out))
+    return timed(launch)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256)
@@ -82,6 +104,8 @@ def main(argv=None) -> int:
 
     rows = []
     read = timed(lambda: nodes.sum(axis=0))
+    full = timed(lambda: nodes.sum())
+    print(f"  cupy sum of every value {full * 1e3:.3f} ms ({nbytes / full / 1e12:.2f} TB/s)")
     copy = timed(lambda: cp.copyto(cp.empty_like(nodes), nodes))
     print(f"{a.nodes} nodes of {a.reps} x 2^{a.log2b} {a.dtype} ({nbytes / 1e6:.0f} MB): "
           f"cupy sum over axis 0 {read * 1e3:.3f} ms ({nbytes / read / 1e12:.2f} TB/s), "
@@ -89,6 +113,12 @@ def main(argv=None) -> int:
     ref = None
     try:
         for v in a.variants:
+            if v.startswith("pitch"):
+                t = pitched_level(cp, nodes, int(v[5:]), timed)
+                print(f"  {v:18} {t * 1e3:7.3f} ms  {nbytes / t / 1e12:5.2f} TB/s (first level "
+                      f"only)", flush=True)
+                rows.append({"variant": v, "seconds": t, "tb_per_s": nbytes / t / 1e12})
+                continue
             kernels.FUSED = module_for(v)
             kernels.TREE_VECTOR = dict(vector)
             for part in v.split("+"):

@@ -319,13 +319,14 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
         VA, VB = (V if V is None or V.strides[0] == V.itemsize or V.shape[0] < 2 else
                   kernels.transposed(V).T for V in (VA, VB))
     log2b = acc.b.bit_length() - 1
-    tables = [(*s.gpu_table(), s.gpu_positions(),
-               *(s.gpu_codes() if kernels.fused_key_order(s.keys, log2b, acc.dtype,
-                                                          gram=len(sides) == 1) else
-                 (None,) * 5)) for s in sides]
+    gram = len(sides) == 1
+    keyed = [kernels.fused_key_order(s.keys, log2b, acc.dtype, gram=gram) for s in sides]
+    tables = [(*s.gpu_table(), s.gpu_positions(), *(s.gpu_codes() if key else (None,) * 5))
+              for s, key in zip(sides, keyed)]
     return kernels.fused_terms(VA, tables[0], VB, None if VB is None else tables[1],
                                acc.reps, log2b, acc.dtype,
-                               kernels.fused_group(log2b, acc.dtype, block))
+                               kernels.fused_group(log2b, acc.dtype, block,
+                                                   stageless=gram and keyed[0]))
 
 
 def _pair_settings(be, method, dt, algorithm, stabilizer) -> bool:

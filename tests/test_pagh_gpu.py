@@ -476,7 +476,10 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     at the load limit and over it, -0.0 columns, integer columns, both layouts, several
     chunks of keys (SLOW_CHUNK; 1024 threads at RegLogVpt + 10: the next chunk's loads ahead):
     the CPU's bits, and the bits of the sketch by position (the load set to 0); with one key's
-    code poisoned the kernel's sketch changes (it reads the codes) unless the load is 0."""
+    code poisoned the kernel's sketch changes (it reads the codes) unless the load is 0.  In
+    key order the block holds no sketch stage and sums more levels of the tree
+    (kernels.fused_group's ``stageless``: two on Hopper at 2^12-2^14 FP32, 2^12-2^13 FP64):
+    inner dimensions of 7 and 13 (groups of 4, the last of 3 or 1 terms)."""
     cp = _cp()
     from pagh_mm.cuda import kernels
     name = "float" if dtype == "float32" else "double"
@@ -484,14 +487,21 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     rng = np.random.default_rng(17)
     positional = {"float": 0.0, "double": 0.0}
     library = kernels.FUSED_KEY_ORDER_MAX_LOAD
+    levels = []                               # the tree levels of each fused launch
+    real_terms = kernels.fused_terms
+    monkeypatch.setattr(kernels, "fused_terms",
+                        lambda *args: levels.append(args[7]) or real_terms(*args))
     for lb in (3, 10, top - 2, kernels.FUSED_REG_LOG_VPT[name] + 10):
         b = 1 << lb
         limit = int(kernels.FUSED_KEY_ORDER_MAX_LOAD[name] * b)
         assert kernels.fused_key_order(limit, lb, dtype, gram=True)
         assert not kernels.fused_key_order(limit + 1, lb, dtype, gram=True)
         assert not kernels.fused_key_order(limit, lb, dtype)          # products: by position
-        for m in (limit, limit + 1, b // 2 + 3):
-            X = rng.standard_normal((7, m))
+        keyed = kernels.fused_group(lb, dtype, 1 << 20, stageless=True)
+        if lb == top - 2 and gpu.limits().smem_per_sm >= 200 * 1024:
+            assert keyed == 2, keyed
+        for m, rows in ((limit, 7), (limit + 1, 7), (b // 2 + 3, 13)):
+            X = rng.standard_normal((rows, m))
             X[1] = -0.0
             X[:, ::5] = -0.0
             X[4] = np.round(X[4] * 8)
@@ -501,9 +511,13 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
                 for load in (library, positional):
                     monkeypatch.setattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", load)
                     prof = {}
+                    del levels[:]
                     got = pagh_mm.compress_gram(cp.asarray(x), profile=prof, **kw)
                     assert got.gram and "fused" in prof
                     assert got.sketch.get().tobytes() == want, (lb, m, load)
+                    # key order (at the limit, by the library's load): the stageless levels
+                    assert levels == [keyed if load is library and m <= limit else
+                                      kernels.FUSED_MAX_LOG_G], (lb, m, load, levels)
     X = rng.standard_normal((5, 3000))
     kw = dict(buckets=1 << 10, reps=3, seed=9, dtype=dtype)
     want = pagh_mm.compress_gram(X, **kw).sketch.tobytes()

@@ -79,11 +79,13 @@ FUSED_CLUSTER_FROM = {t: v + 1 for t, v in FUSED_MAX_LOG2B.items()}
 FUSED_CLUSTER_LOG_G = 2
 
 
-def _fused_smem(log2b: int, name: str, log_g_shared: int = 0) -> int:
+def _fused_smem(log2b: int, name: str, log_g_shared: int = 0, stage: bool = True) -> int:
     """Dynamic shared memory of a fused kernel's block holding 2^log2b buckets of C type
-    ``name`` (and ``log_g_shared`` pending tree nodes): the padded buffers, then the stage."""
+    ``name`` (and ``log_g_shared`` pending tree nodes): the padded buffers, then the stage
+    (``stage`` False: none, see :func:`_stageless`)."""
     dtype = np.float32 if name == "float" else np.float64
-    return -(-(1 + log_g_shared) * _span_bytes(1 << log2b, dtype) // 16) * 16 + FUSED_STAGE_BYTES
+    return -(-(1 + log_g_shared) * _span_bytes(1 << log2b, dtype) // 16) * 16 + \
+        (FUSED_STAGE_BYTES if stage else 0)
 
 
 def _cluster_shape(log2b: int, name: str, most: int = FUSED_CLUSTER_MAX_LOG_CL,
@@ -142,6 +144,13 @@ def _cluster_a_fits(log_bl: int, name: str, smem: int = FUSED_A_SHARED_SMEM) -> 
 #: 0.88x / 0.82x / 0.83x, FP64 2^13 the same.
 FUSED_MAX_LOG_G = 1
 
+#: Most levels of the pairwise tree summed inside the block of a Gram kernel that sketches in
+#: key order (:func:`_stageless`: its shared memory holds no sketch stage), as many of them
+#: as keep the resident blocks per SM (:func:`fused_group`): e.g. FP32 2^13 buckets, two
+#: levels in 99 KiB, two blocks of 512 threads per SM as with none.  Each level halves the
+#: nodes the kernel writes and ``tree_sum`` reads again.
+FUSED_KEYS_MAX_LOG_G = 2
+
 #: Most levels of the tree summed inside a block when its pending nodes are in device memory
 #: (the largest b; more levels spill registers: 248 bytes at 1, 1140 at 2, FP32 Gram, sm_90).
 FUSED_GLOBAL_LOG_G = 1
@@ -170,7 +179,9 @@ def fused_names():
     return [(f"fused_dense_terms<{t},{s},{v},{g},{c},{f}>", t, s)
             for t in ("float", "double") for s in ("double", "float")
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
-            for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G) + 1)
+            for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G,
+                               FUSED_KEYS_MAX_LOG_G if g == "true" and
+                               v <= FUSED_REG_LOG_VPT[t] else 0) + 1)
             for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())]
 
 
@@ -222,6 +233,12 @@ def compile_unit() -> tuple[str, int]:
         len(fused_cluster_names()) + len(TREE_NAMES)
 
 
+def _device_limits():
+    """The current device's :class:`fwht_gpu.gpu.Limits` (a seam for the CPU tests of the
+    launch rules)."""
+    return limits(cupy().cuda.Device().id)
+
+
 @functools.lru_cache(maxsize=None)
 def _grid_cap(device: int) -> int:
     """Resident blocks the device holds: a grid-stride loop's grid."""
@@ -245,7 +262,7 @@ def _scan_function(d: int, log2b: int, xor: bool, gram: bool, select: bool, smem
 
 def _scan_grid(rows: int, cols: int) -> int:
     items = -(-cols // SCAN_THREADS) * -(-rows // 256)
-    return int(max(1, min(items, 2 * limits(cupy().cuda.Device().id).sm_count)))
+    return int(max(1, min(items, 2 * _device_limits().sm_count)))
 
 
 def tile_estimates(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool = False):
@@ -285,7 +302,7 @@ FILTER_STAGED = 3
 def filter_groups(d: int, log2b: int) -> int:
     """log2 of the buckets per bit of a scan's filter bitmap: the finest at which the first
     FILTER_STAGED repetitions' bitmaps fit in shared memory with two blocks per SM."""
-    room = limits(cupy().cuda.Device().id).smem_per_sm // 2 - SCAN_STATIC_BYTES - 1024
+    room = _device_limits().smem_per_sm // 2 - SCAN_STATIC_BYTES - 1024
     reps = min(d, FILTER_STAGED)
     g = 0
     while g < log2b and reps * 4 * max(1, (1 << (log2b - g)) >> 5) > room:
@@ -332,7 +349,7 @@ def scan_select(h1, s1, h2, s2, sketch, log2b: int, xor: bool, gram: bool, *, r0
     if bits is not None:
         bits, log2g = bits
     words = max(1, (1 << (log2b - log2g)) >> 5)
-    lim_ = limits(cupy().cuda.Device().id)
+    lim_ = _device_limits()
     sreps = 0
     if bits is not None:                # as many repetitions' bitmaps as keep 2 blocks per SM
         for most in (lim_.smem_per_sm // 2, lim_.smem_per_block):
@@ -607,7 +624,7 @@ def poly61(keys, coef):
 
 def _cluster_log(log2b: int, dtype) -> tuple[int, int]:
     """:func:`_cluster_shape` on the current device (its largest cluster, its shared memory)."""
-    lim = limits(cupy().cuda.Device().id)
+    lim = _device_limits()
     return _cluster_shape(log2b, C_TYPES[np.dtype(dtype)],
                           min(FUSED_CLUSTER_MAX_LOG_CL, lim.max_cluster_log), lim.smem_per_block)
 
@@ -621,24 +638,54 @@ def fused_supported(log2b: int, dtype) -> bool:
     if _cluster_log(log2b, dtype)[1] > 0:
         return True
     return log2b <= FUSED_MAX_LOG2B[name] and \
-        _fused_smem(log2b, name) <= limits(cupy().cuda.Device().id).smem_per_block
+        _fused_smem(log2b, name) <= _device_limits().smem_per_block
 
 
-def _slots_shared(log2b: int, dtype, log_g: int) -> bool:
+def _slots_shared(log2b: int, dtype, log_g: int, stage: bool = True) -> bool:
     """Whether the buffer and ``log_g`` pending nodes fit the device's shared memory."""
-    return _fused_smem(log2b, C_TYPES[np.dtype(dtype)], log_g) <= \
-        limits(cupy().cuda.Device().id).smem_per_block
+    return _fused_smem(log2b, C_TYPES[np.dtype(dtype)], log_g, stage) <= \
+        _device_limits().smem_per_block
 
 
-def fused_group(log2b: int, dtype, block: int) -> int:
+def _stageless(log2b: int, name: str, gram: bool, keyed: bool) -> bool:
+    """Whether the block of ``fused_dense_terms`` for 2^log2b buckets of C type ``name`` needs no
+    sketch stage in shared memory: a Gram kernel of at most FUSED_REG_LOG_VPT values per
+    thread whose factor is sketched in key order (``keyed``: its codes given; fused.cu's
+    sketch_all, KEYS), which never reads the stage (the sketch by position's)."""
+    return gram and keyed and fused_log_vpt(log2b, name) <= FUSED_REG_LOG_VPT[name] and \
+        not _cluster_log(log2b, np.float32 if name == "float" else np.float64)[1]
+
+
+def _resident_blocks(log2b: int, name: str, smem: int) -> int:
+    """Blocks of ``fused_dense_terms`` for 2^log2b buckets of C type ``name`` resident per SM
+    with ``smem`` bytes of shared memory each (the launch bound's 64 registers per thread,
+    1 KiB reserved per block)."""
+    lim = _device_limits()
+    threads = -(-(1 << (log2b - fused_log_vpt(log2b, name))) // 32) * 32
+    return min(lim.regs_per_sm // (64 * threads), lim.max_threads_per_sm // threads,
+               lim.max_blocks_per_sm, (lim.smem_per_sm + 1024) // (smem + 1024))
+
+
+def fused_group(log2b: int, dtype, block: int, stageless: bool = False) -> int:
     """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels):
     as many as the device's shared memory holds beside the buffer, up to FUSED_MAX_LOG_G and no
     more than the ``block`` of the memory plan; when the buffer leaves room for none, the most
     the plan allows, their pending nodes in device memory (``fused_terms``' slots: each block's
     own rows, L2-resident, instead of a node per inner index written and read again), as
-    always for clusters."""
+    always for clusters.  ``stageless`` (a Gram product whose factor is sketched in key order,
+    :func:`_stageless`): up to FUSED_KEYS_MAX_LOG_G levels, as many as keep the SM's resident
+    blocks those of a block without them."""
+    name = C_TYPES[np.dtype(dtype)]
     c = 0
     cluster = _cluster_log(log2b, dtype)[1] > 0
+    if stageless and _stageless(log2b, name, True, True):
+        most = _resident_blocks(log2b, name, _fused_smem(log2b, name, 0, False))
+        while c < FUSED_KEYS_MAX_LOG_G and 2 << c <= block and \
+                _slots_shared(log2b, dtype, c + 1, False) and \
+                _resident_blocks(log2b, name, _fused_smem(log2b, name, c + 1, False)) >= most:
+            c += 1
+        if c > 0:
+            return c
     while not cluster and c < FUSED_MAX_LOG_G and _slots_shared(log2b, dtype, c + 1) and \
             2 << c <= block:
         c += 1
@@ -719,15 +766,16 @@ def fused_terms(VA, table_a, VB, table_b, d: int, log2b: int, dtype, log_g: int 
         shared = False
         log_bl = log2b - log_cl
         a_shared = FUSED_CLUSTER_A_SHARED and not gram and \
-            _cluster_a_fits(log_bl, t_name, limits(cupy().cuda.Device().id).smem_per_block)
+            _cluster_a_fits(log_bl, t_name, _device_limits().smem_per_block)
         smem = _cluster_a_smem(log_bl, t_name) if a_shared else _fused_smem(log_bl, t_name)
         fn = FUSED.function(f"fused_cluster_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},{log_cl},"
                             f"{'true' if a_shared else 'false'}>", smem, 1 << log_cl)
     else:
         log_vpt = fused_log_vpt(log2b, t_name)
-        shared = _slots_shared(log2b, dtype, log_g)
-        smem = _fused_smem(log2b, t_name, log_g if shared else 0)
+        stage = not _stageless(log2b, t_name, gram, table_a[4] is not None)
+        shared = _slots_shared(log2b, dtype, log_g, stage)
+        smem = _fused_smem(log2b, t_name, log_g if shared else 0, stage)
         fn = FUSED.function(f"fused_dense_terms<{t_name},{C_TYPES[VA.dtype]},{log_vpt},"
                             f"{'true' if gram else 'false'},{log_g},"
                             f"{_fixed(log2b, log_vpt, t_name)}>", smem)
