@@ -887,35 +887,32 @@ def test_cli_top_gram_with_transpose_a(tmp_path):
 
 
 @pytest.mark.parametrize("lim", ["h100", "a100"])
-def test_fused_gram_kernels_in_key_order_sum_more_of_the_tree_without_their_stage(monkeypatch,
+def test_fused_gram_kernels_in_key_order_hold_no_stage_and_more_tree_levels_alone(monkeypatch,
                                                                                  lim):
-    """The launch rule of the GPU's fused Gram kernels that sketch in key order (no sketch stage
-    in shared memory): as many tree levels in the block as keep its resident blocks per SM,
-    up to FUSED_KEYS_MAX_LOG_G and the memory plan's block; products and the sketch by
-    position keep FUSED_MAX_LOG_G with their stage (device limits given, no GPU needed)."""
+    """The launch rule of the GPU's fused Gram kernels that sketch in key order: no sketch stage
+    in shared memory; a block alone on its SM (1024 threads: FP32 2^14, FP64 2^13) sums
+    FUSED_KEYS_MAX_LOG_G tree levels where they fit, the others FUSED_MAX_LOG_G (the shared
+    memory they would take is the sketch's L1); the memory plan's block bounds both; products
+    and the sketch by position keep their stage (device limits given, no GPU needed)."""
     from fwht_gpu.cuda.device import A100, H100
     from pagh_mm.cuda import kernels
     limits = {"h100": H100, "a100": A100}[lim]
     monkeypatch.setattr(kernels, "_device_limits", lambda: limits)
-    f32, f64 = np.float32, np.float64
     hopper = lim == "h100"
-    # FP32 2^13: 512 threads, two blocks per SM by registers; two levels in 99 KiB keep both
-    # on the H100's 228 KiB, not on the A100's 164 KiB (one level: 66 KiB)
-    assert kernels.fused_group(13, f32, 1 << 20, stageless=True) == (2 if hopper else 1)
-    assert kernels.fused_group(14, f32, 1 << 20, stageless=True) == (2 if hopper else 1)
-    assert kernels.fused_group(13, f64, 1 << 20, stageless=True) == (2 if hopper else 1)
-    assert kernels.fused_group(12, f32, 1 << 20, stageless=True) == (2 if hopper else 1)
-    for lb, dt in ((12, f32), (13, f32), (14, f32), (12, f64), (13, f64)):
-        c = kernels.fused_group(lb, dt, 1 << 20, stageless=True)
+    names = {nm for nm, _, _ in kernels.fused_names()}
+    for lb, dt, alone in ((12, np.float32, False), (13, np.float32, False), (14, np.float32, True),
+                          (12, np.float64, False), (13, np.float64, True)):
         name = kernels.C_TYPES[np.dtype(dt)]
-        assert 1 <= c <= kernels.FUSED_KEYS_MAX_LOG_G
-        assert kernels._resident_blocks(lb, name, kernels._fused_smem(lb, name, c, False)) == \
-            kernels._resident_blocks(lb, name, kernels._fused_smem(lb, name, 0, False))
+        # two levels: 198 KiB, within the H100's 227 KiB per block, not the A100's 163 KiB
+        want = kernels.FUSED_KEYS_MAX_LOG_G if alone and hopper else kernels.FUSED_MAX_LOG_G
+        c = kernels.fused_group(lb, dt, 1 << 20, stageless=True)
+        assert c == want, (lb, dt, c)
         assert kernels._fused_smem(lb, name, c, False) <= limits.smem_per_block
-        assert f"fused_dense_terms<{name},double,{kernels.fused_log_vpt(lb, name)},true,{c}," \
-            f"{kernels._fixed(lb, kernels.fused_log_vpt(lb, name), name)}>" in \
-            {nm for nm, _, _ in kernels.fused_names()}
-        # the memory plan's block bounds it; products keep their stage and one level
+        assert kernels._fused_smem(lb, name, c, False) + kernels.FUSED_STAGE_BYTES == \
+            kernels._fused_smem(lb, name, c)
+        vpt = kernels.fused_log_vpt(lb, name)
+        assert f"fused_dense_terms<{name},double,{vpt},true,{c},{kernels._fixed(lb, vpt, name)}>" \
+            in names
         assert kernels.fused_group(lb, dt, 2, stageless=True) == 1
         assert kernels.fused_group(lb, dt, 1, stageless=True) == 0
         assert kernels.fused_group(lb, dt, 1 << 20) == kernels.FUSED_MAX_LOG_G

@@ -145,10 +145,17 @@ def _cluster_a_fits(log_bl: int, name: str, smem: int = FUSED_A_SHARED_SMEM) -> 
 FUSED_MAX_LOG_G = 1
 
 #: Most levels of the pairwise tree summed inside the block of a Gram kernel that sketches in
-#: key order (:func:`_stageless`: its shared memory holds no sketch stage), as many of them
-#: as keep the resident blocks per SM (:func:`fused_group`): e.g. FP32 2^13 buckets, two
-#: levels in 99 KiB, two blocks of 512 threads per SM as with none.  Each level halves the
-#: nodes the kernel writes and ``tree_sum`` reads again.
+#: key order (:func:`_stageless`: its shared memory holds no sketch stage) when the block is
+#: alone on its SM (1024 threads: FP32 2^14, FP64 2^13 buckets): each level halves the nodes
+#: the kernel writes and ``tree_sum`` reads again, but the shared memory it takes is the L1
+#: the sketch's gathers use, which costs the smaller kernels more than the tree saves.  H200,
+#: covariance screen 2^18 x 4096, 9 repetitions, fused stage + accumulate, two runs of 7
+#: against one level with the stage (the code before; ``benchmarks/explore_fused_parts.py``
+#: variants ``keysgN``, ``withstage``; ``results/h200/session43-parts-keysg2.*``): FP32 2^14
+#: two levels 0.96x (0.204-0.208 against 0.214-0.217 s; one level without the stage 1.00x);
+#: FP32 2^12 one level without the stage 0.90x (four blocks per SM instead of three; two
+#: levels 1.03x: fused 0.084 against 0.068 s, the L1 of 4 x 50 KiB of shared memory), FP32
+#: 2^13 0.97-1.00x either way, FP64 2^13 0.93-1.02x (spread).
 FUSED_KEYS_MAX_LOG_G = 2
 
 #: Most levels of the tree summed inside a block when its pending nodes are in device memory
@@ -179,10 +186,10 @@ def fused_names():
     return [(f"fused_dense_terms<{t},{s},{v},{g},{c},{f}>", t, s)
             for t in ("float", "double") for s in ("double", "float")
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
+            for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())
             for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G,
-                               FUSED_KEYS_MAX_LOG_G if g == "true" and
-                               v <= FUSED_REG_LOG_VPT[t] else 0) + 1)
-            for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())]
+                               FUSED_KEYS_MAX_LOG_G if g == "true" and f == v + 10 ==
+                               FUSED_REG_LOG_VPT[t] + 10 else 0) + 1)]
 
 
 def _fixed(log2b: int, log_vpt: int, name: str) -> int:
@@ -656,16 +663,6 @@ def _stageless(log2b: int, name: str, gram: bool, keyed: bool) -> bool:
         not _cluster_log(log2b, np.float32 if name == "float" else np.float64)[1]
 
 
-def _resident_blocks(log2b: int, name: str, smem: int) -> int:
-    """Blocks of ``fused_dense_terms`` for 2^log2b buckets of C type ``name`` resident per SM
-    with ``smem`` bytes of shared memory each (the launch bound's 64 registers per thread,
-    1 KiB reserved per block)."""
-    lim = _device_limits()
-    threads = -(-(1 << (log2b - fused_log_vpt(log2b, name))) // 32) * 32
-    return min(lim.regs_per_sm // (64 * threads), lim.max_threads_per_sm // threads,
-               lim.max_blocks_per_sm, (lim.smem_per_sm + 1024) // (smem + 1024))
-
-
 def fused_group(log2b: int, dtype, block: int, stageless: bool = False) -> int:
     """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels):
     as many as the device's shared memory holds beside the buffer, up to FUSED_MAX_LOG_G and no
@@ -673,20 +670,16 @@ def fused_group(log2b: int, dtype, block: int, stageless: bool = False) -> int:
     the plan allows, their pending nodes in device memory (``fused_terms``' slots: each block's
     own rows, L2-resident, instead of a node per inner index written and read again), as
     always for clusters.  ``stageless`` (a Gram product whose factor is sketched in key order,
-    :func:`_stageless`): up to FUSED_KEYS_MAX_LOG_G levels, as many as keep the SM's resident
-    blocks those of a block without them."""
+    :func:`_stageless`, no sketch stage): where the block is alone on its SM, up to
+    FUSED_KEYS_MAX_LOG_G levels as long as it stays so (else FUSED_MAX_LOG_G)."""
     name = C_TYPES[np.dtype(dtype)]
     c = 0
     cluster = _cluster_log(log2b, dtype)[1] > 0
-    if stageless and _stageless(log2b, name, True, True):
-        most = _resident_blocks(log2b, name, _fused_smem(log2b, name, 0, False))
-        while c < FUSED_KEYS_MAX_LOG_G and 2 << c <= block and \
-                _slots_shared(log2b, dtype, c + 1, False) and \
-                _resident_blocks(log2b, name, _fused_smem(log2b, name, c + 1, False)) >= most:
-            c += 1
-        if c > 0:
-            return c
-    while not cluster and c < FUSED_MAX_LOG_G and _slots_shared(log2b, dtype, c + 1) and \
+    stage = not (stageless and _stageless(log2b, name, True, True))
+    most = FUSED_MAX_LOG_G
+    if not stage and log2b - fused_log_vpt(log2b, name) == 10:   # 1024 threads of 64 registers
+        most = FUSED_KEYS_MAX_LOG_G
+    while not cluster and c < most and _slots_shared(log2b, dtype, c + 1, stage) and \
             2 << c <= block:
         c += 1
     if c == 0:
