@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     default_log_g = kernels.FUSED_GLOBAL_LOG_G
     default_max_g = kernels.FUSED_MAX_LOG_G
     default_keys = kernels.fused_key_order
-    default_keys_g = getattr(kernels, "FUSED_KEYS_MAX_LOG_G", 0)     # (older code: none)
+    default_keys_g = getattr(kernels, "FUSED_KEYS_MAX_LOG_G", None)  # (older code: none)
     default_stageless = getattr(kernels, "_stageless", None)
     default_chunk = getattr(sketch, "SLOW_CHUNK", 0)          # (older code: none)
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
@@ -433,6 +433,9 @@ def main(argv=None) -> int:
             use_level(v, "logg", "FUSED_GLOBAL_LOG_G", default_log_g)
             use_level(v, "maxg", "FUSED_MAX_LOG_G", default_max_g)
             use_level(v, "keysg", "FUSED_KEYS_MAX_LOG_G", default_keys_g)
+            if isinstance(kernels.FUSED_KEYS_MAX_LOG_G, int):      # (keysgN: every C type)
+                kernels.FUSED_KEYS_MAX_LOG_G = dict.fromkeys(("float", "double"),
+                                                             kernels.FUSED_KEYS_MAX_LOG_G)
             use_stage(v, default_stageless)
             use_chunk(v, default_chunk)
             use_keys(v, default_keys)

@@ -891,9 +891,10 @@ def test_fused_gram_kernels_in_key_order_hold_no_stage_and_more_tree_levels_alon
                                                                                  lim):
     """The launch rule of the GPU's fused Gram kernels that sketch in key order: no sketch stage
     in shared memory; a block alone on its SM (1024 threads: FP32 2^14, FP64 2^13) sums
-    FUSED_KEYS_MAX_LOG_G tree levels where they fit, the others FUSED_MAX_LOG_G (the shared
-    memory they would take is the sketch's L1); the memory plan's block bounds both; products
-    and the sketch by position keep their stage (device limits given, no GPU needed)."""
+    FUSED_KEYS_MAX_LOG_G tree levels (FP32 two, FP64 one) where they fit, the others
+    FUSED_MAX_LOG_G (the shared memory they would take is the sketch's L1); the memory plan's
+    block bounds both; products and the sketch by position keep their stage (device limits
+    given, no GPU needed)."""
     from fwht_gpu.cuda.device import A100, H100
     from pagh_mm.cuda import kernels
     limits = {"h100": H100, "a100": A100}[lim]
@@ -904,7 +905,8 @@ def test_fused_gram_kernels_in_key_order_hold_no_stage_and_more_tree_levels_alon
                           (12, np.float64, False), (13, np.float64, True)):
         name = kernels.C_TYPES[np.dtype(dt)]
         # two levels: 198 KiB, within the H100's 227 KiB per block, not the A100's 163 KiB
-        want = kernels.FUSED_KEYS_MAX_LOG_G if alone and hopper else kernels.FUSED_MAX_LOG_G
+        want = kernels.FUSED_KEYS_MAX_LOG_G[name] if alone and hopper else \
+            kernels.FUSED_MAX_LOG_G
         c = kernels.fused_group(lb, dt, 1 << 20, stageless=True)
         assert c == want, (lb, dt, c)
         assert kernels._fused_smem(lb, name, c, False) <= limits.smem_per_block

@@ -146,17 +146,18 @@ FUSED_MAX_LOG_G = 1
 
 #: Most levels of the pairwise tree summed inside the block of a Gram kernel that sketches in
 #: key order (:func:`_stageless`: its shared memory holds no sketch stage) when the block is
-#: alone on its SM (1024 threads: FP32 2^14, FP64 2^13 buckets): each level halves the nodes
-#: the kernel writes and ``tree_sum`` reads again, but the shared memory it takes is the L1
-#: the sketch's gathers use, which costs the smaller kernels more than the tree saves.  H200,
-#: covariance screen 2^18 x 4096, 9 repetitions, fused stage + accumulate, two runs of 7
-#: against one level with the stage (the code before; ``benchmarks/explore_fused_parts.py``
-#: variants ``keysgN``, ``withstage``; ``results/h200/session43-parts-keysg2.*``): FP32 2^14
-#: two levels 0.96x (0.204-0.208 against 0.214-0.217 s; one level without the stage 1.00x);
-#: FP32 2^12 one level without the stage 0.90x (four blocks per SM instead of three; two
-#: levels 1.03x: fused 0.084 against 0.068 s, the L1 of 4 x 50 KiB of shared memory), FP32
-#: 2^13 0.97-1.00x either way, FP64 2^13 0.93-1.02x (spread).
-FUSED_KEYS_MAX_LOG_G = 2
+#: alone on its SM (1024 threads: FP32 2^14, FP64 2^13 buckets), per C type of the transforms:
+#: each level halves the nodes the kernel writes and ``tree_sum`` reads again, but the shared
+#: memory it takes is the L1 the sketch's gathers use.  H200, covariance screen 2^18 x 4096,
+#: 9 repetitions, fused stage + accumulate against one level with the stage (the code
+#: before), medians of 7 (``benchmarks/explore_fused_parts.py`` variants ``keysgN``,
+#: ``withstage``; ``results/h200/session43-parts-*``): FP32 2^14 two levels 0.95x, 0.85x,
+#: 0.96x, 0.95x (four runs; one level without the stage 1.00-1.01x); FP64 2^13 two levels
+#: 1.02x, 1.12x, 0.97x, 1.02x, one without the stage 1.02x, 1.12x, 0.96x: one level, no
+#: stage.  The smaller kernels keep FUSED_MAX_LOG_G: without the stage FP32 2^12 0.90-0.92x
+#: (four blocks per SM instead of three; two levels 1.03x, fused 0.084 against 0.068 s: the
+#: L1 of 4 x 50 KiB of shared memory), FP32 2^13 1.00x.
+FUSED_KEYS_MAX_LOG_G = {"float": 2, "double": 1}
 
 #: Most levels of the tree summed inside a block when its pending nodes are in device memory
 #: (the largest b; more levels spill registers: 248 bytes at 1, 1140 at 2, FP32 Gram, sm_90).
@@ -188,7 +189,7 @@ def fused_names():
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
             for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())
             for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G,
-                               FUSED_KEYS_MAX_LOG_G if g == "true" and f == v + 10 ==
+                               FUSED_KEYS_MAX_LOG_G[t] if g == "true" and f == v + 10 ==
                                FUSED_REG_LOG_VPT[t] + 10 else 0) + 1)]
 
 
@@ -671,14 +672,14 @@ def fused_group(log2b: int, dtype, block: int, stageless: bool = False) -> int:
     own rows, L2-resident, instead of a node per inner index written and read again), as
     always for clusters.  ``stageless`` (a Gram product whose factor is sketched in key order,
     :func:`_stageless`, no sketch stage): where the block is alone on its SM, up to
-    FUSED_KEYS_MAX_LOG_G levels as long as it stays so (else FUSED_MAX_LOG_G)."""
+    FUSED_KEYS_MAX_LOG_G of its C type levels (else FUSED_MAX_LOG_G)."""
     name = C_TYPES[np.dtype(dtype)]
     c = 0
     cluster = _cluster_log(log2b, dtype)[1] > 0
     stage = not (stageless and _stageless(log2b, name, True, True))
     most = FUSED_MAX_LOG_G
     if not stage and log2b - fused_log_vpt(log2b, name) == 10:   # 1024 threads of 64 registers
-        most = FUSED_KEYS_MAX_LOG_G
+        most = FUSED_KEYS_MAX_LOG_G[name]
     while not cluster and c < most and _slots_shared(log2b, dtype, c + 1, stage) and \
             2 << c <= block:
         c += 1
