@@ -67,6 +67,9 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   its order before session 40 (every slow bucket after the whole one-key loop; the same
   bits); ``nopipe`` / ``pipe``: the next chunk's keys loaded after the slow buckets, not
   before, or before for double T too (the library: before for float T only);
+* ``unitkey``: not an ablation where the keys are contiguous (s_key = 1, the library's copies):
+  the key-order sketch's key stride the constant 1 (no 64-bit multiplies in the keys'
+  addresses);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -277,6 +280,11 @@ PATCHES = {
                 ("    } else {\n        sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);\n    }",
                  "    } else {\n        if (code)\n            sketch_keys<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k, t, b);\n"
                  "        else\n            sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);\n    }")],
+    # not an ablation where every factor's keys are contiguous (s_key = 1: the C copies of
+    # GPU_FUSED_CONTIGUOUS): the key-order sketch's key stride a constant 1 (what a unit-stride
+    # specialization would save: the 64-bit multiplies of the keys' addresses)
+    "unitkey": [("one_key_load<S>(cu, v, x, s_key,", "one_key_load<S>(cu, v, x, (i64)1,"),
+                ("slow_buckets<T, S>(buf, x, s_key,", "slow_buckets<T, S>(buf, x, (i64)1,")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
