@@ -70,9 +70,6 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
 * ``unitkey``: not an ablation where the keys are contiguous (s_key = 1, the library's copies):
   the key-order sketch's key stride the constant 1 (no 64-bit multiplies in the keys'
   addresses);
-* ``xstage``: not an ablation: the stageless Gram kernels keep each chunk of the key-order
-  sketch's values (SLOW_CHUNK doubles, 32 KiB) in shared memory, where the slow buckets read
-  them (fused.cu's FUSED_X_STAGE; the same bits);
 * ``notree``: the group's pending tree nodes are neither stored nor read (device memory for
   clusters).
 
@@ -288,9 +285,6 @@ PATCHES = {
     # specialization would save: the 64-bit multiplies of the keys' addresses)
     "unitkey": [("one_key_load<S>(cu, v, x, s_key,", "one_key_load<S>(cu, v, x, (i64)1,"),
                 ("slow_buckets<T, S>(buf, x, s_key,", "slow_buckets<T, S>(buf, x, (i64)1,")],
-    # not an ablation: the key-order sketch's chunk values staged in shared memory for the slow
-    # buckets (fused.cu's FUSED_X_STAGE; use_xstage gives the stageless Gram kernels the room)
-    "xstage": [("#define FUSED_X_STAGE 0\n", "#define FUSED_X_STAGE 1\n")],
     "notree": [("v[q] = Num<T>::add(slot(level, at(q)), v[q]);", "v[q] = Num<T>::add(v[q], v[q]);"),
                ("for (int q = 0; q < VPT; ++q) slot(level, at(q)) = v[q];",
                 "for (int q = 0; q < VPT; ++q) {}")],
@@ -350,16 +344,6 @@ def use_stage(variant: str, default) -> None:
     kernels._stageless = default
     if "withstage" in variant.split("+"):
         kernels._stageless = lambda *args: False
-
-
-def use_xstage(variant: str, default) -> None:
-    """``kernels._fused_smem`` of an ``xstage`` variant (the stageless blocks with room for a
-    chunk of float64 values); else the library's ``default``."""
-    kernels._fused_smem = default
-    if "xstage" in variant.split("+"):
-        def room(log2b, name, log_g_shared=0, stage=True):
-            return default(log2b, name, log_g_shared, stage) + (0 if stage else 8 * 4096 + 16)
-        kernels._fused_smem = room
 
 
 def use_chunk(variant: str, default: int) -> None:
@@ -444,7 +428,6 @@ def main(argv=None) -> int:
     default_keys = kernels.fused_key_order
     default_keys_g = getattr(kernels, "FUSED_KEYS_MAX_LOG_G", None)  # (older code: none)
     default_stageless = getattr(kernels, "_stageless", None)
-    default_smem = kernels._fused_smem
     default_chunk = getattr(sketch, "SLOW_CHUNK", 0)          # (older code: none)
     default_load = getattr(kernels, "FUSED_KEY_ORDER_MAX_LOAD", None)   # (older code: none)
     for (dt, lb, r), load in ((c, x) for c in cases for x in a.key_order_load):
@@ -462,7 +445,6 @@ def main(argv=None) -> int:
                 kernels.FUSED_KEYS_MAX_LOG_G = dict.fromkeys(("float", "double"),
                                                              kernels.FUSED_KEYS_MAX_LOG_G)
             use_stage(v, default_stageless)
-            use_xstage(v, default_smem)
             use_chunk(v, default_chunk)
             use_keys(v, default_keys)
             ts, tot, acc = [], [], []
@@ -505,7 +487,6 @@ def main(argv=None) -> int:
     kernels.FUSED_MAX_LOG_G = default_max_g
     kernels.FUSED_KEYS_MAX_LOG_G = default_keys_g
     kernels._stageless = default_stageless
-    kernels._fused_smem = default_smem
     kernels.fused_key_order = default_keys
     sketch.SLOW_CHUNK = default_chunk
     kernels.FUSED_KEY_ORDER_MAX_LOAD = default_load

@@ -26,13 +26,6 @@
 #include "../../fwht_gpu/cuda/kernels/cluster.cuh"
 #include "../../fwht_gpu/cuda/kernels/tile.cuh"
 
-// Exploration (issue 16, session 43): the key-order sketch keeps each chunk's values (float64)
-// in shared memory (``xs``, SLOW_CHUNK doubles after the buffer and the tree's slots), so that
-// the slow buckets read their keys' values there instead of gathering them again.
-#ifndef FUSED_X_STAGE
-#define FUSED_X_STAGE 0
-#endif
-
 template <typename T> struct Mul;
 template <> struct Mul<float> {
     static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
@@ -163,9 +156,7 @@ __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i6
                                              int r_lo, int r1,
                                              const int* __restrict__ slow,
                                              const int* __restrict__ sptr,
-                                             const unsigned* __restrict__ skey, i64 w0,
-                                             const double* xs = nullptr, int x_lo = 0,
-                                             int x_hi = 0)
+                                             const unsigned* __restrict__ skey, i64 w0)
 {
     constexpr int G = 2, E = 2;
     const int step = blockDim.x;
@@ -191,12 +182,8 @@ __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i6
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
-                for (int j = 0; j < E; ++j) {
-                    const int key = (int)(e[g][j] & SKEY_KEY);
-                    v[g][j] = !(q[g] + j < qe[g]) ? 0.0 :
-                              FUSED_X_STAGE && xs && key >= x_lo && key < x_hi ? xs[key - x_lo] :
-                              (double)x[(i64)key * s_key];
-                }
+                for (int j = 0; j < E; ++j)
+                    v[g][j] = q[g] + j < qe[g] ? (double)x[(i64)(e[g][j] & SKEY_KEY) * s_key] : 0.0;
             more = false;
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -217,15 +204,6 @@ __device__ __forceinline__ void slow_buckets(T* buf, const S* __restrict__ x, i6
 // The keys of a chunk of the sketch in key order (pagh_mm.sketch.SLOW_CHUNK): the slow
 // buckets whose last key lies in a chunk are summed right after the chunk's one-key buckets.
 constexpr int SLOW_CHUNK = 4096;
-
-// xs[j0 + g step] := v[g] (the values one_key_load loaded for keys j0 + g step of the chunk,
-// those below len).
-__device__ __forceinline__ void x_stage(double* xs, const double* v, int j0, int len, int step)
-{
-#pragma unroll
-    for (int g = 0; g < ONE_KEY; ++g)
-        if (j0 + g * step < len) xs[j0 + g * step] = v[g];
-}
 
 // buf := the sketch of vector k for repetition t, all b buckets, rounded to T, walked in key
 // order (one block holds every bucket), SLOW_CHUNK keys at a time: a bucket of one key whose
@@ -249,7 +227,7 @@ __device__ __forceinline__ void sketch_keys_inline(T* buf, const S* __restrict__
                                                    const int* __restrict__ slow,
                                                    const int* __restrict__ sptr,
                                                    const unsigned* __restrict__ skey, i64 k,
-                                                   int t, int b, double* xs = nullptr)
+                                                   int t, int b)
 {
     const S* x = X + k * s_vec;
     const int step = blockDim.x, tid = threadIdx.x;
@@ -263,30 +241,19 @@ __device__ __forceinline__ void sketch_keys_inline(T* buf, const S* __restrict__
     if (sizeof(T) == sizeof(float) && ONE_KEY * step == SLOW_CHUNK) {   // a load a chunk
         if (nc > 0) one_key_load<S>(cu, v, x, s_key, c, tid, n_keys, step);
         for (int ch = 0; ch < nc; ++ch) {
-            const int x_lo = ch * SLOW_CHUNK, x_hi = min(n_keys, x_lo + SLOW_CHUNK);
             one_key_store<T>(buf, cu, v);
-            if (FUSED_X_STAGE && xs) {
-                if (ch > 0) __syncthreads();              // the last chunk's values are read
-                x_stage(xs, v, tid, x_hi - x_lo, step);
-                __syncthreads();                          // every value is staged
-            }
             if (ch + 1 < nc)
                 one_key_load<S>(cu, v, x, s_key, c, (ch + 1) * SLOW_CHUNK + tid, n_keys, step);
-            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b,
-                               xs, x_lo, x_hi);
+            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b);
         }
     } else {
         for (int ch = 0; ch < nc; ++ch) {
-            const int x_lo = ch * SLOW_CHUNK, x_hi = min(n_keys, x_lo + SLOW_CHUNK);
-            if (FUSED_X_STAGE && xs && ch > 0) __syncthreads();  // the last chunk's values read
-            for (int i0 = x_lo + tid; i0 < x_hi; i0 += ONE_KEY * step) {
-                one_key_load<S>(cu, v, x, s_key, c, i0, x_hi, step);
+            const int i_hi = min(n_keys, (ch + 1) * SLOW_CHUNK);
+            for (int i0 = ch * SLOW_CHUNK + tid; i0 < i_hi; i0 += ONE_KEY * step) {
+                one_key_load<S>(cu, v, x, s_key, c, i0, i_hi, step);
                 one_key_store<T>(buf, cu, v);
-                if (FUSED_X_STAGE && xs) x_stage(xs, v, i0 - x_lo, x_hi - x_lo, step);
             }
-            if (FUSED_X_STAGE && xs) __syncthreads();              // every value staged
-            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b,
-                               xs, x_lo, x_hi);
+            slow_buckets<T, S>(buf, x, s_key, cp[ch], cp[ch + 1], slow, sptr, skey, (i64)t * b);
         }
     }
 }
@@ -339,7 +306,7 @@ __device__ __forceinline__ void sketch_all(T* buf, Stage st, const S* __restrict
             sketch_call<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b);
     } else if (KEYS && code) {
         sketch_keys_inline<T, S>(buf, X, s_key, s_vec, n_keys, code, cptr, slow, sptr, skey, k,
-                                 t, b, reinterpret_cast<double*>(st.val));
+                                 t, b);
     } else {
         sketch<T, S>(buf, st, X, s_key, s_vec, indptr, keys, sgn, bpos, k, t, b, 0, b);
     }
