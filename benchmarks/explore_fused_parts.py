@@ -52,10 +52,10 @@ variants are wrong by construction; ``base`` is the library's kernel.  The diffe
   whose pending nodes are in shared memory (``kernels.FUSED_MAX_LOG_G``; fewer levels, less
   shared memory, more blocks per SM; the same bits);
 * ``keysgN`` (``keysg1``): not an ablation: at most N levels of the tree summed in the block
-  of a Gram kernel that sketches in key order, whose shared memory holds no sketch stage
-  (``kernels.FUSED_KEYS_MAX_LOG_G``; 0: the ``maxgN`` levels without the stage; the same
-  bits); ``withstage``: those kernels with the stage and the ``maxgN`` levels (the code
-  before session 43);
+  of a Gram kernel that sketches in key order (no sketch stage in its shared memory) where
+  the block is alone on its SM, 1024 threads (``kernels.FUSED_KEYS_MAX_LOG_G`` of every C
+  type; the others FUSED_MAX_LOG_G; the same bits); ``withstage``: those kernels with the
+  stage and the ``maxgN`` levels (the code before session 43);
 * ``discard``: not an ablation: those pending nodes' lines dropped from L2 once read
   (``discard.global.L2``: no write-back of dead rows; the same bits; only the kernels of the
   most buckets per block);

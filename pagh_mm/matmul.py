@@ -325,8 +325,7 @@ def _gpu_fused_terms(sides, acc: Accumulator, k0: int, k1: int, block: int):
               for s, key in zip(sides, keyed)]
     return kernels.fused_terms(VA, tables[0], VB, None if VB is None else tables[1],
                                acc.reps, log2b, acc.dtype,
-                               kernels.fused_group(log2b, acc.dtype, block,
-                                                   stageless=gram and keyed[0]))
+                               kernels.fused_group(log2b, acc.dtype, block, gram, keyed[0]))
 
 
 def _pair_settings(be, method, dt, algorithm, stabilizer) -> bool:

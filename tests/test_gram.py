@@ -907,7 +907,7 @@ def test_fused_gram_kernels_in_key_order_hold_no_stage_and_more_tree_levels_alon
         # two levels: 198 KiB, within the H100's 227 KiB per block, not the A100's 163 KiB
         want = kernels.FUSED_KEYS_MAX_LOG_G[name] if alone and hopper else \
             kernels.FUSED_MAX_LOG_G
-        c = kernels.fused_group(lb, dt, 1 << 20, stageless=True)
+        c = kernels.fused_group(lb, dt, 1 << 20, gram=True, keyed=True)
         assert c == want, (lb, dt, c)
         assert kernels._fused_smem(lb, name, c, False) <= limits.smem_per_block
         assert kernels._fused_smem(lb, name, c, False) + kernels.FUSED_STAGE_BYTES == \
@@ -915,12 +915,71 @@ def test_fused_gram_kernels_in_key_order_hold_no_stage_and_more_tree_levels_alon
         vpt = kernels.fused_log_vpt(lb, name)
         assert f"fused_dense_terms<{name},double,{vpt},true,{c},{kernels._fixed(lb, vpt, name)}>" \
             in names
-        assert kernels.fused_group(lb, dt, 2, stageless=True) == 1
-        assert kernels.fused_group(lb, dt, 1, stageless=True) == 0
+        assert kernels.fused_group(lb, dt, 2, gram=True, keyed=True) == 1
+        assert kernels.fused_group(lb, dt, 1, gram=True, keyed=True) == 0
         assert kernels.fused_group(lb, dt, 1 << 20) == kernels.FUSED_MAX_LOG_G
+        assert kernels.fused_group(lb, dt, 1 << 20, gram=False, keyed=True) == \
+            kernels.FUSED_MAX_LOG_G
+        assert kernels.fused_group(lb, dt, 1 << 20, gram=True, keyed=False) == \
+            kernels.FUSED_MAX_LOG_G
         assert kernels._stageless(lb, name, True, True)
         assert not kernels._stageless(lb, name, False, True)
         assert not kernels._stageless(lb, name, True, False)
     # the kernels of the most buckets per block (out of line sketch) keep theirs
     assert not kernels._stageless(15, "float", True, True)
     assert not kernels._stageless(14, "double", True, True)
+
+
+@pytest.mark.parametrize("lim", ["h100", "a100"])
+def test_fused_launches_hold_the_stage_wherever_the_sketch_by_position_may_run(monkeypatch,
+                                                                               lim):
+    """Every launch of ``kernels.fused_terms`` (a recorder in place of the GPU): a compiled
+    kernel, within the device's shared memory, and the sketch stage allocated unless the
+    launch is a Gram kernel of at most RegLogVpt values per thread given its factor's codes
+    (the only kernels that never sketch by position); the tree levels of ``fused_group`` fit
+    what it allocates.  Every bucket count the fused kernels take, both transform dtypes,
+    products and Gram products, with and without codes, blocks of 1 to 2^20 inner indices."""
+    from fwht_gpu.cuda.device import A100, H100
+    from pagh_mm.cuda import kernels
+    limits = {"h100": H100, "a100": A100}[lim]
+    monkeypatch.setattr(kernels, "_device_limits", lambda: limits)
+    launches = []
+
+    class Recorder:
+        def function(self, name, smem=0, cluster_blocks=0):
+            return lambda grid, block, args, shared_mem=0: launches.append((name, shared_mem))
+
+    monkeypatch.setattr(kernels, "FUSED", Recorder())
+    monkeypatch.setattr(kernels, "cupy", lambda: np)
+    compiled = {nm for nm, _, _ in kernels.fused_names() + kernels.fused_cluster_names()}
+    stageless = 0
+    for dt in (np.float32, np.float64):
+        name = kernels.C_TYPES[np.dtype(dt)]
+        for lb in range(1, 19):
+            if not kernels.fused_supported(lb, dt):
+                continue
+            cluster = kernels._cluster_log(lb, dt)[1] > 0
+            for gram in (True, False):
+                for keyed in {False, kernels.fused_key_order(1, lb, dt, gram=gram)}:
+                    for block in (1, 2, 4, 1 << 20):
+                        c = kernels.fused_group(lb, dt, block, gram, keyed)
+                        V = np.zeros((3, 5), dtype=dt)
+                        table = (None,) * 4 + ((np.zeros(3, np.uint32),) + (None,) * 4
+                                               if keyed else (None,) * 5)
+                        del launches[:]
+                        kernels.fused_terms(V, table, None if gram else V,
+                                            None if gram else table, 2, lb, dt, c)
+                        (kernel, smem), = launches
+                        assert kernel in compiled, kernel
+                        assert smem <= limits.smem_per_block, (kernel, smem)
+                        assert int(kernel[kernel.index("<") + 1:-1].split(",")[4]) == c, kernel
+                        if cluster:
+                            continue
+                        stage = not (gram and keyed and
+                                     kernels.fused_log_vpt(lb, name) <=
+                                     kernels.FUSED_REG_LOG_VPT[name])
+                        stageless += not stage
+                        shared = kernels._slots_shared(lb, dt, c, stage)
+                        assert smem == kernels._fused_smem(lb, name, c if shared else 0, stage), \
+                            (kernel, smem, stage, c)
+    assert stageless > 0

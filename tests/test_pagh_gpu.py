@@ -478,8 +478,8 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
     the CPU's bits, and the bits of the sketch by position (the load set to 0); with one key's
     code poisoned the kernel's sketch changes (it reads the codes) unless the load is 0.  In
     key order the block holds no sketch stage, and the FP32 blocks of 1024 threads sum two
-    levels of the tree on Hopper (kernels.fused_group's ``stageless``): inner dimensions of 7 and 13
-    (groups of 4, the last of 3 or 1 terms)."""
+    levels of the tree on Hopper (kernels.fused_group without the stage): inner dimensions of
+    7 and 13 (groups of 4, the last of 3 or 1 terms)."""
     cp = _cp()
     from pagh_mm.cuda import kernels
     name = "float" if dtype == "float32" else "double"
@@ -499,7 +499,7 @@ def test_fused_gram_kernels_of_fewer_buckets_sketch_in_key_order_with_the_cpu_bi
         assert kernels.fused_key_order(limit, lb, dtype, gram=True)
         assert not kernels.fused_key_order(limit + 1, lb, dtype, gram=True)
         assert not kernels.fused_key_order(limit, lb, dtype)          # products: by position
-        keyed = kernels.fused_group(lb, dtype, 1 << 20, stageless=True)
+        keyed = kernels.fused_group(lb, dtype, 1 << 20, gram=True, keyed=True)
         if lb == kernels.FUSED_REG_LOG_VPT[name] + 10 and gpu.limits().smem_per_block >= 200 << 10:
             assert keyed == kernels.FUSED_KEYS_MAX_LOG_G[name], keyed   # 1024 threads (Hopper)
         for m, rows in ((limit, 7), (limit + 1, 7), (b // 2 + 3, 13)):

@@ -150,13 +150,14 @@ FUSED_MAX_LOG_G = 1
 #: each level halves the nodes the kernel writes and ``tree_sum`` reads again, but the shared
 #: memory it takes is the L1 the sketch's gathers use.  H200, covariance screen 2^18 x 4096,
 #: 9 repetitions, fused stage + accumulate against one level with the stage (the code
-#: before), medians of 7 (``benchmarks/explore_fused_parts.py`` variants ``keysgN``,
-#: ``withstage``; ``results/h200/session43-parts-*``): FP32 2^14 two levels 0.95x, 0.85x,
-#: 0.96x, 0.95x (four runs; one level without the stage 1.00-1.01x); FP64 2^13 two levels
-#: 1.02x, 1.12x, 0.97x, 1.02x, one without the stage 1.02x, 1.12x, 0.96x: one level, no
-#: stage.  The smaller kernels keep FUSED_MAX_LOG_G: without the stage FP32 2^12 0.90-0.92x
-#: (four blocks per SM instead of three; two levels 1.03x, fused 0.084 against 0.068 s: the
-#: L1 of 4 x 50 KiB of shared memory), FP32 2^13 1.00x.
+#: before), pairs of medians of 7 (``benchmarks/explore_fused_parts.py`` variants ``keysgN``,
+#: ``withstage``; ``results/h200/session43-parts-{keysg2,rule,final}.*``): FP32 2^14 two
+#: levels 0.94x, 0.97x, 0.95x, 0.85x, 0.98x, 0.96x (one level without the stage 1.00x, 1.02x);
+#: FP64 2^13 two levels 0.97x, 1.02x, 1.02x, 1.12x, one level without the stage 1.02x, 1.12x,
+#: 1.09x, 0.88x (the spread): one level, no stage.  The smaller kernels keep FUSED_MAX_LOG_G:
+#: without the stage FP32 2^12 0.89-0.92x (four blocks per SM instead of three; two levels
+#: 1.13-1.16x the one level without the stage, its fused stage 0.083-0.085 against 0.067-0.068
+#: s: the L1 of 4 x 50 KiB of shared memory), FP32 2^13 0.98-1.01x.
 FUSED_KEYS_MAX_LOG_G = {"float": 2, "double": 1}
 
 #: Most levels of the tree summed inside a block when its pending nodes are in device memory
@@ -189,8 +190,9 @@ def fused_names():
             for v in range(1, FUSED_LOG_VPT[t] + 1) for g in ("false", "true")
             for f in (0,) + (FUSED_FIXED_LOG2B[t] if v == FUSED_REG_LOG_VPT[t] else ())
             for c in range(max(FUSED_MAX_LOG_G, FUSED_GLOBAL_LOG_G,
-                               FUSED_KEYS_MAX_LOG_G[t] if g == "true" and f == v + 10 ==
-                               FUSED_REG_LOG_VPT[t] + 10 else 0) + 1)]
+                               _most_levels(v + 10, t, False) if g == "true" and
+                               v == FUSED_REG_LOG_VPT[t] and f == _fixed(v + 10, v, t) else 0)
+                           + 1)]
 
 
 def _fixed(log2b: int, log_vpt: int, name: str) -> int:
@@ -664,24 +666,31 @@ def _stageless(log2b: int, name: str, gram: bool, keyed: bool) -> bool:
         not _cluster_log(log2b, np.float32 if name == "float" else np.float64)[1]
 
 
-def fused_group(log2b: int, dtype, block: int, stageless: bool = False) -> int:
+def _most_levels(log2b: int, name: str, stage: bool) -> int:
+    """Most levels of the tree a block of ``fused_dense_terms`` for 2^log2b buckets of C type
+    ``name`` sums in shared memory: FUSED_KEYS_MAX_LOG_G of its C type for a block without
+    the sketch stage (:func:`_stageless`) of 1024 threads (RegLogVpt values per thread: alone
+    on its SM), else FUSED_MAX_LOG_G."""
+    if not stage and log2b == FUSED_REG_LOG_VPT[name] + 10:
+        return FUSED_KEYS_MAX_LOG_G[name]
+    return FUSED_MAX_LOG_G
+
+
+def fused_group(log2b: int, dtype, block: int, gram: bool = False, keyed: bool = False) -> int:
     """log2 of the inner indices one block of ``fused_terms`` sums (the tree's lowest levels):
     as many as the device's shared memory holds beside the buffer, up to FUSED_MAX_LOG_G and no
     more than the ``block`` of the memory plan; when the buffer leaves room for none, the most
     the plan allows, their pending nodes in device memory (``fused_terms``' slots: each block's
     own rows, L2-resident, instead of a node per inner index written and read again), as
-    always for clusters.  ``stageless`` (a Gram product whose factor is sketched in key order,
-    :func:`_stageless`, no sketch stage): where the block is alone on its SM, up to
-    FUSED_KEYS_MAX_LOG_G of its C type levels (else FUSED_MAX_LOG_G)."""
+    always for clusters.  ``gram``, ``keyed`` (the factor sketched in key order): a block
+    without the sketch stage (:func:`_stageless`, as ``fused_terms`` decides) sums up to
+    :func:`_most_levels`."""
     name = C_TYPES[np.dtype(dtype)]
     c = 0
     cluster = _cluster_log(log2b, dtype)[1] > 0
-    stage = not (stageless and _stageless(log2b, name, True, True))
-    most = FUSED_MAX_LOG_G
-    if not stage and log2b - fused_log_vpt(log2b, name) == 10:   # 1024 threads of 64 registers
-        most = FUSED_KEYS_MAX_LOG_G[name]
-    while not cluster and c < most and _slots_shared(log2b, dtype, c + 1, stage) and \
-            2 << c <= block:
+    stage = not _stageless(log2b, name, gram, keyed)
+    while not cluster and c < _most_levels(log2b, name, stage) and \
+            _slots_shared(log2b, dtype, c + 1, stage) and 2 << c <= block:
         c += 1
     if c == 0:
         while c < (FUSED_CLUSTER_LOG_G if cluster else FUSED_GLOBAL_LOG_G) and 2 << c <= block:
