@@ -506,7 +506,9 @@ __device__ __forceinline__ void group_tree(T* v, int count, Term term, At at, Sl
 // buffer leaves no room), in the block's LOG_G rows of ``slots``
 // (slots[(blockIdx.x * LOG_G + level) * b + i]: the same values, so the same bits).  Shared
 // memory: (1 + LOG_G) padded_size<T>(b) values (1 with ``slots``), rounded up to 16 bytes,
-// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles).  Each factor: its keys'
+// then the sketch's Stage (CHUNK doubles, CHUNK ints, 2 doubles; none for a Gram kernel of
+// RegLogVpt values per thread or fewer given the codes, which never reads it:
+// kernels._stageless).  Each factor: its keys'
 // bucket lists (ia, ka, ga, the buckets of their positions pa) and, for the sketch in key
 // order, its key count n_a and codes ca (Side.gpu_codes: codes, the slow buckets' bounds per
 // chunk of keys cpa, slow buckets sla, their key lists' bounds spa and entries ska; null, and
