@@ -677,7 +677,7 @@ class CompressedProduct:
     def describe(self) -> str:
         """One line: the shape, buckets and reps (and why, when chosen automatically), and
         the expected error of one repetition's estimate of an entry."""
-        why = f" ({self._auto_reason()})" if self._auto_reason() else ""
+        why = f" ({reason})" if (reason := self._auto_reason()) else ""
         if self.gram:
             return (f"{self.shape[0]} x {self.shape[1]} Gram product, buckets={self.buckets}, "
                     f"reps={self.reps}{why}; diagonal exact; off-diagonal error per entry and "

@@ -821,9 +821,9 @@ def _k_fewer_threads(cfg: KRowsConfig, threads: int, tiles: int, limits: Limits)
     for one-block tiles of 4-byte units (FP32, FP16/BF16 pairs): more, smaller blocks per SM,
     whose loads, rounds and stores overlap more.  H200, over a copy (session 41, with tiles of
     short rows up to 16 KiB instead of 64 KiB and the first round's bank spread on every tile
-    size; against the code before, one run): 64 MiB of FP16 / BF16 12 * 2**8 rows 1.49 -> 1.31x (two rows per tile,
-    64 threads, 16 per SM, against eight rows, 256 threads, four per SM), FP32 1.30 -> 1.21x
-    (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.28 / 1.27x (128
+    size; against the code before, one run): 64 MiB of FP16 / BF16 12 * 2**8 rows 1.49 ->
+    1.31x (two rows per tile, 64 threads, 16 per SM, against eight rows, 256 threads, four per
+    SM), FP32 1.30 -> 1.21x (one row, 64 threads); 4096 rows of FP16 / BF16 12 * 2**10 1.36 -> 1.28 / 1.27x (128
     threads, eight per SM).  The other launches it changes (K = 12 .. 44 times 2**2 .. 2**10,
     64 MiB): faster by up to 1.55x (K = 36 / 44 at 32 threads), except, on the kernel before
     the spread covered every tile size, K = 20 / 28 rows of 2**5 .. 2**8 (up to 9% slower) and

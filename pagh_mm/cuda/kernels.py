@@ -41,8 +41,9 @@ SCAN_REG = 13
 SCAN_STATIC_BYTES = SCAN_REG * 32 * 12
 
 
-#: The C type of each float dtype the fused kernels take.
+#: The C type of each float dtype the fused kernels take, and the dtype of each C type.
 C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+_DTYPE_OF = {name: dtype for dtype, name in C_TYPES.items()}
 
 
 def _span_bytes(b: int, dtype) -> int:
@@ -83,8 +84,7 @@ def _fused_smem(log2b: int, name: str, log_g_shared: int = 0, stage: bool = True
     """Dynamic shared memory of a fused kernel's block holding 2^log2b buckets of C type
     ``name`` (and ``log_g_shared`` pending tree nodes): the padded buffers, then the stage
     (``stage`` False: none, see :func:`_stageless`)."""
-    dtype = np.float32 if name == "float" else np.float64
-    return -(-(1 + log_g_shared) * _span_bytes(1 << log2b, dtype) // 16) * 16 + \
+    return -(-(1 + log_g_shared) * _span_bytes(1 << log2b, _DTYPE_OF[name]) // 16) * 16 + \
         (FUSED_STAGE_BYTES if stage else 0)
 
 
@@ -663,7 +663,7 @@ def _stageless(log2b: int, name: str, gram: bool, keyed: bool) -> bool:
     thread whose factor is sketched in key order (``keyed``: its codes given; fused.cu's
     sketch_all, KEYS), which never reads the stage (the sketch by position's)."""
     return gram and keyed and fused_log_vpt(log2b, name) <= FUSED_REG_LOG_VPT[name] and \
-        not _cluster_log(log2b, np.float32 if name == "float" else np.float64)[1]
+        not _cluster_log(log2b, _DTYPE_OF[name])[1]
 
 
 def _most_levels(log2b: int, name: str, stage: bool) -> int:
