@@ -80,58 +80,144 @@ def _copy_bandwidth(be, nbytes=1 << 30):
 
 #: Rows of A (and columns of B) per tile of the exact routes when the product does not fit.
 GEMM_TILE = 16384
+#: Inner indices per chunk, at least, of an exact route that sums the product over chunks.
+GEMM_CHUNK_MIN = 1024
 
 
-def _gemm_tile(be, A, B, dtype) -> int:
-    """The whole product when it and its selection fit in 70% of the free device memory,
-    else the largest power-of-two tile (at most GEMM_TILE) whose converted slabs of A and B
-    (t rows, t columns of the inner dimension K) and product fit there."""
-    n = max(A.shape[0], B.shape[1])
+def _address(a) -> int:
+    return int(a.data.ptr) if hasattr(a.data, "ptr") else int(a.__array_interface__["data"][0])
+
+
+def _is_transpose(A, B) -> bool:
+    """Whether A is B.T (a Gram product's view of X.T and X)."""
+    return A.shape == B.shape[::-1] and A.strides == B.strides[::-1] and \
+        _address(A) == _address(B)
+
+
+def _gemm_plan(be, A, B, dtype) -> tuple[str, int]:
+    """How the exact routes form A @ B in ``dtype`` within 70% of the memory a CuPy
+    allocation may take (the device's free memory and the pool's cached blocks):
+    ``("whole", 0)``: A and B converted once (only B for a Gram product, whose A is B.T) and
+    the product selected at once; ``("inner", c)``: the product whole, summed over chunks of
+    c inner indices converted one at a time (where those chunks are contiguous: A
+    F-ordered, B C-ordered, as X.T and X: a covariance screen whose X does not fit twice);
+    ``("tiles", t)``: t x t tiles of the product, each from converted slabs of A and B and
+    selected on its own."""
+    m, K, p = A.shape[0], A.shape[1], B.shape[1]
     if not be.gpu:
-        return n
+        return "whole", 0
+    xp = be.xp
     item = np.dtype(dtype).itemsize
-    copies = 0 if A.dtype == dtype else (A.size + B.size) * item
-    whole = copies + A.shape[0] * B.shape[1] * (2 * item + 16)
-    free = 0.7 * be.xp.cuda.runtime.memGetInfo()[0]
-    if whole <= free:
-        return n
-    K = A.shape[1]
+    converted = 0 if A.dtype == dtype else \
+        (B.size if _is_transpose(A, B) else A.size + B.size) * item
+    product = m * p * (item + 16)                   # the product, its selection's temporaries
+    free = 0.7 * (xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes())
+    if converted + product <= free:
+        return "whole", 0
+    if A.dtype != dtype and A.flags.f_contiguous and B.flags.c_contiguous:
+        acc = max(item, 4)                          # FP16 products summed in FP32
+        c = 1 << max(0, K.bit_length() - 1)
+        while c >= GEMM_CHUNK_MIN and \
+                c * (m + p) * item + m * p * (item + acc + 16) > free:
+            c //= 2
+        if c >= GEMM_CHUNK_MIN:
+            return "inner", c
+    n = max(m, p)
     t = min(n, GEMM_TILE)
     while t > 64 and 2 * t * K * item + t * t * (2 * item + 16) > free:
         t //= 2
-    return t
+    return "tiles", t
+
+
+def _product(be, A, B, dtype, how: str, chunk: int):
+    """A @ B in ``dtype`` as ``_gemm_plan``'s ``"whole"`` or ``"inner"`` says (summed over
+    chunks of inner indices in ``dtype``, FP16 in FP32)."""
+    xp = be.xp
+    gram = _is_transpose(A, B)
+    if how == "whole":
+        Bd = B.astype(dtype, copy=False)
+        return (Bd.T if gram else A.astype(dtype, copy=False)) @ Bd
+    acc = np.float32 if np.dtype(dtype) == np.float16 else dtype
+    C = xp.zeros((A.shape[0], B.shape[1]), dtype=acc)
+    for k0 in range(0, A.shape[1], chunk):
+        Bk = B[k0:k0 + chunk].astype(dtype, copy=False)
+        Ak = Bk.T if gram else A[:, k0:k0 + chunk].astype(dtype, copy=False)
+        C += Ak @ Bk
+    return C
+
+
+#: Values above which a GPU selection of the largest goes through a threshold instead of
+#: CuPy's ``argpartition`` (which sorts: 52 ms for the 2^28 magnitudes of a 16384 x 16384
+#: product on an H200, where ``torch.topk`` takes 3 ms and this route about as little).
+SELECT_DIRECT = 1 << 22
+#: Values of the strided sample the threshold is read from.
+SELECT_SAMPLE = 1 << 20
+
+
+def _largest(xp, v, q: int):
+    """Positions of the ``q`` largest values of the 1-D array ``v`` (in no order; NaN only
+    where fewer than q numbers): the set ``argpartition(-v, q - 1)[:q]`` selects, up to ties.
+    A CuPy array of more than SELECT_DIRECT values is not sorted: a strided sample's value at
+    twice the expected rank of the q-th largest (more where it admits fewer than q) is a
+    threshold t, the values >= t are listed (one count, one compaction: the q largest are
+    among them), and the q largest of those chosen."""
+    n = int(v.size)
+    if q >= n:
+        return xp.arange(n)
+    if xp is np or n <= SELECT_DIRECT:
+        return xp.argpartition(-v, q - 1)[:q]
+    sample = xp.sort(-v[::max(1, n // SELECT_SAMPLE)])          # ascending -v, NaN last
+    s = int(sample.size)
+    rank = min(s, 2 * -(-q * s // n) + 64)
+    while True:
+        t = sample[rank - 1]
+        idx = xp.flatnonzero(v >= -t)       # NaN compares False: never listed
+        if int(idx.size) >= q:
+            break
+        if rank == s:                       # the sample's smallest admits fewer than q
+            return xp.argpartition(-v, q - 1)[:q]
+        rank = min(s, 4 * rank)
+    return idx[xp.argpartition(-v[idx], q - 1)[:q]]
 
 
 def _tiled_largest(be, A, B, pool, dtype, exclude_diagonal: bool = False):
     """(rows, cols) of the ``pool`` largest |(A @ B)_ij| with the product computed in
-    ``dtype``, tile by tile when it does not fit (each tile's ``pool`` largest, then the
-    largest of those: the same selection as the whole product's); ``exclude_diagonal``:
-    i = j left out (a Gram product's top-k)."""
+    ``dtype`` (:func:`_gemm_plan`: whole, summed over chunks of inner indices, or tile by
+    tile: each tile's ``pool`` largest, then the largest of those, the same selection as the
+    whole product's); ``exclude_diagonal``: i = j left out (a Gram product's top-k)."""
     xp = be.xp
     m, p = A.shape[0], B.shape[1]
-    t = _gemm_tile(be, A, B, dtype)
+    how, t = _gemm_plan(be, A, B, dtype)
+    if how != "tiles":
+        v, r, c = _tile_largest(xp, _product(be, A, B, dtype, how, t), 0, 0, pool,
+                                exclude_diagonal)
+        return r, c
     vals, rows, cols = [], [], []
     for r0 in range(0, m, t):
         Ad = A[r0:r0 + t].astype(dtype, copy=False)
         for c0 in range(0, p, t):
             C = Ad @ B[:, c0:c0 + t].astype(dtype, copy=False)
-            if exclude_diagonal and r0 < c0 + C.shape[1] and c0 < r0 + C.shape[0]:
-                i = xp.arange(max(r0, c0), min(r0 + C.shape[0], c0 + C.shape[1]))
-                C[i - r0, i - c0] = 0
-            flat = xp.abs(C.ravel())
+            for part, got in zip((vals, rows, cols),
+                                 _tile_largest(xp, C, r0, c0, pool, exclude_diagonal)):
+                part.append(got)
             del C
-            q = min(flat.size, pool)
-            sel = xp.argpartition(-flat, q - 1)[:q] if q < flat.size else xp.arange(flat.size)
-            w = min(t, p - c0)
-            vals.append(flat[sel].astype(xp.float64))
-            rows.append(r0 + sel // w)
-            cols.append(c0 + sel % w)
-            del flat
     if len(vals) == 1:
         return rows[0], cols[0]
     v, r, c = xp.concatenate(vals), xp.concatenate(rows), xp.concatenate(cols)
-    best = xp.argpartition(-v, pool - 1)[:pool] if pool < v.size else xp.arange(v.size)
+    best = _largest(xp, v, pool)
     return r[best], c[best]
+
+
+def _tile_largest(xp, C, r0: int, c0: int, pool: int, exclude_diagonal: bool):
+    """(float64 magnitudes, rows, cols) of the ``pool`` largest |C| of the product's tile C at
+    (r0, c0) (C overwritten by its magnitudes)."""
+    if exclude_diagonal and r0 < c0 + C.shape[1] and c0 < r0 + C.shape[0]:
+        i = xp.arange(max(r0, c0), min(r0 + C.shape[0], c0 + C.shape[1]))
+        C[i - r0, i - c0] = 0
+    flat = xp.abs(C, out=C).ravel()
+    sel = _largest(xp, flat, min(flat.size, pool))
+    w = C.shape[1]
+    return flat[sel].astype(xp.float64), r0 + sel // w, c0 + sel % w
 
 
 def _exact_topk(be, A, B, k, dtype):
@@ -142,14 +228,22 @@ def _exact_topk(be, A, B, k, dtype):
 SCREEN_POOL = 4
 
 
+def _verified(xp, A, B, r, c):
+    """float64 values of (A @ B)[r, c]: the distinct rows of A and columns of B among the
+    candidates gathered once, converted, and multiplied by one small DGEMM."""
+    ur, ir = xp.unique(r, return_inverse=True)
+    uc, ic = xp.unique(c, return_inverse=True)
+    return (A[ur].astype(xp.float64) @ B[:, uc].astype(xp.float64))[ir.ravel(), ic.ravel()]
+
+
 def _screen_topk(be, A, B, k, exclude_diagonal: bool = False):
     """The strongest exact route on a GPU: the product in FP16 (tensor cores), its
-    SCREEN_POOL k largest magnitudes as candidates, their exact float64 values (row . column
-    dot products), the k largest of those (tiled like the exact routes)."""
+    SCREEN_POOL k largest magnitudes as candidates (formed and selected like the exact
+    routes), their exact float64 values (:func:`_verified`), the k largest of those."""
     xp = be.xp
     r, c = _tiled_largest(be, A, B, min(A.shape[0] * B.shape[1], SCREEN_POOL * k), xp.float16,
                           exclude_diagonal)
-    exact = (A[r].astype(xp.float64) * B[:, c].T.astype(xp.float64)).sum(axis=1)
+    exact = _verified(xp, A, B, r, c)
     best = xp.argsort(-xp.abs(exact))[:k]
     return r[best], c[best]
 
@@ -408,7 +502,7 @@ def _spgemm_topk(A, B, k, xp):
     into C.data of the k largest)."""
     C = A @ B
     v = xp.abs(C.data)
-    sel = xp.argpartition(-v, min(k, v.size) - 1)[:k] if v.size else v.astype(xp.int64)
+    sel = _largest(xp, v, min(k, v.size)) if v.size else v.astype(xp.int64)
     return C, sel
 
 

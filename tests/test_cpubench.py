@@ -185,21 +185,98 @@ def test_scale_rows_use_automatic_parameters(monkeypatch):
 
 
 def test_gpu_bench_tiled_exact_routes_select_like_the_whole_product(monkeypatch):
-    """pagh-mm bench's exact routes (GEMM + top-k, the FP16 screen) tile the product when it does
-    not fit the device: the tiles' selection is the whole product's."""
+    """pagh-mm bench's exact routes (GEMM + top-k, the FP16 screen) tile the product, or sum
+    it over chunks of inner indices, when it does not fit the device: the selection is the
+    whole product's, for a Gram product (A = X.T, converted once) too."""
     from pagh_mm import bench
     from pagh_mm.backend import cpu
     be = cpu()
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((300, 200)), rng.standard_normal((200, 250))
-    flat = np.abs(A @ B).ravel()
-    want = set(np.argsort(-flat)[:20].tolist())
-    for tile in (300, 64, 37):
-        monkeypatch.setattr(bench, "_gemm_tile", lambda be, A, B, dt, t=tile: t)
-        r, c = bench._exact_topk(be, A, B, 20, np.float64)
-        assert set((r * 250 + c).tolist()) == want
-        r, c = bench._screen_topk(be, A, B, 20)
-        assert set((r * 250 + c).tolist()) == want
+    X = rng.standard_normal((200, 180)).astype(np.float32)
+    assert bench._is_transpose(X.T, X) and not bench._is_transpose(A, B)
+    assert not bench._is_transpose(X[:, :90].T, X[:, 90:])
+    for L, R, gram in ((A, B, False), (X.T, X, True)):
+        C = L.astype(np.float64) @ R.astype(np.float64)
+        if gram:
+            np.fill_diagonal(C, 0)
+        flat = np.abs(C).ravel()
+        want = set(np.argsort(-flat)[:20].tolist())
+        p = R.shape[1]
+        for plan in (("whole", 0), ("inner", 64), ("inner", 37), ("tiles", 300), ("tiles", 64),
+                     ("tiles", 37)):
+            if plan[0] == "inner" and not gram:
+                continue
+            monkeypatch.setattr(bench, "_gemm_plan", lambda be, A, B, dt, plan=plan: plan)
+            r, c = (bench._tiled_largest(be, L, R, 20, np.float64, True) if gram else
+                    bench._exact_topk(be, L, R, 20, np.float64))
+            assert set((r * p + c).tolist()) == want, plan
+            r, c = bench._screen_topk(be, L, R, 20, gram)
+            assert set((r * p + c).tolist()) == want, plan
+
+
+def test_gpu_bench_exact_routes_plan_within_the_memory_a_pool_may_take():
+    """The exact routes' plan counts the pool's cached blocks as available (a second timed run
+    must not fall back to tiles because the first one's blocks are cached), converts a Gram
+    product's X once, sums a covariance screen over chunks of samples when X does not fit
+    converted, and tiles what else does not fit."""
+    from pagh_mm import bench
+    state = {"free": 0, "cached": 0}
+    pool = types.SimpleNamespace(free_bytes=lambda: state["cached"])
+    xp = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+            memGetInfo=lambda: (state["free"], 1 << 40))),
+        get_default_memory_pool=lambda: pool)
+    be = types.SimpleNamespace(gpu=True, xp=xp)
+    X = np.empty((1 << 14, 256), dtype=np.float32)       # samples x features
+    product = 256 * 256 * (8 + 16)
+    once = X.size * 8                                   # X converted to float64, once
+    for free, cached, want in ((once + product + 1000, 0, "whole"),
+                               (0, (once + product) / 0.7 + 1, "whole"),
+                               (once + product - 1000, 0, "inner")):
+        state.update(free=int(free / 0.7) if cached == 0 else 0, cached=int(cached))
+        how, c = bench._gemm_plan(be, X.T, X, np.float64)
+        assert how == want, (free, cached)
+        if how == "inner":
+            assert c >= bench.GEMM_CHUNK_MIN and c & (c - 1) == 0
+            assert c * 512 * 8 + 256 * 256 * (8 + 8 + 16) <= state["free"] * 0.7
+    A, B = np.empty((512, 1 << 14)), np.empty((1 << 14, 512))
+    state.update(free=int((A.size + B.size) * 4 / 0.7), cached=0)   # no room for both
+    how, t = bench._gemm_plan(be, A, B, np.float32)
+    assert how == "tiles" and 64 <= t < 512
+    assert bench._gemm_plan(be, A, B, np.float64)[0] == "whole"     # nothing converted
+
+
+class _NotNumPy:
+    """NumPy under another name: drives the GPU's branch of ``bench._largest``."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "mostly_nan", "few"])
+def test_gpu_bench_selection_by_threshold_picks_the_largest(monkeypatch, case):
+    """The exact routes' selection on the GPU (a sample's threshold, a count, a compaction:
+    no sort of the whole product) chooses the values argpartition chooses, NaN last, with its
+    fallbacks (ties, a sample that admits fewer than q)."""
+    from pagh_mm import bench
+    monkeypatch.setattr(bench, "SELECT_DIRECT", 1000)
+    monkeypatch.setattr(bench, "SELECT_SAMPLE", 512)
+    rng = np.random.default_rng(7)
+    n = 200_003
+    v = np.abs(rng.standard_normal(n)).astype(np.float32)
+    if case == "ties":
+        v = np.ones(n, np.float32)
+    elif case == "mostly_nan":
+        v[rng.permutation(n)[:n - 60]] = np.nan
+    elif case == "few":
+        v[rng.permutation(n)[:40]] = np.inf
+    v[rng.integers(0, n, 5)] = np.nan
+    for q in (1, 7, 50, 100, 3000):
+        got = bench._largest(_NotNumPy(), v, q)
+        assert got.size == q and np.unique(got).size == q
+        want = np.argpartition(-v, q - 1)[:q]
+        np.testing.assert_array_equal(np.sort(v[got]), np.sort(v[want]))
 
 
 def test_gpu_bench_flow_times_the_query_itself():
