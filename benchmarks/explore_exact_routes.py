@@ -56,7 +56,6 @@ def case(name, A, B, pool, gram):
         out['tflops_' + k] = flops / out[k] / 1e12
     print(name, json.dumps(out), flush=True)
     res[name] = out
-    del C, tC, A16, B16, tA, tB
     cp.get_default_memory_pool().free_all_blocks()
 
 rng = cp.random.default_rng(1)
