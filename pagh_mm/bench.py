@@ -154,7 +154,7 @@ SELECT_DIRECT = 1 << 22
 SELECT_SAMPLE = 1 << 20
 
 
-def _largest(xp, v, q: int):
+def largest(xp, v, q: int):
     """Positions of the ``q`` largest values of the 1-D array ``v`` (in no order; NaN only
     where fewer than q numbers): the set ``argpartition(-v, q - 1)[:q]`` selects, up to ties.
     A CuPy array of more than SELECT_DIRECT values is not sorted: a strided sample's value at
@@ -204,7 +204,7 @@ def _tiled_largest(be, A, B, pool, dtype, exclude_diagonal: bool = False):
     if len(vals) == 1:
         return rows[0], cols[0]
     v, r, c = xp.concatenate(vals), xp.concatenate(rows), xp.concatenate(cols)
-    best = _largest(xp, v, pool)
+    best = largest(xp, v, pool)
     return r[best], c[best]
 
 
@@ -215,7 +215,7 @@ def _tile_largest(xp, C, r0: int, c0: int, pool: int, exclude_diagonal: bool):
         i = xp.arange(max(r0, c0), min(r0 + C.shape[0], c0 + C.shape[1]))
         C[i - r0, i - c0] = 0
     flat = xp.abs(C, out=C).ravel()
-    sel = _largest(xp, flat, min(flat.size, pool))
+    sel = largest(xp, flat, min(flat.size, pool))
     w = C.shape[1]
     return flat[sel].astype(xp.float64), r0 + sel // w, c0 + sel % w
 
@@ -502,7 +502,7 @@ def _spgemm_topk(A, B, k, xp):
     into C.data of the k largest)."""
     C = A @ B
     v = xp.abs(C.data)
-    sel = _largest(xp, v, min(k, v.size)) if v.size else v.astype(xp.int64)
+    sel = largest(xp, v, min(k, v.size)) if v.size else v.astype(xp.int64)
     return C, sel
 
 

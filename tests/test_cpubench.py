@@ -248,7 +248,7 @@ def test_gpu_bench_exact_routes_plan_within_the_memory_a_pool_may_take():
 
 
 class _NotNumPy:
-    """NumPy under another name: drives the GPU's branch of ``bench._largest``."""
+    """NumPy under another name: drives the GPU's branch of ``bench.largest``."""
 
     def __getattr__(self, name):
         return getattr(np, name)
@@ -273,7 +273,7 @@ def test_gpu_bench_selection_by_threshold_picks_the_largest(monkeypatch, case):
         v[rng.permutation(n)[:40]] = np.inf
     v[rng.integers(0, n, 5)] = np.nan
     for q in (1, 7, 50, 100, 3000):
-        got = bench._largest(_NotNumPy(), v, q)
+        got = bench.largest(_NotNumPy(), v, q)
         assert got.size == q and np.unique(got).size == q
         want = np.argpartition(-v, q - 1)[:q]
         np.testing.assert_array_equal(np.sort(v[got]), np.sort(v[want]))
