@@ -9,9 +9,12 @@ each M given (e.g. 8192 16384).  Needs CuPy and torch.  Session 44: the bench's 
 3-4x these pieces' sum (CuPy's argpartition sorts; a second timed run tiled the product
 because the pool's cached blocks were not counted as free memory).
 """
-import time, sys, json
+import json
+import sys
+import time
 import cupy as cp
 import torch
+from fwht_gpu import provenance
 from pagh_mm import bench, backend
 
 def wall(f, r=3):
@@ -67,4 +70,6 @@ for M in [int(m) for m in sys.argv[2:]]:
     X = rng.standard_normal((1 << 20, M), dtype=cp.float32)
     case(f'gram_2^20x{M}_fp32', X.T, X, 400, True)
     del X; cp.get_default_memory_pool().free_all_blocks()
-json.dump(res, open(sys.argv[1], 'w'), indent=1)
+provenance.write(provenance.record("exact-routes", [dict(case=k, **v) for k, v in res.items()],
+                                  {"repeats": "min of 3 after a warm-up (bench_*: min of 2)"},
+                                  device="gpu"), sys.argv[1])

@@ -91,7 +91,7 @@ def _address(a) -> int:
 def _is_transpose(A, B) -> bool:
     """Whether A is B.T (a Gram product's view of X.T and X)."""
     return A.shape == B.shape[::-1] and A.strides == B.strides[::-1] and \
-        _address(A) == _address(B)
+        A.dtype == B.dtype and _address(A) == _address(B)
 
 
 def _gemm_plan(be, A, B, dtype) -> tuple[str, int]:
@@ -147,36 +147,44 @@ def _product(be, A, B, dtype, how: str, chunk: int):
 
 
 #: Values above which a GPU selection of the largest goes through a threshold instead of
-#: CuPy's ``argpartition`` (which sorts: 52 ms for the 2^28 magnitudes of a 16384 x 16384
-#: product on an H200, where ``torch.topk`` takes 3 ms and this route about as little).
+#: CuPy's ``argpartition`` (which sorts: 26-52 ms for the 2^28 magnitudes of a 16384 x 16384
+#: product on an H200, where ``torch.topk`` takes 3 ms and this route 4 ms).
 SELECT_DIRECT = 1 << 22
-#: Values of the strided sample the threshold is read from.
+#: Values of the strided sample the threshold is read from (an odd stride: no aliasing with
+#: the power-of-two rows of a flattened product).
 SELECT_SAMPLE = 1 << 20
+#: The share of the values a threshold may admit before the selection sorts them all instead
+#: (a sample that missed the large values: the compaction would cost more than the sort).
+SELECT_MOST = 1 / 8
 
 
 def largest(xp, v, q: int):
-    """Positions of the ``q`` largest values of the 1-D array ``v`` (in no order; NaN only
-    where fewer than q numbers): the set ``argpartition(-v, q - 1)[:q]`` selects, up to ties.
-    A CuPy array of more than SELECT_DIRECT values is not sorted: a strided sample's value at
-    twice the expected rank of the q-th largest (more where it admits fewer than q) is a
-    threshold t, the values >= t are listed (one count, one compaction: the q largest are
-    among them), and the q largest of those chosen."""
+    """Positions of the ``q`` largest values of the 1-D float array ``v`` (in no order; NaN
+    only where fewer than q numbers): the set ``argpartition(-v, q - 1)[:q]`` selects, up to
+    ties. A CuPy array of more than SELECT_DIRECT values is not sorted: a strided sample's
+    value at twice the expected rank of the q-th largest (more where it admits fewer than q)
+    is a threshold t, the values >= t counted and listed (the q largest are among them), and
+    the q largest of those chosen; ``argpartition`` where no threshold admits between q and
+    SELECT_MOST n values."""
     n = int(v.size)
     if q >= n:
         return xp.arange(n)
     if xp is np or n <= SELECT_DIRECT:
         return xp.argpartition(-v, q - 1)[:q]
-    sample = xp.sort(-v[::max(1, n // SELECT_SAMPLE)])          # ascending -v, NaN last
+    sample = xp.sort(-v[::(n // SELECT_SAMPLE) | 1])        # ascending -v, NaN last
     s = int(sample.size)
     rank = min(s, 2 * -(-q * s // n) + 64)
     while True:
-        t = sample[rank - 1]
-        idx = xp.flatnonzero(v >= -t)       # NaN compares False: never listed
-        if int(idx.size) >= q:
+        keep = v >= -sample[rank - 1]       # NaN compares False: never kept
+        count = int(keep.sum())
+        if count > SELECT_MOST * n:
+            return xp.argpartition(-v, q - 1)[:q]
+        if count >= q:
             break
         if rank == s:                       # the sample's smallest admits fewer than q
             return xp.argpartition(-v, q - 1)[:q]
         rank = min(s, 4 * rank)
+    idx = xp.flatnonzero(keep)
     return idx[xp.argpartition(-v[idx], q - 1)[:q]]
 
 
@@ -230,10 +238,17 @@ SCREEN_POOL = 4
 
 def _verified(xp, A, B, r, c):
     """float64 values of (A @ B)[r, c]: the distinct rows of A and columns of B among the
-    candidates gathered once, converted, and multiplied by one small DGEMM."""
+    candidates gathered once, converted, and multiplied by one small DGEMM (by row . column
+    products where that DGEMM would compute more than VERIFY_SPREAD times the entries asked)."""
     ur, ir = xp.unique(r, return_inverse=True)
     uc, ic = xp.unique(c, return_inverse=True)
+    if int(ur.size) * int(uc.size) > VERIFY_SPREAD * max(1, int(r.size)):
+        return (A[r].astype(xp.float64) * B[:, c].T.astype(xp.float64)).sum(axis=1)
     return (A[ur].astype(xp.float64) @ B[:, uc].astype(xp.float64))[ir.ravel(), ic.ravel()]
+
+
+#: The most entries :func:`_verified`'s DGEMM computes per entry asked.
+VERIFY_SPREAD = 64
 
 
 def _screen_topk(be, A, B, k, exclude_diagonal: bool = False):

@@ -196,7 +196,7 @@ def test_gpu_bench_tiled_exact_routes_select_like_the_whole_product(monkeypatch)
     X = rng.standard_normal((200, 180)).astype(np.float32)
     assert bench._is_transpose(X.T, X) and not bench._is_transpose(A, B)
     assert not bench._is_transpose(X[:, :90].T, X[:, 90:])
-    for L, R, gram in ((A, B, False), (X.T, X, True)):
+    for L, R, gram in ((A, B, False), (np.asfortranarray(A), B, False), (X.T, X, True)):
         C = L.astype(np.float64) @ R.astype(np.float64)
         if gram:
             np.fill_diagonal(C, 0)
@@ -205,8 +205,6 @@ def test_gpu_bench_tiled_exact_routes_select_like_the_whole_product(monkeypatch)
         p = R.shape[1]
         for plan in (("whole", 0), ("inner", 64), ("inner", 37), ("tiles", 300), ("tiles", 64),
                      ("tiles", 37)):
-            if plan[0] == "inner" and not gram:
-                continue
             monkeypatch.setattr(bench, "_gemm_plan", lambda be, A, B, dt, plan=plan: plan)
             r, c = (bench._tiled_largest(be, L, R, 20, np.float64, True) if gram else
                     bench._exact_topk(be, L, R, 20, np.float64))
@@ -248,22 +246,35 @@ def test_gpu_bench_exact_routes_plan_within_the_memory_a_pool_may_take():
 
 
 class _NotNumPy:
-    """NumPy under another name: drives the GPU's branch of ``bench.largest``."""
+    """NumPy under another name: drives the GPU's branch of ``bench.largest``; records the
+    sizes of its compactions."""
+
+    def __init__(self):
+        self.listed = []
+
+    def flatnonzero(self, a):
+        out = np.flatnonzero(a)
+        self.listed.append(out.size)
+        return out
 
     def __getattr__(self, name):
         return getattr(np, name)
 
 
-@pytest.mark.parametrize("case", ["normal", "ties", "mostly_nan", "few"])
+@pytest.mark.parametrize("case", ["normal", "ties", "mostly_nan", "few", "sampled_large",
+                                  "sampled_small"])
 def test_gpu_bench_selection_by_threshold_picks_the_largest(monkeypatch, case):
     """The exact routes' selection on the GPU (a sample's threshold, a count, a compaction:
     no sort of the whole product) chooses the values argpartition chooses, NaN last, with its
-    fallbacks (ties, a sample that admits fewer than q)."""
+    fallbacks (ties; a sample that overstates, whose thresholds admit fewer than q; one that
+    understates, whose thresholds admit most values), and lists few values when the sample is
+    fair."""
     from pagh_mm import bench
     monkeypatch.setattr(bench, "SELECT_DIRECT", 1000)
-    monkeypatch.setattr(bench, "SELECT_SAMPLE", 512)
+    monkeypatch.setattr(bench, "SELECT_SAMPLE", 4096)
     rng = np.random.default_rng(7)
     n = 200_003
+    step = (n // bench.SELECT_SAMPLE) | 1
     v = np.abs(rng.standard_normal(n)).astype(np.float32)
     if case == "ties":
         v = np.ones(n, np.float32)
@@ -271,12 +282,20 @@ def test_gpu_bench_selection_by_threshold_picks_the_largest(monkeypatch, case):
         v[rng.permutation(n)[:n - 60]] = np.nan
     elif case == "few":
         v[rng.permutation(n)[:40]] = np.inf
+    elif case == "sampled_large":
+        v[::step] *= 100
+    elif case == "sampled_small":
+        v[::step] /= 100
     v[rng.integers(0, n, 5)] = np.nan
     for q in (1, 7, 50, 100, 3000):
-        got = bench.largest(_NotNumPy(), v, q)
+        xp = _NotNumPy()
+        got = bench.largest(xp, v, q)
         assert got.size == q and np.unique(got).size == q
         want = np.argpartition(-v, q - 1)[:q]
         np.testing.assert_array_equal(np.sort(v[got]), np.sort(v[want]))
+        assert all(k <= bench.SELECT_MOST * n for k in xp.listed)
+        if case == "normal":        # about twice q's share, plus the sample's 64 ranks
+            assert xp.listed == [pytest.approx(2 * q + 64 * step, rel=0.5, abs=200)]
 
 
 def test_gpu_bench_flow_times_the_query_itself():
