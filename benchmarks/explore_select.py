@@ -25,4 +25,3 @@ for n, dt in ((1 << 28, cp.float16), (1 << 28, cp.float64), (1 << 26, cp.float32
         b = np.sort(bench.largest(cp, v, q).get())
         print(n, dt.__name__, q, "largest ok:", np.array_equal(np.sort(h[b]), ref, equal_nan=True),
               f"largest {T(lambda: bench.largest(cp, v, q)):.2f} ms, argpartition {T(lambda: cp.argpartition(-v, q - 1)[:q]):.2f} ms", flush=True)
-    del v
