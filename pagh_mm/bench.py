@@ -108,8 +108,8 @@ def _gemm_plan(be, A, B, dtype) -> tuple[str, int]:
         return "whole", 0
     xp = be.xp
     item = np.dtype(dtype).itemsize
-    converted = 0 if A.dtype == dtype else \
-        (B.size if _is_transpose(A, B) else A.size + B.size) * item
+    converted = item * ((0 if A.dtype == dtype or _is_transpose(A, B) else A.size) +
+                        (0 if B.dtype == dtype else B.size))
     product = m * p * (item + 16)                   # the product, its selection's temporaries
     free = 0.7 * (xp.cuda.runtime.memGetInfo()[0] + xp.get_default_memory_pool().free_bytes())
     if converted + product <= free:
