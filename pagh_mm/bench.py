@@ -18,7 +18,7 @@ from fwht_gpu import devices, provenance
 
 from . import synthetic
 from .backend import cpu, gpu
-from .matmul import compress, compress_gram
+from .matmul import _is_transpose, compress, compress_gram
 
 METHOD = ("wall clock with GPU synchronized, median of repeats (dense top-k queries: of at least "
           "21 interleaved verified / unverified runs; sparse rows: fresh compress + certified "
@@ -82,16 +82,6 @@ def _copy_bandwidth(be, nbytes=1 << 30):
 GEMM_TILE = 16384
 #: Inner indices per chunk, at least, of an exact route that sums the product over chunks.
 GEMM_CHUNK_MIN = 1024
-
-
-def _address(a) -> int:
-    return int(a.data.ptr) if hasattr(a.data, "ptr") else int(a.__array_interface__["data"][0])
-
-
-def _is_transpose(A, B) -> bool:
-    """Whether A is B.T (a Gram product's view of X.T and X)."""
-    return A.shape == B.shape[::-1] and A.strides == B.strides[::-1] and \
-        A.dtype == B.dtype and _address(A) == _address(B)
 
 
 def _gemm_plan(be, A, B, dtype) -> tuple[str, int]:
@@ -197,7 +187,7 @@ def _tiled_largest(be, A, B, pool, dtype, exclude_diagonal: bool = False):
     m, p = A.shape[0], B.shape[1]
     how, t = _gemm_plan(be, A, B, dtype)
     if how != "tiles":
-        v, r, c = _tile_largest(xp, _product(be, A, B, dtype, how, t), 0, 0, pool,
+        _, r, c = _tile_largest(xp, _product(be, A, B, dtype, how, t), 0, 0, pool,
                                 exclude_diagonal)
         return r, c
     vals, rows, cols = [], [], []
